@@ -1,0 +1,1 @@
+//! The agent loop (issue: the agent loop). Not built yet.

@@ -1,0 +1,1 @@
+//! The approval broker (issue: the agent loop). Not built yet.

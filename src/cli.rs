@@ -1,0 +1,1 @@
+//! The command line: clap definitions and the commands that run in this process.

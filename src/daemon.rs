@@ -1,0 +1,1 @@
+//! The daemon supervisor (issue: the daemon). Not built yet.

@@ -1,0 +1,1 @@
+//! The D-Bus service and client (issue: the daemon). Not built yet.

@@ -1,0 +1,1 @@
+//! tracing setup: journald when stderr is the journal, human-readable stderr otherwise.

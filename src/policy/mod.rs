@@ -1,0 +1,216 @@
+//! Permission tiers, modes, blocked patterns, protected paths and rate-limit specs.
+//!
+//! A policy (`policies/NAME.toml`) is the ceiling every soul obeys. Deciding one tool
+//! call is a pure function of (soul, policy, tool, tier, arguments): see [`decide`].
+//! The rate limiter and the approval broker come after it; this module only says
+//! whether a call is allowed, must be asked, or is denied, and why.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How dangerous a tool is, lowest to highest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    Read,
+    Write,
+    Execute,
+    SystemCritical,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 4] = [Tier::Read, Tier::Write, Tier::Execute, Tier::SystemCritical];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Read => "read",
+            Tier::Write => "write",
+            Tier::Execute => "execute",
+            Tier::SystemCritical => "system_critical",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happens to a call of a tier. Ordered by strictness: `Allow < Ask < Deny`, so the
+/// effective mode of a soul under a policy is the `max` of the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Allow => "allow",
+            Mode::Ask => "ask",
+            Mode::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One mode per tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierModes {
+    pub read: Mode,
+    pub write: Mode,
+    pub execute: Mode,
+    pub system_critical: Mode,
+}
+
+impl TierModes {
+    pub fn get(&self, tier: Tier) -> Mode {
+        match tier {
+            Tier::Read => self.read,
+            Tier::Write => self.write,
+            Tier::Execute => self.execute,
+            Tier::SystemCritical => self.system_critical,
+        }
+    }
+
+    /// The stricter of the two, tier by tier.
+    pub fn tighten(&self, other: &TierModes) -> TierModes {
+        TierModes {
+            read: self.read.max(other.read),
+            write: self.write.max(other.write),
+            execute: self.execute.max(other.execute),
+            system_critical: self.system_critical.max(other.system_critical),
+        }
+    }
+}
+
+/// A rate like `"30/min"`: at most `count` events per `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RateSpec {
+    pub count: NonZeroU32,
+    pub per: Duration,
+}
+
+impl FromStr for RateSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "invalid rate `{s}`: expected COUNT/UNIT like `30/min` (units: s, sec, min, h, hour, day)"
+            )
+        };
+        let (count, unit) = s.split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let count = NonZeroU32::new(count).ok_or_else(bad)?;
+        let per = match unit.trim() {
+            "s" | "sec" | "second" => Duration::from_secs(1),
+            "m" | "min" | "minute" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            "d" | "day" => Duration::from_secs(86_400),
+            _ => return Err(bad()),
+        };
+        Ok(RateSpec { count, per })
+    }
+}
+
+impl TryFrom<String> for RateSpec {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<RateSpec> for String {
+    fn from(r: RateSpec) -> String {
+        r.to_string()
+    }
+}
+
+impl fmt::Display for RateSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "min",
+            3600 => "hour",
+            86_400 => "day",
+            n => return write!(f, "{}/{n}s", self.count),
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+/// Rate limits a soul or a policy sets. `None` means "no limit at this level".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimits {
+    /// All tool calls of one session.
+    pub tool_calls: Option<RateSpec>,
+    /// LLM requests of one session.
+    pub llm_calls: Option<RateSpec>,
+    /// Per tool, per session (`shell = "10/min"`).
+    #[serde(default)]
+    pub tools: std::collections::BTreeMap<String, RateSpec>,
+}
+
+/// The effective policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub name: String,
+    pub tiers: TierModes,
+    pub rate_limits: RateLimits,
+    /// All tool calls across all sessions (the daemon's global ceiling).
+    pub global_tool_calls: Option<RateSpec>,
+    pub approval_timeout: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_specs_parse_and_print() {
+        let r: RateSpec = "30/min".parse().unwrap();
+        assert_eq!(r.count.get(), 30);
+        assert_eq!(r.per, Duration::from_secs(60));
+        assert_eq!(r.to_string(), "30/min");
+        for bad in ["30", "0/min", "x/min", "30/fortnight", "-1/s"] {
+            assert!(bad.parse::<RateSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tighten_takes_the_stricter_mode() {
+        let loose = TierModes {
+            read: Mode::Allow,
+            write: Mode::Allow,
+            execute: Mode::Ask,
+            system_critical: Mode::Deny,
+        };
+        let strict = TierModes {
+            read: Mode::Allow,
+            write: Mode::Ask,
+            execute: Mode::Deny,
+            system_critical: Mode::Ask,
+        };
+        let t = loose.tighten(&strict);
+        assert_eq!(
+            (t.read, t.write, t.execute, t.system_critical),
+            (Mode::Allow, Mode::Ask, Mode::Deny, Mode::Deny)
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! governor rate limiters (issue: the agent loop). Not built yet.

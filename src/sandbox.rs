@@ -1,0 +1,1 @@
+//! Landlock sandbox (issue: tools and sandbox). Not built yet.
