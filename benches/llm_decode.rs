@@ -1,0 +1,3 @@
+//! Benchmark: llm_decode (see BENCHMARKS.md for how to run it).
+
+fn main() {}

@@ -1,0 +1,3 @@
+//! Benchmark: snapshot (see BENCHMARKS.md for how to run it).
+
+fn main() {}

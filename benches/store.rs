@@ -1,0 +1,3 @@
+//! Benchmark: store (see BENCHMARKS.md for how to run it).
+
+fn main() {}

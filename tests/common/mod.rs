@@ -1,0 +1,2 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
