@@ -56,7 +56,7 @@ fn random_hex(n: usize) -> String {
 }
 
 macro_rules! id_type {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal, $validate:path) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
@@ -66,7 +66,7 @@ macro_rules! id_type {
             /// Checks `id` and wraps it.
             pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
                 let id = id.into();
-                validate($kind, &id)?;
+                $validate($kind, &id)?;
                 Ok(Self(id))
             }
 
@@ -116,31 +116,55 @@ macro_rules! id_type {
 
 id_type!(
     /// One agent task: a prompt run to a finish status.
-    TaskId, "task id", "t-"
+    TaskId, "task id", "t-",
+    validate
 );
 id_type!(
     /// A conversation that persists across tasks (`context/SESSION_ID.json`).
-    SessionId, "session id", "s-"
+    SessionId, "session id", "s-",
+    validate
 );
 id_type!(
     /// A soul profile's id (`souls/ID.toml`).
-    SoulId, "soul id", "soul-"
+    SoulId, "soul id", "soul-",
+    validate
 );
 id_type!(
     /// One tool call inside a model response. Providers' own ids are kept as they are.
-    CallId, "call id", "call-"
+    CallId, "call id", "call-",
+    validate_call_id
 );
 id_type!(
     /// One pending approval question.
-    RequestId, "request id", "r-"
+    RequestId, "request id", "r-",
+    validate
 );
 
+/// Call ids come from providers, which use characters we would reject elsewhere
+/// (some servers send `:` or spaces); they never become paths, so only emptiness and
+/// length are checked.
+fn validate_call_id(kind: &'static str, id: &str) -> Result<(), IdError> {
+    if id.is_empty() {
+        return Err(IdError::Empty { kind });
+    }
+    if id.len() > 256 {
+        return Err(IdError::TooLong {
+            kind,
+            id: id.chars().take(MAX_ID_LEN).collect(),
+        });
+    }
+    Ok(())
+}
+
 impl CallId {
-    /// Wraps a provider's call id without validation: providers use characters we
-    /// would reject (`toolu_01A…` is fine, but some servers send `:` or spaces) and the
-    /// id never becomes a path.
+    /// Wraps a provider's call id as it is (see [`validate_call_id`]); an empty or
+    /// overlong one is replaced by a fresh id so the call can still be answered.
     pub fn from_provider(id: impl Into<String>) -> Self {
-        Self(id.into())
+        let id = id.into();
+        match validate_call_id("call id", &id) {
+            Ok(()) => Self(id),
+            Err(_) => Self::generate(),
+        }
     }
 }
 
