@@ -1,0 +1,190 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::policy::{Policy, RateLimits, TierModes};
+
+fn policy(write: Mode, execute: Mode) -> Policy {
+    Policy {
+        name: "default".into(),
+        tiers: TierModes {
+            read: Mode::Allow,
+            write,
+            execute,
+            system_critical: Mode::Ask,
+        },
+        rate_limits: RateLimits::default(),
+        global_tool_calls: None,
+        approval_timeout: Duration::from_secs(120),
+    }
+}
+
+fn parse_str(src: &str, pol: Option<&Policy>) -> Result<Soul, FileError> {
+    parse(
+        "mine.toml",
+        "mine",
+        src,
+        PromptSource::BuiltIn,
+        Path::new("/home/user"),
+        pol,
+        SoulOrigin::BuiltIn,
+    )
+}
+
+#[test]
+fn every_builtin_soul_parses() {
+    for (id, src) in BUILTIN_SOULS {
+        let soul = parse(
+            &format!("built-in:souls/{id}.toml"),
+            id,
+            src,
+            PromptSource::BuiltIn,
+            Path::new("/home/user"),
+            Some(&policy(Mode::Ask, Mode::Ask)),
+            SoulOrigin::BuiltIn,
+        )
+        .unwrap_or_else(|e| panic!("{id}: {e}"));
+        insta::assert_json_snapshot!(format!("soul_{id}"), soul);
+    }
+}
+
+#[test]
+fn builtin_budgets_match_the_contract() {
+    let iters = |id: &str| {
+        let (_, src) = BUILTIN_SOULS.iter().find(|(i, _)| *i == id).unwrap();
+        parse("x", id, src, PromptSource::BuiltIn, Path::new("/h"), None, SoulOrigin::BuiltIn)
+            .unwrap()
+            .max_iterations
+    };
+    assert_eq!(iters("safe_assistant"), 10);
+    assert_eq!(iters("system_admin"), 20);
+    assert_eq!(iters("automation_agent"), 50);
+    assert_eq!(iters("research_agent"), 15);
+}
+
+#[test]
+fn safe_assistant_is_read_only() {
+    let (id, src) = BUILTIN_SOULS[0];
+    let soul =
+        parse("x", id, src, PromptSource::BuiltIn, Path::new("/h"), None, SoulOrigin::BuiltIn)
+            .unwrap();
+    for tool in &soul.tools {
+        assert_eq!(crate::tools::info(tool).unwrap().tier, Tier::Read, "{tool}");
+    }
+    assert_eq!(soul.permissions.write, Mode::Deny);
+    assert_eq!(soul.permissions.execute, Mode::Deny);
+    assert!(soul.sandbox.write.is_empty());
+}
+
+#[test]
+fn minimal_soul_gets_the_defaults() {
+    let soul = parse_str("prompt = \"be nice\"\n", None).unwrap();
+    assert_eq!(soul.id.as_str(), "mine");
+    assert_eq!(soul.max_iterations, DEFAULT_MAX_ITERATIONS);
+    assert_eq!(soul.max_tokens, DEFAULT_MAX_TOKENS);
+    assert_eq!(soul.max_wall_clock, DEFAULT_MAX_WALL_CLOCK);
+    assert_eq!(soul.tools, DEFAULT_TOOLS);
+    assert_eq!(soul.sandbox.read, vec![PathBuf::from("/home/user")]);
+    assert!(!soul.sandbox.network);
+}
+
+#[test]
+fn soul_modes_are_clamped_to_the_policy() {
+    let soul = parse_str("prompt = \"p\"\n[permissions]\nwrite = \"deny\"\n", None).unwrap();
+    let eff = soul.effective_modes(&policy(Mode::Ask, Mode::Ask));
+    assert_eq!(eff.write, Mode::Deny);
+    assert_eq!(eff.execute, Mode::Ask, "an omitted tier takes the policy's mode");
+}
+
+#[test]
+fn malformed_souls_name_file_line_key_and_allowed_values() {
+    let pol = policy(Mode::Ask, Mode::Ask);
+    let cases: &[(&str, &str)] = &[
+        (
+            "prompt = \"p\"\nmax_iteratons = 5\n",
+            "mine.toml:2: key `max_iteratons`: unknown field `max_iteratons`, expected one of",
+        ),
+        (
+            "prompt = \"p\"\nmax_iterations = \"ten\"\n",
+            "mine.toml:2: key `max_iterations`: invalid type: string \"ten\", expected u32",
+        ),
+        (
+            "prompt = \"p\"\nmax_iterations = 0\n",
+            "mine.toml:2: key `max_iterations`: 0 is outside 1..=1000",
+        ),
+        (
+            "prompt = \"p\"\ntools = [\"read_file\", \"rm_rf\"]\n",
+            "mine.toml:2: key `tools`: unknown tool `rm_rf` (known: read_file, list_dir,",
+        ),
+        (
+            "prompt = \"p\"\n[permissions]\nwrite = \"maybe\"\n",
+            "mine.toml:3: key `permissions.write`: unknown variant `maybe`, expected one of `allow`, `ask`, `deny`",
+        ),
+        (
+            "prompt = \"p\"\n[permissions]\nexecute = \"allow\"\n",
+            "mine.toml:3: key `permissions.execute`: `allow` is looser than policy `default`, which sets execute = `ask`: a soul can only tighten the policy (allowed here: ask, deny)",
+        ),
+        (
+            "prompt = \"p\"\nmax_wall_clock = \"a while\"\n",
+            "mine.toml:2: key `max_wall_clock`: invalid duration `a while`",
+        ),
+        (
+            "prompt = \"p\"\n[sandbox]\nwrite = [\"relative/dir\"]\n",
+            "mine.toml:3: key `sandbox.write`: `relative/dir` must be absolute or start with ~/",
+        ),
+        (
+            "prompt = \"p\"\n[sandbox]\nnetwork = \"yes\"\n",
+            "mine.toml:3: key `sandbox.network`: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            "prompt = \"p\"\n[rate_limits]\ntool_calls = \"lots\"\n",
+            "mine.toml:3: key `rate_limits.tool_calls`: invalid rate `lots`: expected COUNT/UNIT",
+        ),
+        (
+            "id = \"other\"\nprompt = \"p\"\n",
+            "mine.toml:1: key `id`: id `other` does not match the file name `mine.toml`",
+        ),
+        ("description = \"d\"\n", "mine.toml: missing `prompt` or `prompt_file`"),
+        (
+            "prompt_file = \"prompts/nope.md\"\n",
+            "mine.toml:1: key `prompt_file`: no built-in prompt `prompts/nope.md`",
+        ),
+        (
+            "prompt = \"p\"\n[permissions\n",
+            "mine.toml:2:",
+        ),
+    ];
+    for (src, want) in cases {
+        let err = parse_str(src, Some(&pol)).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{src:?}\n got: {err}\nwant: {want}");
+    }
+}
+
+#[test]
+fn user_soul_files_replace_builtins_and_bad_ones_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let souls = dir.path().join("souls");
+    std::fs::create_dir_all(souls.join("prompts")).unwrap();
+    std::fs::write(souls.join("prompts/mine.md"), "You are mine.").unwrap();
+    std::fs::write(
+        souls.join("safe_assistant.toml"),
+        "prompt_file = \"prompts/mine.md\"\nmax_iterations = 3\n",
+    )
+    .unwrap();
+    std::fs::write(souls.join("broken.toml"), "prompt = 5\n").unwrap();
+    let paths = Paths {
+        config_dir: dir.path().to_owned(),
+        data_dir: dir.path().join("data"),
+        home: "/home/user".into(),
+    };
+    let set = SoulSet::load(&paths, &policy(Mode::Ask, Mode::Ask)).unwrap();
+    let soul = set.get("safe_assistant").unwrap();
+    assert_eq!(soul.max_iterations, 3);
+    assert_eq!(soul.prompt, "You are mine.");
+    assert_eq!(soul.origin, SoulOrigin::File(souls.join("safe_assistant.toml")));
+    assert_eq!(set.souls.len(), BUILTIN_SOULS.len());
+    assert_eq!(set.errors.len(), 1);
+    assert!(set.errors[0].to_string().contains("broken.toml:1: key `prompt`"));
+    let err = set.get("broken").unwrap_err().to_string();
+    assert!(err.contains("unknown soul `broken`") && err.contains("broken.toml:1"), "{err}");
+}
