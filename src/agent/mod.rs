@@ -1,1 +1,5 @@
-//! The agent loop (issue: the agent loop). Not built yet.
+//! The agent loop: one task from prompt to finish status.
+//!
+//! Pieces land one at a time; see the issue tracker for what is still to come.
+
+pub mod loop_detect;
