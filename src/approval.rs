@@ -1,1 +1,407 @@
-//! The approval broker (issue: the agent loop). Not built yet.
+//! The approval broker: one place where "may this tool call run?" is asked and answered.
+//!
+//! A call whose mode is `ask` becomes an [`ApprovalRequest`]. The broker shows it on
+//! every [`Frontend`] that can reach a person (the TTY of `familiar run`; the daemon adds
+//! a D-Bus signal and a desktop notification) and waits for the first answer through
+//! [`ApprovalBroker::respond`]. The first answer wins; later ones are refused. No
+//! frontend, a timeout, or a cancelled task all mean *deny*: silence is never consent.
+//! "Allow for N minutes" answers leave a grant for that (soul, tool) pair, which later
+//! requests use without asking until it expires or is revoked.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::{RequestId, SessionId, SoulId, TaskId};
+use crate::policy::Tier;
+
+/// What is being asked.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRequest {
+    pub request_id: RequestId,
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    pub soul: SoulId,
+    pub tool: String,
+    pub tier: Tier,
+    /// The call's arguments, as the model sent them.
+    pub args: serde_json::Value,
+    /// One line a person can judge: `shell: rm ./build/cache.bin`.
+    pub summary: String,
+    /// Why the policy asks (the tier mode, or the `[[ask]]` pattern that matched).
+    pub reason: String,
+}
+
+/// A person's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    Approve,
+    Deny,
+    /// Approve, and approve this soul's calls of this tool without asking for a while.
+    ApproveFor(#[serde(with = "secs")] Duration),
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Resolution {
+    Approved {
+        by: String,
+    },
+    /// An earlier "allow for N minutes" covered it.
+    Granted,
+    Denied {
+        by: String,
+    },
+    TimedOut,
+    /// Nothing could show the question to a person.
+    NobodyToAsk,
+    Cancelled,
+}
+
+impl Resolution {
+    pub fn approved(&self) -> bool {
+        match self {
+            Resolution::Approved { .. } | Resolution::Granted => true,
+            Resolution::Denied { .. }
+            | Resolution::TimedOut
+            | Resolution::NobodyToAsk
+            | Resolution::Cancelled => false,
+        }
+    }
+
+    /// A sentence for the model when the call does not run.
+    pub fn denial_reason(&self) -> String {
+        match self {
+            Resolution::Approved { .. } | Resolution::Granted => String::new(),
+            Resolution::Denied { by } => format!("the user denied this call ({by})"),
+            Resolution::TimedOut => "nobody answered the approval request in time; it was denied".into(),
+            Resolution::NobodyToAsk => "this call needs the user's approval and nobody could be asked (no terminal, no desktop session); it was denied".into(),
+            Resolution::Cancelled => "the task was cancelled while waiting for approval".into(),
+        }
+    }
+}
+
+/// Somewhere a request can be shown to a person.
+pub trait Frontend: Send + Sync {
+    /// Shows the request. Returns false when this frontend cannot reach anyone (no
+    /// terminal, no notification daemon). Answers come back via `broker.respond`.
+    fn present(&self, request: &ApprovalRequest, broker: &ApprovalBroker) -> bool;
+
+    /// The request was resolved elsewhere or timed out: take the question down.
+    fn withdraw(&self, request_id: &RequestId);
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RespondError {
+    #[error("no pending approval request `{0}` (already answered, timed out, or never asked)")]
+    UnknownRequest(RequestId),
+}
+
+struct Pending {
+    tx: oneshot::Sender<(Answer, String)>,
+}
+
+struct Inner {
+    frontends: Mutex<Vec<Arc<dyn Frontend>>>,
+    pending: Mutex<HashMap<RequestId, Pending>>,
+    grants: Mutex<HashMap<(SoulId, String), Instant>>,
+    timeout: Duration,
+}
+
+/// Cheap to clone; all clones share state.
+#[derive(Clone)]
+pub struct ApprovalBroker {
+    inner: Arc<Inner>,
+}
+
+impl ApprovalBroker {
+    pub fn new(timeout: Duration) -> Self {
+        ApprovalBroker {
+            inner: Arc::new(Inner {
+                frontends: Mutex::new(Vec::new()),
+                pending: Mutex::new(HashMap::new()),
+                grants: Mutex::new(HashMap::new()),
+                timeout,
+            }),
+        }
+    }
+
+    pub fn add_frontend(&self, frontend: Arc<dyn Frontend>) {
+        lock(&self.inner.frontends).push(frontend);
+    }
+
+    /// Asks, and waits for the first answer, the timeout or `cancel`.
+    pub async fn ask(&self, request: ApprovalRequest, cancel: &CancellationToken) -> Resolution {
+        if self.has_grant(&request.soul, &request.tool) {
+            return Resolution::Granted;
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = request.request_id.clone();
+        lock(&self.inner.pending).insert(id.clone(), Pending { tx });
+
+        let frontends: Vec<_> = lock(&self.inner.frontends).clone();
+        let mut shown = false;
+        for f in &frontends {
+            shown |= f.present(&request, self);
+        }
+        let resolution = if !shown {
+            Resolution::NobodyToAsk
+        } else {
+            tokio::select! {
+                answer = rx => match answer {
+                    Ok((Answer::Approve, by)) => Resolution::Approved { by },
+                    Ok((Answer::ApproveFor(d), by)) => {
+                        lock(&self.inner.grants)
+                            .insert((request.soul.clone(), request.tool.clone()), Instant::now() + d);
+                        Resolution::Approved { by }
+                    }
+                    Ok((Answer::Deny, by)) => Resolution::Denied { by },
+                    // The sender lives in `pending` until answered; dropped means removed.
+                    Err(_) => Resolution::Cancelled,
+                },
+                () = tokio::time::sleep(self.inner.timeout) => Resolution::TimedOut,
+                () = cancel.cancelled() => Resolution::Cancelled,
+            }
+        };
+        lock(&self.inner.pending).remove(&id);
+        for f in &frontends {
+            f.withdraw(&id);
+        }
+        resolution
+    }
+
+    /// Answers a pending request; `by` says who (`tty`, `dbus:1.42`, `notification`).
+    /// The first answer wins.
+    pub fn respond(&self, id: &RequestId, answer: Answer, by: &str) -> Result<(), RespondError> {
+        let pending = lock(&self.inner.pending)
+            .remove(id)
+            .ok_or_else(|| RespondError::UnknownRequest(id.clone()))?;
+        pending
+            .tx
+            .send((answer, by.to_owned()))
+            .map_err(|_| RespondError::UnknownRequest(id.clone()))
+    }
+
+    /// Requests waiting for an answer.
+    pub fn pending(&self) -> Vec<RequestId> {
+        lock(&self.inner.pending).keys().cloned().collect()
+    }
+
+    fn has_grant(&self, soul: &SoulId, tool: &str) -> bool {
+        let mut grants = lock(&self.inner.grants);
+        let now = Instant::now();
+        grants.retain(|_, until| *until > now);
+        grants.contains_key(&(soul.clone(), tool.to_owned()))
+    }
+
+    /// Revokes a grant; true when there was one.
+    pub fn revoke(&self, soul: &SoulId, tool: &str) -> bool {
+        lock(&self.inner.grants)
+            .remove(&(soul.clone(), tool.to_owned()))
+            .is_some()
+    }
+}
+
+/// The maps stay consistent across a panic elsewhere (every mutation is one call).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Asks on the controlling terminal (`familiar run`). When there is none, it declines
+/// to present, so the broker denies.
+pub struct TtyFrontend {
+    interactive: bool,
+}
+
+impl TtyFrontend {
+    /// Interactive only when stdin is a terminal and /dev/tty can be opened.
+    pub fn detect() -> Self {
+        use std::io::IsTerminal;
+        let interactive = std::io::stdin().is_terminal()
+            && std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")
+                .is_ok();
+        TtyFrontend { interactive }
+    }
+}
+
+impl Frontend for TtyFrontend {
+    fn present(&self, request: &ApprovalRequest, broker: &ApprovalBroker) -> bool {
+        if !self.interactive {
+            return false;
+        }
+        let Ok(tty) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+        else {
+            return false;
+        };
+        let request = request.clone();
+        let broker = broker.clone();
+        // A blocking read on its own thread: the loop keeps running (and can cancel) while
+        // the person thinks. If the request resolves another way the thread's answer is
+        // refused by `respond`, which is fine.
+        std::thread::spawn(move || {
+            let answer = prompt_tty(&tty, &request).unwrap_or(Answer::Deny);
+            broker.respond(&request.request_id, answer, "tty").ok();
+        });
+        true
+    }
+
+    fn withdraw(&self, _request_id: &RequestId) {}
+}
+
+fn prompt_tty(tty: &std::fs::File, r: &ApprovalRequest) -> std::io::Result<Answer> {
+    let mut w = tty;
+    let args = serde_json::to_string_pretty(&r.args).unwrap_or_default();
+    write!(
+        w,
+        "\n┌ familiar asks to run {} ({} tier)\n│ {}\n│ why asking: {}\n│ arguments: {}\n└ allow? [y]es / [N]o / [a]llow {} for 10 min: ",
+        r.tool,
+        r.tier,
+        r.summary,
+        r.reason,
+        args.replace('\n', "\n│   "),
+        r.tool
+    )?;
+    w.flush()?;
+    let mut line = String::new();
+    std::io::BufReader::new(tty).read_line(&mut line)?;
+    Ok(match line.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Answer::Approve,
+        "a" | "always" => Answer::ApproveFor(Duration::from_secs(600)),
+        _ => Answer::Deny,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(tool: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            request_id: RequestId::generate(),
+            task_id: TaskId::generate(),
+            session_id: SessionId::generate(),
+            soul: SoulId::new("system_admin").unwrap(),
+            tool: tool.into(),
+            tier: Tier::Execute,
+            args: serde_json::json!({"command": "ls"}),
+            summary: "shell: ls".into(),
+            reason: "execute tier is `ask`".into(),
+        }
+    }
+
+    /// Answers every request at once with a fixed answer, from another task.
+    struct Auto(Answer);
+    impl Frontend for Auto {
+        fn present(&self, r: &ApprovalRequest, broker: &ApprovalBroker) -> bool {
+            let (broker, id, answer) = (broker.clone(), r.request_id.clone(), self.0);
+            tokio::spawn(async move { broker.respond(&id, answer, "test").unwrap() });
+            true
+        }
+        fn withdraw(&self, _: &RequestId) {}
+    }
+
+    /// Shows requests and never answers.
+    struct Silent;
+    impl Frontend for Silent {
+        fn present(&self, _: &ApprovalRequest, _: &ApprovalBroker) -> bool {
+            true
+        }
+        fn withdraw(&self, _: &RequestId) {}
+    }
+
+    #[tokio::test]
+    async fn nobody_to_ask_is_a_denial() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        let r = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert_eq!(r, Resolution::NobodyToAsk);
+        assert!(!r.approved());
+    }
+
+    #[tokio::test]
+    async fn first_answer_wins() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        broker.add_frontend(Arc::new(Auto(Answer::Deny)));
+        broker.add_frontend(Arc::new(Auto(Answer::Approve)));
+        let r = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert_eq!(r, Resolution::Denied { by: "test".into() });
+        assert!(broker.pending().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_times_out_as_denied() {
+        let broker = ApprovalBroker::new(Duration::from_secs(120));
+        broker.add_frontend(Arc::new(Silent));
+        let r = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert_eq!(r, Resolution::TimedOut);
+        assert!(broker.pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn cancel_ends_the_wait() {
+        let broker = ApprovalBroker::new(Duration::from_secs(3600));
+        broker.add_frontend(Arc::new(Silent));
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        assert_eq!(
+            broker.ask(request("shell"), &cancel).await,
+            Resolution::Cancelled
+        );
+    }
+
+    #[tokio::test]
+    async fn allow_for_a_while_grants_later_calls_until_revoked() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        broker.add_frontend(Arc::new(Auto(Answer::ApproveFor(Duration::from_secs(600)))));
+        let first = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert!(first.approved());
+        let again = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert_eq!(again, Resolution::Granted);
+        assert!(broker.revoke(&SoulId::new("system_admin").unwrap(), "shell"));
+        let other = broker
+            .ask(request("write_file"), &CancellationToken::new())
+            .await;
+        assert!(matches!(other, Resolution::Approved { .. }));
+    }
+
+    #[tokio::test]
+    async fn answering_an_unknown_request_is_a_typed_error() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        let id = RequestId::generate();
+        assert_eq!(
+            broker.respond(&id, Answer::Approve, "x"),
+            Err(RespondError::UnknownRequest(id))
+        );
+    }
+}
