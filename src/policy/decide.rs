@@ -222,7 +222,11 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
     step(
         StepName::BlockedPatterns,
         Outcome::Pass,
-        format!("{} blocked pattern(s), none matched", policy.blocked.len()),
+        if subjects.is_empty() {
+            "no command to match".to_owned()
+        } else {
+            format!("{} blocked pattern(s), none matched", policy.blocked.len())
+        },
     );
 
     let mut paths = named_paths(call);
@@ -258,8 +262,11 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
     match mode {
         Mode::Deny => {
             let reason = format!(
-                "`{}` is a {} tool and {who} denies {} tools",
-                call.tool, call.tier, call.tier
+                "`{}` is {} {} tool and {who} denies {} tools",
+                call.tool,
+                article(call.tier),
+                call.tier,
+                call.tier
             );
             step(StepName::TierMode, Outcome::Deny, reason.clone());
             return deny(steps, DenyRule::TierDenied, reason);
@@ -316,6 +323,7 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
             step(StepName::AskPatterns, Outcome::Ask, reason.clone());
             ask.get_or_insert(reason);
         }
+        None if subjects.is_empty() => {}
         None => step(
             StepName::AskPatterns,
             Outcome::Pass,
@@ -324,8 +332,11 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
     }
     if mode == Mode::Ask {
         ask.get_or_insert(format!(
-            "`{}` is a {} tool: {who} asks before {} tools run",
-            call.tool, call.tier, call.tier
+            "`{}` is {} {} tool: {who} asks before {} tools run",
+            call.tool,
+            article(call.tier),
+            call.tier,
+            call.tier
         ));
     }
 
@@ -334,6 +345,13 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
         None => Decision::Allow,
     };
     Verdict { decision, steps }
+}
+
+fn article(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Execute => "an",
+        Tier::Read | Tier::Write | Tier::SystemCritical => "a",
+    }
 }
 
 /// The command line a call runs, and the `cwd` it starts in, if the tool runs one.

@@ -376,6 +376,14 @@ mod tests {
     }
 
     #[test]
+    fn every_builtin_name_has_a_source() {
+        for name in builtin_names() {
+            assert!(builtin_source(name).is_some(), "{name}");
+        }
+        assert_eq!(builtin_names().len(), BUILTINS.len());
+    }
+
+    #[test]
     fn strict_keeps_every_protection_of_default() {
         let d = parse(builtin_source("default").unwrap()).unwrap();
         let s = parse(builtin_source("strict").unwrap()).unwrap();

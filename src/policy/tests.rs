@@ -2,7 +2,7 @@
 //! of the shipped policies, in a temporary home with a real `~/.ssh` and a symlink
 //! into it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -322,7 +322,7 @@ fn soul_allowlist_and_soul_modes_tighten_only() {
     let shell = w.decide_with(&cautious, &w.default, "shell", &json!({"command": "ls"}));
     assert_eq!(
         shell.decision.to_string(),
-        "ask: `shell` is a execute tool: policy `default` asks before execute tools run"
+        "ask: `shell` is an execute tool: policy `default` asks before execute tools run"
     );
     let power = w.decide_with(&cautious, &w.strict, "power", &json!({"action": "reboot"}));
     assert_eq!(kind(&power.decision), Deny(TierDenied));
@@ -415,5 +415,4 @@ fn loop_can_record_its_own_steps() {
     let mut v = w.decide_with(&full, &w.open, "list_dir", &json!({"path": "."}));
     v.record(StepName::RateLimit, Outcome::Pass, "12/60 per min");
     assert_eq!(v.steps.last().map(|s| s.name), Some(StepName::RateLimit));
-    let _unused = Path::new("/");
 }
