@@ -178,6 +178,13 @@ fn decision_table() {
         // line: that false positive is accepted, a deny is the safe side.)
         ("open", sh("echo \"rm -rf /\""), Allow),
         ("open", ("open", json!({"target": "https://example.com"})), Allow),
+        ("open", sh("echo hi > out.txt && cat out.txt"), Allow),
+        // `/*` could only reach a protected entry directly under `/`; the shipped
+        // policies have none (`/root` is not listed: only root can read it, and sudo
+        // is asked).
+        ("open", sh("du -sh /* 2>/dev/null | sort -h"), Allow),
+        ("open", sh("cat <<EOF | sh\nls\nEOF"), Ask),
+        ("open", sh("ls /etc/*"), Deny(ProtectedPath)),
         // The same blocked rule, however it is spelled.
         ("open", sh("rm -rf /"), Deny(BlockedPattern)),
         ("open", sh("rm -r -f /"), Deny(BlockedPattern)),
