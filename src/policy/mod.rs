@@ -1,9 +1,30 @@
 //! Permission tiers, modes, blocked patterns, protected paths and rate-limit specs.
 //!
 //! A policy (`policies/NAME.toml`) is the ceiling every soul obeys. Deciding one tool
-//! call is a pure function of (soul, policy, tool, tier, arguments): see [`decide`].
-//! The rate limiter and the approval broker come after it; this module only says
-//! whether a call is allowed, must be asked, or is denied, and why.
+//! call is a pure function of (soul, policy, tool, tier, arguments), apart from
+//! resolving symlinks in the paths it names: see [`decide`]. The rate limiter and the
+//! approval broker come after it; this module only says whether a call is allowed,
+//! must be asked, or is denied, and why.
+//!
+//! The invariant: nothing a model can write turns a deny or an ask into an allow.
+//! What cannot be understood (an opaque shell construct, an unparseable command) is
+//! asked, never allowed.
+//!
+//! - [`file`]: the policy file schema, the built-in policies, loading by name.
+//! - [`decide`](mod@decide): the decision for one call and its audit trail.
+//! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
+//! - [`paths`]: path normalisation and the protected-path test.
+
+pub mod decide;
+pub mod file;
+pub mod paths;
+pub mod shell;
+#[cfg(test)]
+mod tests;
+
+pub use decide::{Call, Decision, DenyRule, Outcome, Step, StepName, Verdict, decide};
+pub use file::{PatternRule, PolicyToml, builtin_names, builtin_source, load};
+pub use paths::PathContext;
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -171,15 +192,24 @@ pub struct RateLimits {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
     pub name: String,
+    pub description: String,
     pub tiers: TierModes,
     pub rate_limits: RateLimits,
     /// All tool calls across all sessions (the daemon's global ceiling).
     pub global_tool_calls: Option<RateSpec>,
+    /// How long an approval waits before the call is denied.
     pub approval_timeout: Duration,
+    /// Absolute (`~` expanded), lexically normalised; symlinks are resolved at
+    /// decision time, since the file system changes under a running daemon.
+    pub protected_paths: Vec<std::path::PathBuf>,
+    /// Matched → deny.
+    pub blocked: Vec<PatternRule>,
+    /// Matched → ask, whatever the tier's mode.
+    pub ask: Vec<PatternRule>,
 }
 
 #[cfg(test)]
-mod tests {
+mod type_tests {
     use super::*;
 
     #[test]

@@ -1,0 +1,475 @@
+//! The decision for one tool call, and the audit trail of how it was reached.
+//!
+//! Invariant: the steps run in the contract's order (DESIGN §4) and the first deny
+//! wins; an ask can only be raised, never lowered, by later steps. Every step taken is
+//! recorded in [`Verdict::steps`], so the audit log and `familiar policy check` show
+//! why, not just what.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::paths::{PathContext, protected_entry};
+use super::shell::{Analysis, analyze};
+use super::{Mode, Policy, Tier};
+use crate::soul::Soul;
+
+/// One tool call as the model asked for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub tool: &'a str,
+    /// From [`crate::tools::tier_for_call`].
+    pub tier: Tier,
+    pub args: &'a serde_json::Value,
+}
+
+/// What happens to the call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    /// Needs approval; `reason` is shown to the person asked.
+    Ask {
+        reason: String,
+    },
+    Deny {
+        rule: DenyRule,
+        reason: String,
+    },
+}
+
+/// Which rule denied a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenyRule {
+    NotInSoul,
+    ProtectedPath,
+    BlockedPattern,
+    TierDenied,
+}
+
+impl DenyRule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyRule::NotInSoul => "not_in_soul",
+            DenyRule::ProtectedPath => "protected_path",
+            DenyRule::BlockedPattern => "blocked_pattern",
+            DenyRule::TierDenied => "tier_denied",
+        }
+    }
+}
+
+/// The name of one step of the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepName {
+    SoulTools,
+    ProtectedPaths,
+    BlockedPatterns,
+    TierMode,
+    /// Recorded by the agent loop, which owns the limiters (not by [`decide`]).
+    RateLimit,
+    AskPatterns,
+    ShellAnalysis,
+    /// Recorded by the approval broker when it answers an ask.
+    Approval,
+}
+
+impl StepName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepName::SoulTools => "soul_tools",
+            StepName::ProtectedPaths => "protected_paths",
+            StepName::BlockedPatterns => "blocked_patterns",
+            StepName::TierMode => "tier_mode",
+            StepName::RateLimit => "rate_limit",
+            StepName::AskPatterns => "ask_patterns",
+            StepName::ShellAnalysis => "shell_analysis",
+            StepName::Approval => "approval",
+        }
+    }
+}
+
+/// How one step came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Pass,
+    Ask,
+    Deny,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Ask => "ask",
+            Outcome::Deny => "deny",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub name: StepName,
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+/// The decision and the steps that led to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    #[serde(flatten)]
+    pub decision: Decision,
+    pub steps: Vec<Step>,
+}
+
+impl Verdict {
+    /// Appends a step decided elsewhere (rate limit, approval) to the trail.
+    pub fn record(&mut self, name: StepName, outcome: Outcome, detail: impl Into<String>) {
+        self.steps.push(Step {
+            name,
+            outcome,
+            detail: detail.into(),
+        });
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Allow => f.write_str("allow"),
+            Decision::Ask { reason } => write!(f, "ask: {reason}"),
+            Decision::Deny { rule, reason } => write!(f, "deny ({}): {reason}", rule.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.decision)?;
+        for s in &self.steps {
+            write!(
+                f,
+                "\n  {:<16} {:<4} {}",
+                s.name.as_str(),
+                s.outcome.as_str(),
+                s.detail
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Decides one call. Pure apart from resolving symlinks in the paths it names.
+///
+/// Order (DESIGN §4): soul allowlist → blocked patterns → protected paths (blocked
+/// first: its reason says more) → tier mode
+/// deny → (rate limits: applied afterwards by the agent loop, which records its own
+/// [`StepName::RateLimit`] step with [`Verdict::record`]) → ask (tier mode, `[[ask]]`
+/// patterns, opaque or unparseable shell) → allow.
+pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> Verdict {
+    let mut steps = Vec::new();
+    let mut step = |name, outcome, detail: String| {
+        steps.push(Step {
+            name,
+            outcome,
+            detail,
+        });
+    };
+    let deny = |steps: Vec<Step>, rule, reason| Verdict {
+        decision: Decision::Deny { rule, reason },
+        steps,
+    };
+
+    if !soul.tools.iter().any(|t| t == call.tool) {
+        let reason = format!(
+            "`{}` is not one of soul `{}`'s tools (it may use: {})",
+            call.tool,
+            soul.id,
+            soul.tools.join(", ")
+        );
+        step(StepName::SoulTools, Outcome::Deny, reason.clone());
+        return deny(steps, DenyRule::NotInSoul, reason);
+    }
+    step(
+        StepName::SoulTools,
+        Outcome::Pass,
+        format!("`{}` is in soul `{}`'s tools", call.tool, soul.id),
+    );
+
+    let command = command_of(call);
+    let analysis = command
+        .as_ref()
+        .map(|(cmd, cwd)| analyze(cmd, ctx.home, cwd.as_deref()));
+
+    let subjects = match (&command, &analysis) {
+        (Some((raw, _)), Some(a)) => subjects(raw, a),
+        _ => Vec::new(),
+    };
+    let shown = command.as_ref().map_or("", |(raw, _)| raw.as_str());
+    if let Some((rule, subject)) = first_match(&policy.blocked, &subjects) {
+        let reason = format!(
+            "`{}`{} is blocked by policy `{}`: {}",
+            abbreviate(shown),
+            seen_as(shown, subject),
+            policy.name,
+            rule.reason
+        );
+        step(StepName::BlockedPatterns, Outcome::Deny, reason.clone());
+        return deny(steps, DenyRule::BlockedPattern, reason);
+    }
+    step(
+        StepName::BlockedPatterns,
+        Outcome::Pass,
+        if subjects.is_empty() {
+            "no command to match".to_owned()
+        } else {
+            format!("{} blocked pattern(s), none matched", policy.blocked.len())
+        },
+    );
+
+    let mut paths = named_paths(call);
+    if let Some(a) = &analysis {
+        paths.extend(a.paths.iter().cloned());
+    }
+    for p in &paths {
+        if let Some(entry) = protected_entry(p, ctx, &policy.protected_paths) {
+            let reason = format!(
+                "`{p}` is protected by policy `{}` (under `{}`): no tool may read or write it",
+                policy.name,
+                entry.display()
+            );
+            step(StepName::ProtectedPaths, Outcome::Deny, reason.clone());
+            return deny(steps, DenyRule::ProtectedPath, reason);
+        }
+    }
+    step(
+        StepName::ProtectedPaths,
+        Outcome::Pass,
+        match paths.len() {
+            0 => "no paths named".to_owned(),
+            n => format!("{n} path(s) checked"),
+        },
+    );
+
+    let mode = soul.permissions.tighten(&policy.tiers).get(call.tier);
+    let who = if soul.permissions.get(call.tier) > policy.tiers.get(call.tier) {
+        format!("soul `{}`", soul.id)
+    } else {
+        format!("policy `{}`", policy.name)
+    };
+    match mode {
+        Mode::Deny => {
+            let reason = format!(
+                "`{}` is {} {} tool and {who} denies {} tools",
+                call.tool,
+                article(call.tier),
+                call.tier,
+                call.tier
+            );
+            step(StepName::TierMode, Outcome::Deny, reason.clone());
+            return deny(steps, DenyRule::TierDenied, reason);
+        }
+        Mode::Ask => step(
+            StepName::TierMode,
+            Outcome::Ask,
+            format!("{who} asks before {} tools", call.tier),
+        ),
+        Mode::Allow => step(
+            StepName::TierMode,
+            Outcome::Pass,
+            format!("{who} allows {} tools", call.tier),
+        ),
+    }
+    // Rate limits come here in the contract's order; the agent loop owns the limiters
+    // and applies them to a verdict that is not a deny.
+
+    let mut ask: Option<String> = None;
+    if let Some(a) = &analysis {
+        if let Some(e) = &a.error {
+            let reason = format!(
+                "the command could not be parsed ({e}), so it cannot be checked before it runs"
+            );
+            step(StepName::ShellAnalysis, Outcome::Ask, reason.clone());
+            ask.get_or_insert(reason);
+        }
+        for why in &a.opaque {
+            step(StepName::ShellAnalysis, Outcome::Ask, why.clone());
+        }
+        if let Some(why) = a.opaque.first() {
+            ask.get_or_insert(format!(
+                "`{}` cannot be fully checked before it runs: {why}",
+                abbreviate(shown)
+            ));
+        }
+        if a.error.is_none() && a.opaque.is_empty() {
+            step(
+                StepName::ShellAnalysis,
+                Outcome::Pass,
+                format!("{} simple command(s), nothing opaque", a.subjects.len()),
+            );
+        }
+    }
+    match first_match(&policy.ask, &subjects) {
+        Some((rule, subject)) => {
+            let reason = format!(
+                "`{}`{} needs approval under policy `{}`: {}",
+                abbreviate(shown),
+                seen_as(shown, subject),
+                policy.name,
+                rule.reason
+            );
+            step(StepName::AskPatterns, Outcome::Ask, reason.clone());
+            ask.get_or_insert(reason);
+        }
+        None if subjects.is_empty() => {}
+        None => step(
+            StepName::AskPatterns,
+            Outcome::Pass,
+            format!("{} ask pattern(s), none matched", policy.ask.len()),
+        ),
+    }
+    if mode == Mode::Ask {
+        ask.get_or_insert(format!(
+            "`{}` is {} {} tool: {who} asks before {} tools run",
+            call.tool,
+            article(call.tier),
+            call.tier,
+            call.tier
+        ));
+    }
+
+    let decision = match ask {
+        Some(reason) => Decision::Ask { reason },
+        None => Decision::Allow,
+    };
+    Verdict { decision, steps }
+}
+
+fn article(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Execute => "an",
+        Tier::Read | Tier::Write | Tier::SystemCritical => "a",
+    }
+}
+
+/// The command line a call runs, and the `cwd` it starts in, if the tool runs one.
+fn command_of(call: &Call) -> Option<(String, Option<String>)> {
+    let str_arg = |k: &str| call.args.get(k).and_then(|v| v.as_str());
+    match call.tool {
+        "shell" => Some((
+            str_arg("command").unwrap_or_default().to_owned(),
+            str_arg("cwd").map(str::to_owned),
+        )),
+        "hypr_dispatch" => match str_arg("dispatcher") {
+            Some("exec" | "execr" | "exec-once") => {
+                let args = str_arg("args").unwrap_or_default().trim_start();
+                // `[workspace 2 silent] cmd`: window rules come before the command.
+                let cmd = match args.strip_prefix('[').and_then(|r| r.split_once(']')) {
+                    Some((_, cmd)) => cmd,
+                    None => args,
+                };
+                Some((cmd.to_owned(), None))
+            }
+            _ => None,
+        },
+        "systemd_user" => {
+            let action = str_arg("action").unwrap_or_default();
+            let unit = str_arg("unit").unwrap_or_default();
+            Some((
+                shell_words::join(
+                    ["systemctl", "--user", action, unit]
+                        .iter()
+                        .filter(|s| !s.is_empty()),
+                ),
+                None,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The paths a call names directly in its arguments.
+fn named_paths(call: &Call) -> Vec<String> {
+    let str_arg = |k: &str| call.args.get(k).and_then(|v| v.as_str());
+    let key = match call.tool {
+        "read_file" | "list_dir" | "search_files" | "disk_usage" | "write_file" | "edit_file" => {
+            "path"
+        }
+        "shell" => "cwd",
+        "open" => "target",
+        _ => return Vec::new(),
+    };
+    let Some(value) = str_arg(key) else {
+        return Vec::new();
+    };
+    if call.tool == "open" {
+        if let Some(rest) = value.strip_prefix("file://") {
+            // file://host/path: only the local host is a path on this machine.
+            let path = rest.strip_prefix("localhost").unwrap_or(rest);
+            return vec![percent_decode(path)];
+        }
+        if value.contains("://") || value.starts_with("mailto:") {
+            return Vec::new();
+        }
+    }
+    vec![value.to_owned()]
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What patterns are matched against: the canonical forms, then the raw line.
+fn subjects(raw: &str, a: &Analysis) -> Vec<String> {
+    let mut out = a.subjects.clone();
+    out.push(raw.to_owned());
+    out
+}
+
+fn first_match<'p>(
+    rules: &'p [super::PatternRule],
+    subjects: &[String],
+) -> Option<(&'p super::PatternRule, String)> {
+    rules.iter().find_map(|r| {
+        subjects
+            .iter()
+            .find(|s| r.pattern.is_match(s))
+            .map(|s| (r, s.clone()))
+    })
+}
+
+fn seen_as(raw: &str, subject: String) -> String {
+    if raw.trim() == subject {
+        String::new()
+    } else {
+        format!(" (runs `{}`)", abbreviate(&subject))
+    }
+}
+
+/// Long commands shortened for messages (the audit log keeps the full arguments).
+fn abbreviate(s: &str) -> String {
+    const MAX: usize = 120;
+    let s = s.trim();
+    if s.chars().count() <= MAX {
+        return s.to_owned();
+    }
+    let head: String = s.chars().take(MAX).collect();
+    format!("{head}…")
+}

@@ -1,0 +1,300 @@
+//! Path normalisation and the protected-path test.
+//!
+//! Invariant: a path a tool names is compared with the protected entries in every form
+//! that could reach the same file: as written with `~`/`$HOME` expanded, relative paths
+//! made absolute against the task's cwd and `..` resolved lexically, *and* with the
+//! symlinks of its longest existing ancestor resolved (a symlink anywhere in the path
+//! to `~/.ssh` is caught; a tail that does not exist yet is kept). Glob characters in
+//! a component match protected names the way the shell would expand them.
+//! The kernel (Landlock) is the real boundary; this check lets the model hear why.
+
+use std::path::{Component, Path, PathBuf};
+
+/// Where relative paths in a call are resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct PathContext<'a> {
+    pub home: &'a Path,
+    /// The task workspace: relative paths are relative to it.
+    pub cwd: &'a Path,
+}
+
+/// Environment variables a command may use in a path, assumed at their XDG defaults
+/// (the daemon's own values may differ from the shell's; guessing the default is
+/// still better than ignoring the path).
+const HOME_VARS: &[(&str, &str)] = &[
+    ("${HOME}", "~"),
+    ("$HOME", "~"),
+    ("${XDG_CONFIG_HOME}", "~/.config"),
+    ("$XDG_CONFIG_HOME", "~/.config"),
+    ("${XDG_DATA_HOME}", "~/.local/share"),
+    ("$XDG_DATA_HOME", "~/.local/share"),
+    ("${XDG_STATE_HOME}", "~/.local/state"),
+    ("$XDG_STATE_HOME", "~/.local/state"),
+];
+
+/// `$HOME/x` → `~/x` (and the XDG variables); other words unchanged.
+pub fn home_vars_to_tilde(word: &str) -> String {
+    for (var, tilde) in HOME_VARS {
+        if let Some(rest) = word.strip_prefix(var)
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            return format!("{tilde}{rest}");
+        }
+    }
+    word.to_owned()
+}
+
+/// `~`, `~/x`, `$HOME/x` expanded; relative paths joined to `ctx.cwd`; `.` and `..`
+/// resolved lexically. No file system access.
+pub fn lexical(path: &str, ctx: &PathContext) -> PathBuf {
+    let word = home_vars_to_tilde(path);
+    let expanded = if word == "~" {
+        ctx.home.to_owned()
+    } else if let Some(rest) = word.strip_prefix("~/") {
+        ctx.home.join(rest)
+    } else {
+        let p = Path::new(&word);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            Path::new("/").join(ctx.cwd).join(p)
+        }
+    };
+    lexical_normalize(&Path::new("/").join(expanded))
+}
+
+/// `.` dropped, `..` pops (never above the root), trailing separators gone.
+pub fn lexical_normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Prefix(p) => out.push(p.as_os_str()),
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                // `/..` is `/`; a relative path keeps a leading `..` (nothing to pop).
+                let at_top = out.parent().is_none() || out.ends_with("..");
+                if !at_top {
+                    out.pop();
+                } else if !path.has_root() {
+                    out.push("..");
+                }
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+/// [`lexical`], then the longest existing ancestor canonicalised (symlinks resolved),
+/// the non-existent rest appended.
+pub fn normalize(path: &str, ctx: &PathContext) -> PathBuf {
+    resolve_existing_prefix(&lexical(path, ctx))
+}
+
+fn resolve_existing_prefix(path: &Path) -> PathBuf {
+    let mut tail: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut cur = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            let mut out = real;
+            for c in tail.iter().rev() {
+                out.push(c);
+            }
+            return out;
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name);
+                cur = parent;
+            }
+            _ => return path.to_owned(),
+        }
+    }
+}
+
+/// The protected entry `path` falls under, if any.
+pub fn protected_entry<'p>(
+    path: &str,
+    ctx: &PathContext,
+    protected: &'p [PathBuf],
+) -> Option<&'p Path> {
+    let lex = lexical(path, ctx);
+    let real = resolve_existing_prefix(&lex);
+    protected.iter().map(PathBuf::as_path).find(|entry| {
+        let entry_real = resolve_existing_prefix(entry);
+        [&lex, &real]
+            .iter()
+            .any(|candidate| is_under(candidate, entry) || is_under(candidate, &entry_real))
+    })
+}
+
+/// `candidate` equals `entry` or lies under it; glob components of `candidate` match
+/// the corresponding component of `entry` as the shell would expand them.
+fn is_under(candidate: &Path, entry: &Path) -> bool {
+    let mut cand = candidate.components();
+    for e in entry.components() {
+        let Some(c) = cand.next() else {
+            return false;
+        };
+        if c == e {
+            continue;
+        }
+        let (Some(c), Some(e)) = (c.as_os_str().to_str(), e.as_os_str().to_str()) else {
+            return false;
+        };
+        if !(has_glob(c) && glob_match(c, e)) {
+            return false;
+        }
+    }
+    true
+}
+
+pub fn has_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// Shell pathname matching of one component: `*`, `?`, `[...]` (with `!`/`^`), and a
+/// leading `.` in the name only matched by a literal `.` (bash without `dotglob`).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    if name.starts_with('.') && !pattern.starts_with('.') {
+        return false;
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    glob_at(&p, &n)
+}
+
+fn glob_at(p: &[char], n: &[char]) -> bool {
+    match p.first() {
+        None => n.is_empty(),
+        Some('*') => (0..=n.len()).any(|i| glob_at(&p[1..], &n[i..])),
+        Some('?') => !n.is_empty() && glob_at(&p[1..], &n[1..]),
+        Some('[') => {
+            let Some((first, rest)) = n.split_first() else {
+                return false;
+            };
+            match class_match(&p[1..], *first) {
+                Some((matched, used)) => matched && glob_at(&p[1 + used..], rest),
+                // An unclosed `[` is a literal.
+                None => *first == '[' && glob_at(&p[1..], rest),
+            }
+        }
+        Some(c) => n.first() == Some(c) && glob_at(&p[1..], &n[1..]),
+    }
+}
+
+/// Matches `c` against the class starting after `[`; returns whether it matched and
+/// how many pattern chars the class used (including the closing `]`).
+fn class_match(p: &[char], c: char) -> Option<(bool, usize)> {
+    let mut i = 0;
+    let negate = matches!(p.first(), Some('!' | '^'));
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    while i < p.len() {
+        if p[i] == ']' && !first {
+            return Some((matched != negate, i + 1));
+        }
+        first = false;
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            matched |= p[i] <= c && c <= p[i + 2];
+            i += 3;
+        } else {
+            matched |= p[i] == c;
+            i += 1;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ctx<'a>(home: &'a Path, cwd: &'a Path) -> PathContext<'a> {
+        PathContext { home, cwd }
+    }
+
+    #[test]
+    fn lexical_expands_home_forms_and_resolves_dots() {
+        let c = ctx(Path::new("/home/u"), Path::new("/work/ws"));
+        for (input, want) in [
+            ("~", "/home/u"),
+            ("~/.ssh/../.gnupg", "/home/u/.gnupg"),
+            ("$HOME/.ssh", "/home/u/.ssh"),
+            ("${HOME}/.ssh/", "/home/u/.ssh"),
+            ("$XDG_CONFIG_HOME/familiar", "/home/u/.config/familiar"),
+            ("a/./b", "/work/ws/a/b"),
+            ("../../../../etc/shadow", "/etc/shadow"),
+            ("/..", "/"),
+            ("", "/work/ws"),
+            ("~user/x", "/work/ws/~user/x"),
+        ] {
+            assert_eq!(lexical(input, &c), PathBuf::from(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn symlink_into_a_protected_dir_is_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        std::os::unix::fs::symlink(&secret, dir.path().join("innocent")).unwrap();
+        let real_secret = std::fs::canonicalize(&secret).unwrap();
+        let c = ctx(Path::new("/home/u"), dir.path());
+        assert_eq!(
+            normalize("innocent/new/file", &c),
+            real_secret.join("new/file")
+        );
+        let protected = vec![secret.clone()];
+        assert!(protected_entry("innocent/key", &c, &protected).is_some());
+        assert!(protected_entry("other/key", &c, &protected).is_none());
+    }
+
+    #[test]
+    fn globs_match_like_the_shell() {
+        assert!(glob_match("*", "shadow"));
+        assert!(!glob_match("*", ".ssh"));
+        assert!(glob_match(".*", ".ssh"));
+        assert!(glob_match(".s?h", ".ssh"));
+        assert!(glob_match(".[rs]sh", ".ssh"));
+        assert!(!glob_match(".[!s]sh", ".ssh"));
+        assert!(glob_match("sh*ow", "shadow"));
+        assert!(!glob_match("x*", "shadow"));
+        let protected = vec![PathBuf::from("/home/u/.ssh"), PathBuf::from("/etc/shadow")];
+        let c = ctx(Path::new("/home/u"), Path::new("/tmp"));
+        assert!(protected_entry("~/.ssh/*", &c, &protected).is_some());
+        assert!(protected_entry("~/.s*/id_rsa", &c, &protected).is_some());
+        assert!(protected_entry("/etc/sha*", &c, &protected).is_some());
+        assert!(protected_entry("/etc/*", &c, &protected).is_some());
+        assert!(protected_entry("~/*", &c, &protected).is_none());
+        assert!(protected_entry("~", &c, &protected).is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn normalize_has_no_dot_dot_and_is_idempotent(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("..".to_owned()), Just(".".to_owned()), Just("~".to_owned()),
+                    Just("$HOME".to_owned()), Just("".to_owned()), Just("tmp".to_owned()),
+                    "[a-z.*]{1,6}",
+                ],
+                0..8,
+            ),
+        ) {
+            let path = parts.join("/");
+            let home = Path::new("/home/u");
+            let c = ctx(home, Path::new("/tmp/ws"));
+            let once = normalize(&path, &c);
+            prop_assert!(once.is_absolute());
+            prop_assert!(!once.components().any(|c| c == Component::ParentDir), "{once:?}");
+            let again = normalize(&once.to_string_lossy(), &c);
+            prop_assert_eq!(once, again);
+        }
+    }
+}
