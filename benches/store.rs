@@ -6,6 +6,9 @@
 //! on the file system the data dir lives on (`FAMILIAR_BENCH_DIR`, default a temp dir
 //! under `$TMPDIR`).
 
+// A benchmark reports on stdout.
+#![allow(clippy::print_stdout)]
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

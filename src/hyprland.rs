@@ -127,7 +127,7 @@ impl Hyprland {
             })
             .collect();
         // Dead instances leave their directories behind; the newest live one wins.
-        candidates.sort_by(|a, b| b.0.cmp(&a.0));
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
         candidates
             .into_iter()
             .find(|(_, socket)| UnixStream::connect(socket).is_ok())

@@ -68,8 +68,10 @@ const PSEUDO_FILESYSTEMS: &[&str] = &[
 const PSEUDO_MOUNT_PREFIXES: &[&str] =
     &["/proc", "/sys", "/dev", "/run", "/snap", "/var/lib/docker"];
 
-/// How often the mount list is re-read (space is refreshed every snapshot).
-const DISK_LIST_TTL: Duration = Duration::from_secs(30);
+/// Processes are re-read at most this often: CPU percentages over a shorter interval
+/// are noise (sysinfo's own minimum), and reading /proc/PID/* for every process is
+/// most of a snapshot's cost (benches/snapshot.rs).
+const PROCESS_REFRESH_INTERVAL: Duration = sysinfo::MINIMUM_CPU_UPDATE_INTERVAL;
 /// How often the user list is re-read when a process's uid is unknown.
 const USER_LIST_TTL: Duration = Duration::from_secs(60);
 /// How often we look for Hyprland again when it was not running.
@@ -202,8 +204,8 @@ pub struct Snapshotter {
     system: System,
     users: Users,
     users_refreshed: Instant,
+    processes_refreshed: Option<Instant>,
     disks: Disks,
-    disks_listed: Instant,
     battery: Option<starship_battery::Manager>,
     hyprland: Option<Hyprland>,
     /// When set, Hyprland is looked for again (from the process environment) at most
@@ -234,8 +236,8 @@ impl Snapshotter {
             system: System::new().map_err(err)?,
             users: Users::new_with_refreshed_list().map_err(err)?,
             users_refreshed: Instant::now(),
+            processes_refreshed: None,
             disks: Disks::new_with_refreshed_list_specifics(disk_refresh()).map_err(err)?,
-            disks_listed: Instant::now(),
             battery,
             hyprland,
             hyprland_redetect: None,
@@ -246,17 +248,23 @@ impl Snapshotter {
     pub fn take(&mut self, workspace: Option<&Path>) -> Snapshot {
         self.system
             .refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram().with_swap());
-        self.system.refresh_processes_specifics(
-            ProcessesToUpdate::All,
-            true,
-            // Threads are not processes here, and reading each one's /proc/PID/task
-            // would dominate the snapshot.
-            ProcessRefreshKind::nothing()
-                .with_cpu()
-                .with_memory()
-                .with_user(UpdateKind::OnlyIfNotSet)
-                .without_tasks(),
-        );
+        if self
+            .processes_refreshed
+            .is_none_or(|t| t.elapsed() >= PROCESS_REFRESH_INTERVAL)
+        {
+            self.system.refresh_processes_specifics(
+                ProcessesToUpdate::All,
+                true,
+                // Threads are not processes here, and reading each one's /proc/PID/task
+                // would add half again to the snapshot.
+                ProcessRefreshKind::nothing()
+                    .with_cpu()
+                    .with_memory()
+                    .with_user(UpdateKind::OnlyIfNotSet)
+                    .without_tasks(),
+            );
+            self.processes_refreshed = Some(Instant::now());
+        }
         let processes = self.processes();
         Snapshot {
             taken_at: crate::store::now_rfc3339(),
@@ -327,14 +335,9 @@ impl Snapshotter {
     }
 
     fn disks(&mut self) -> Vec<DiskInfo> {
-        if self.disks_listed.elapsed() >= DISK_LIST_TTL {
-            self.disks.refresh_specifics(true, disk_refresh());
-            self.disks_listed = Instant::now();
-        } else {
-            for disk in &mut self.disks {
-                disk.refresh_specifics(disk_refresh());
-            }
-        }
+        // Re-reading the mount table costs ~20 µs (benches/snapshot.rs): cheap enough to
+        // do every time, so a newly mounted disk shows at once.
+        self.disks.refresh_specifics(true, disk_refresh());
         let mut out: Vec<DiskInfo> = Vec::new();
         for d in &self.disks {
             let fs = d.file_system().to_string_lossy();

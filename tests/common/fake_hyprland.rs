@@ -1,5 +1,7 @@
 //! A fake Hyprland command socket: a `UnixListener` laid out like the real one
 //! (`RUNTIME/hypr/SIGNATURE/.socket.sock`), answering scripted replies on a thread.
+// A test helper: a panic here is the test's failure report.
+#![allow(clippy::unwrap_used)]
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
