@@ -624,6 +624,12 @@ mod tests {
     }
 
     #[test]
+    fn snapshotter_can_move_between_threads() {
+        fn is_send<T: Send>() {}
+        is_send::<Snapshotter>();
+    }
+
+    #[test]
     fn pseudo_filesystems_are_skipped() {
         let p = Path::new;
         assert!(is_pseudo_filesystem("tmpfs", p("/tmp"), 1));
