@@ -1,1 +1,278 @@
-//! Hyprland IPC client.
+//! A small client of Hyprland's command socket (hyprland-rs is GPL, and hyprctl would
+//! be a subprocess per question).
+//!
+//! The socket is `$XDG_RUNTIME_DIR/hypr/$HYPRLAND_INSTANCE_SIGNATURE/.socket.sock`. The
+//! compositor serves it synchronously on its main thread: one connection per request
+//! (open, write, read to EOF, close). Invariant: every request is bounded by
+//! [`IO_TIMEOUT`] per read or write and [`MAX_REPLY_BYTES`], so a hung or misbehaving
+//! compositor can delay a snapshot, never hang the daemon or fill its memory.
+
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Env;
+
+/// Longest we wait for one read or write on the socket.
+pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// Largest reply we read (`j/clients` with hundreds of windows is well under this).
+pub const MAX_REPLY_BYTES: u64 = 8 * 1024 * 1024;
+const SOCKET_NAME: &str = ".socket.sock";
+
+#[derive(Debug, thiserror::Error)]
+pub enum HyprError {
+    #[error("cannot connect to Hyprland at {}: {source}", socket.display())]
+    Connect {
+        socket: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("Hyprland did not answer `{cmd}` within {IO_TIMEOUT:?}")]
+    Timeout { cmd: String },
+    #[error("Hyprland request `{cmd}` failed: {source}")]
+    Io {
+        cmd: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("Hyprland's answer to `{cmd}` is longer than {MAX_REPLY_BYTES} bytes")]
+    TooLong { cmd: String },
+    #[error("Hyprland's answer to `{cmd}` is not what we expected ({reason}): {snippet:?}")]
+    InvalidReply {
+        cmd: String,
+        reason: String,
+        /// The start of the answer, for the log.
+        snippet: String,
+    },
+}
+
+/// The active workspace, as the snapshot shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workspace {
+    pub id: i64,
+    pub name: String,
+    /// How many windows it holds.
+    pub windows: u32,
+}
+
+/// A workspace as a window refers to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceRef {
+    pub id: i64,
+    pub name: String,
+}
+
+/// The focused window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub class: String,
+    pub title: String,
+    pub pid: i64,
+    pub workspace: WorkspaceRef,
+}
+
+/// What the snapshot reports about Hyprland.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HyprState {
+    pub active_workspace: Workspace,
+    pub active_window: Option<Window>,
+}
+
+/// A Hyprland instance's command socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hyprland {
+    socket: PathBuf,
+}
+
+impl Hyprland {
+    /// A client of the socket at `socket` (no connection is made).
+    pub fn at(socket: impl Into<PathBuf>) -> Hyprland {
+        Hyprland {
+            socket: socket.into(),
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The running instance: the one `HYPRLAND_INSTANCE_SIGNATURE` names; without it
+    /// (a systemd user service may not see the variable), the instance directory in
+    /// `$XDG_RUNTIME_DIR/hypr/` whose socket accepts a connection, newest first.
+    /// `None` when Hyprland is not running.
+    pub fn detect(env: &dyn Env) -> Option<Hyprland> {
+        let hypr_dir = runtime_dir(env)?.join("hypr");
+        if let Some(sig) = env.var("HYPRLAND_INSTANCE_SIGNATURE")
+            && !sig.is_empty()
+        {
+            let sig = PathBuf::from(sig);
+            // A signature is one path component; anything else is not Hyprland's.
+            if sig.components().count() != 1 || sig.is_absolute() {
+                return None;
+            }
+            let socket = hypr_dir.join(sig).join(SOCKET_NAME);
+            return socket.exists().then(|| Hyprland::at(socket));
+        }
+        let mut candidates: Vec<(SystemTime, PathBuf)> = std::fs::read_dir(&hypr_dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let socket = e.path().join(SOCKET_NAME);
+                let modified = std::fs::metadata(&socket).ok()?.modified().ok()?;
+                Some((modified, socket))
+            })
+            .collect();
+        // Dead instances leave their directories behind; the newest live one wins.
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
+        candidates
+            .into_iter()
+            .find(|(_, socket)| UnixStream::connect(socket).is_ok())
+            .map(|(_, socket)| Hyprland::at(socket))
+    }
+
+    /// Sends one request (`j/activewindow`, `dispatch workspace 2`, …) and returns the
+    /// whole answer.
+    pub fn request(&self, cmd: &str) -> Result<String, HyprError> {
+        let mut stream =
+            UnixStream::connect(&self.socket).map_err(|source| HyprError::Connect {
+                socket: self.socket.clone(),
+                source,
+            })?;
+        let io_err = |source: io::Error| match source.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => HyprError::Timeout {
+                cmd: cmd.to_owned(),
+            },
+            _ => HyprError::Io {
+                cmd: cmd.to_owned(),
+                source,
+            },
+        };
+        stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+        stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+        stream.write_all(cmd.as_bytes()).map_err(io_err)?;
+        let mut reply = Vec::new();
+        (&mut stream)
+            .take(MAX_REPLY_BYTES + 1)
+            .read_to_end(&mut reply)
+            .map_err(io_err)?;
+        if reply.len() as u64 > MAX_REPLY_BYTES {
+            return Err(HyprError::TooLong {
+                cmd: cmd.to_owned(),
+            });
+        }
+        String::from_utf8(reply)
+            .map_err(|e| invalid(cmd, "not UTF-8", &String::from_utf8_lossy(e.as_bytes())))
+    }
+
+    /// [`Hyprland::request`] for a `j/` request, parsed.
+    pub fn request_json(&self, cmd: &str) -> Result<serde_json::Value, HyprError> {
+        let reply = self.request(cmd)?;
+        serde_json::from_str(&reply)
+            .map_err(|e| invalid(cmd, &format!("invalid JSON: {e}"), &reply))
+    }
+
+    /// The focused workspace.
+    pub fn active_workspace(&self) -> Result<Workspace, HyprError> {
+        let cmd = "j/activeworkspace";
+        let v = self.request_json(cmd)?;
+        serde_json::from_value(v.clone()).map_err(|e| invalid(cmd, &e.to_string(), &v.to_string()))
+    }
+
+    /// The focused window, `None` when no window has focus (Hyprland answers `{}`).
+    pub fn active_window(&self) -> Result<Option<Window>, HyprError> {
+        let cmd = "j/activewindow";
+        let v = self.request_json(cmd)?;
+        if v.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(None);
+        }
+        serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| invalid(cmd, &e.to_string(), &v.to_string()))
+    }
+
+    /// The active workspace and window, for the snapshot.
+    pub fn state(&self) -> Result<HyprState, HyprError> {
+        Ok(HyprState {
+            active_workspace: self.active_workspace()?,
+            active_window: self.active_window()?,
+        })
+    }
+
+    /// Runs a dispatcher (`dispatch workspace 2`); Hyprland answers `ok` or an error
+    /// message, which becomes [`HyprError::InvalidReply`].
+    pub fn dispatch(&self, dispatcher: &str, args: &str) -> Result<(), HyprError> {
+        let cmd = if args.is_empty() {
+            format!("dispatch {dispatcher}")
+        } else {
+            format!("dispatch {dispatcher} {args}")
+        };
+        let reply = self.request(&cmd)?;
+        if reply.trim() == "ok" {
+            Ok(())
+        } else {
+            Err(invalid(&cmd, "the dispatcher failed", &reply))
+        }
+    }
+}
+
+fn invalid(cmd: &str, reason: &str, reply: &str) -> HyprError {
+    HyprError::InvalidReply {
+        cmd: cmd.to_owned(),
+        reason: reason.to_owned(),
+        snippet: reply.chars().take(200).collect(),
+    }
+}
+
+/// `$XDG_RUNTIME_DIR`, else `/run/user/UID` (what systemd-logind creates).
+fn runtime_dir(env: &dyn Env) -> Option<PathBuf> {
+    env.path("XDG_RUNTIME_DIR").or_else(|| {
+        // Our uid without unsafe code: /proc/self belongs to us.
+        let uid = std::fs::metadata("/proc/self").ok()?.uid();
+        Some(PathBuf::from(format!("/run/user/{uid}")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn no_runtime_hypr_dir_means_no_hyprland() {
+        let dir = tempfile::tempdir().unwrap();
+        let env: BTreeMap<String, String> = [(
+            "XDG_RUNTIME_DIR".to_owned(),
+            dir.path().display().to_string(),
+        )]
+        .into();
+        assert_eq!(Hyprland::detect(&env), None);
+    }
+
+    #[test]
+    fn a_signature_with_a_slash_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let env: BTreeMap<String, String> = [
+            (
+                "XDG_RUNTIME_DIR".to_owned(),
+                dir.path().display().to_string(),
+            ),
+            ("HYPRLAND_INSTANCE_SIGNATURE".to_owned(), "../x".to_owned()),
+        ]
+        .into();
+        assert_eq!(Hyprland::detect(&env), None);
+    }
+
+    #[test]
+    fn nothing_listening_is_a_connect_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = Hyprland::at(dir.path().join(".socket.sock"));
+        assert!(matches!(
+            h.request("j/activewindow"),
+            Err(HyprError::Connect { .. })
+        ));
+    }
+}

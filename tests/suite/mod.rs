@@ -1,1 +1,4 @@
 //! One module per area.
+
+mod snapshot;
+mod store;

@@ -1,0 +1,331 @@
+//! The session context as persisted in `context/SESSION_ID.json` (DESIGN §6).
+//!
+//! These types are the file format: field names and enum spellings are a contract that
+//! `jq` scripts and `familiar sessions show` rely on. A change that old files cannot be
+//! read with bumps [`CONTEXT_VERSION`]; files of another version are never overwritten.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{SessionId, SoulId, TaskId};
+use crate::llm::{Message, Usage};
+
+/// The `version` this build reads and writes.
+pub const CONTEXT_VERSION: u32 = 1;
+
+/// Longest session title, in characters.
+pub const TITLE_MAX_CHARS: usize = 80;
+
+/// Now as an RFC 3339 UTC timestamp with millisecond precision
+/// (`2026-11-02T10:15:00.123Z`), the format of every timestamp we persist.
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// `t` as an RFC 3339 UTC timestamp with millisecond precision.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Seconds since the Unix epoch of an RFC 3339 timestamp, `None` when it does not parse.
+pub fn unix_secs(rfc3339: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(rfc3339).ok()?;
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
+}
+
+/// One session: its conversation, its tasks and what they cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    pub version: u32,
+    pub session_id: SessionId,
+    pub soul: SoulId,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC; the caller bumps it (see [`Context::touch`]) before saving.
+    pub updated_at: String,
+    /// The first prompt's first line, at most [`TITLE_MAX_CHARS`] characters.
+    pub title: String,
+    /// The LLM summary of the compacted part of the history, if any.
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// Key facts kept across full compactions.
+    #[serde(default)]
+    pub facts: Vec<String>,
+    #[serde(default)]
+    pub history: Vec<Message>,
+    #[serde(default)]
+    pub tasks: Vec<TaskRecord>,
+    #[serde(default)]
+    pub tool_stats: BTreeMap<String, ToolStats>,
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl Context {
+    /// A fresh session whose title comes from its first prompt.
+    pub fn new(session_id: SessionId, soul: SoulId, first_prompt: &str) -> Context {
+        let now = now_rfc3339();
+        Context {
+            version: CONTEXT_VERSION,
+            session_id,
+            soul,
+            created_at: now.clone(),
+            updated_at: now,
+            title: title_from_prompt(first_prompt),
+            summary: None,
+            facts: Vec::new(),
+            history: Vec::new(),
+            tasks: Vec::new(),
+            tool_stats: BTreeMap::new(),
+            usage: Usage::default(),
+        }
+    }
+
+    /// Sets `updated_at` to now.
+    pub fn touch(&mut self) {
+        self.updated_at = now_rfc3339();
+    }
+
+    /// Counts one tool call in `tool_stats`.
+    pub fn record_tool_call(&mut self, tool: &str, failed: bool, elapsed_ms: u64) {
+        let stats = self.tool_stats.entry(tool.to_owned()).or_default();
+        stats.calls += 1;
+        stats.failures += u64::from(failed);
+        stats.total_ms += elapsed_ms;
+    }
+
+    /// Marks tasks a crash left `queued` or `running` as `interrupted` (they can no
+    /// longer be finished: their process is gone). Returns how many were changed.
+    /// Call it only while holding the session lock, or a live task would be marked.
+    pub fn mark_interrupted(&mut self) -> usize {
+        let now = now_rfc3339();
+        let mut n = 0;
+        for task in &mut self.tasks {
+            if !task.status.is_finished() {
+                task.status = TaskStatus::Interrupted;
+                task.finished_at.get_or_insert_with(|| now.clone());
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// A session title from a prompt: its first non-blank line, trimmed, cut to
+/// [`TITLE_MAX_CHARS`] characters (with `…` when cut).
+pub fn title_from_prompt(prompt: &str) -> String {
+    let line = prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    if line.chars().count() <= TITLE_MAX_CHARS {
+        return line.to_owned();
+    }
+    let mut title: String = line.chars().take(TITLE_MAX_CHARS - 1).collect();
+    title.push('…');
+    title
+}
+
+/// Per-tool counters of a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolStats {
+    pub calls: u64,
+    pub failures: u64,
+    pub total_ms: u64,
+}
+
+/// One task of a session, as the loop records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub task_id: TaskId,
+    pub prompt: String,
+    pub status: TaskStatus,
+    /// Who asked: `cli`, `hyprland`, `timer`, … (free text from the caller).
+    pub origin: String,
+    /// The sandbox's writable root for this task.
+    pub workspace: Option<PathBuf>,
+    /// RFC 3339 UTC.
+    pub started_at: String,
+    /// RFC 3339 UTC, once finished.
+    pub finished_at: Option<String>,
+    #[serde(default)]
+    pub plan: Plan,
+    #[serde(default)]
+    pub usage: Usage,
+    /// The final answer (or the reason it failed).
+    pub result: Option<String>,
+}
+
+/// Where a task stands. The finish statuses are the D-Bus `TaskFinished` strings
+/// (DESIGN §3); `interrupted` marks a task a crash left `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Queued,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    MaxIterations,
+    BudgetExceeded,
+    Timeout,
+    LoopDetected,
+    Denied,
+    Interrupted,
+}
+
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 11] = [
+        TaskStatus::Queued,
+        TaskStatus::Running,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+        TaskStatus::MaxIterations,
+        TaskStatus::BudgetExceeded,
+        TaskStatus::Timeout,
+        TaskStatus::LoopDetected,
+        TaskStatus::Denied,
+        TaskStatus::Interrupted,
+    ];
+
+    /// The serialised spelling (`max_iterations`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::Running => "running",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+            TaskStatus::MaxIterations => "max_iterations",
+            TaskStatus::BudgetExceeded => "budget_exceeded",
+            TaskStatus::Timeout => "timeout",
+            TaskStatus::LoopDetected => "loop_detected",
+            TaskStatus::Denied => "denied",
+            TaskStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// Whether the task will never run again.
+    pub fn is_finished(self) -> bool {
+        match self {
+            TaskStatus::Queued | TaskStatus::Running => false,
+            TaskStatus::Completed
+            | TaskStatus::Failed
+            | TaskStatus::Cancelled
+            | TaskStatus::MaxIterations
+            | TaskStatus::BudgetExceeded
+            | TaskStatus::Timeout
+            | TaskStatus::LoopDetected
+            | TaskStatus::Denied
+            | TaskStatus::Interrupted => true,
+        }
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The task's plan, as the model states and updates it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub goal: String,
+    pub steps: Vec<PlanStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStep {
+    pub description: String,
+    pub status: StepStatus,
+    /// What the step produced, short; the full output is in the transcript.
+    pub output: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+    Skipped,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_spelling_matches_serde() {
+        for s in TaskStatus::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+
+    #[test]
+    fn only_queued_and_running_are_unfinished() {
+        let unfinished: Vec<_> = TaskStatus::ALL
+            .into_iter()
+            .filter(|s| !s.is_finished())
+            .collect();
+        assert_eq!(unfinished, [TaskStatus::Queued, TaskStatus::Running]);
+    }
+
+    #[test]
+    fn title_is_the_first_line_cut_to_80_chars() {
+        assert_eq!(
+            title_from_prompt("\n  fix the wifi \nplease"),
+            "fix the wifi"
+        );
+        let long = "é".repeat(200);
+        let t = title_from_prompt(&long);
+        assert_eq!(t.chars().count(), TITLE_MAX_CHARS);
+        assert!(t.ends_with('…'));
+        assert_eq!(title_from_prompt(""), "");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_and_parse_back() {
+        let t = now_rfc3339();
+        assert!(t.ends_with('Z'), "{t}");
+        assert!(unix_secs(&t).is_some_and(|s| s > 1_600_000_000));
+        assert_eq!(unix_secs("yesterday"), None);
+    }
+
+    #[test]
+    fn crashed_tasks_become_interrupted() {
+        let mut ctx = Context::new(
+            SessionId::new("s1").unwrap(),
+            SoulId::new("safe_assistant").unwrap(),
+            "hi",
+        );
+        for status in [TaskStatus::Running, TaskStatus::Completed] {
+            ctx.tasks.push(TaskRecord {
+                task_id: TaskId::generate(),
+                prompt: "p".into(),
+                status,
+                origin: "cli".into(),
+                workspace: None,
+                started_at: now_rfc3339(),
+                finished_at: None,
+                plan: Plan::default(),
+                usage: Usage::default(),
+                result: None,
+            });
+        }
+        assert_eq!(ctx.mark_interrupted(), 1);
+        assert_eq!(ctx.tasks[0].status, TaskStatus::Interrupted);
+        assert!(ctx.tasks[0].finished_at.is_some());
+        assert_eq!(ctx.tasks[1].status, TaskStatus::Completed);
+        assert!(ctx.tasks[1].finished_at.is_none());
+    }
+}

@@ -1,0 +1,454 @@
+//! The runtime data directory (DESIGN §6): session contexts, transcripts, the audit log
+//! and task workspaces. `data/README.md` documents the layout for users.
+//!
+//! Invariants:
+//! - A context file is replaced atomically (temp file, fsync, rename, fsync the
+//!   directory): after a crash at any instant it holds the old or the new context,
+//!   never a torn one.
+//! - A context that fails to parse or has an unknown `version` is never overwritten:
+//!   it is moved aside to `SESSION_ID.json.corrupt-<unix time>` and reported.
+//! - Transcripts and the audit log only grow (see [`transcript`], [`audit`]).
+//! - One holder per session lock, across processes ([`SessionLock`], `flock(2)`).
+
+pub mod audit;
+pub mod context;
+pub mod transcript;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::BufWriter;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use crate::ids::{SessionId, SoulId};
+
+pub use audit::{AuditDecision, AuditEntry, AuditOutcome, args_digest};
+pub use context::{
+    CONTEXT_VERSION, Context, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus, ToolStats,
+    now_rfc3339, title_from_prompt,
+};
+pub use transcript::{Transcript, TranscriptContents};
+
+const CONTEXT_DIR: &str = "context";
+const TRANSCRIPT_DIR: &str = "transcripts";
+const WORKSPACE_DIR: &str = "workspaces";
+const AUDIT_FILE: &str = "audit.jsonl";
+/// Temp files are `.SESSION_ID.json.tmp-PID-N`: ids never start with a dot, so a temp
+/// file can never be mistaken for a session.
+const TEMP_MARKER: &str = ".json.tmp-";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "session file {} is unreadable ({reason}); moved aside to {}",
+        path.display(),
+        moved_to.display()
+    )]
+    Corrupt {
+        path: PathBuf,
+        moved_to: PathBuf,
+        reason: String,
+    },
+    #[error("session {0} is busy: another task is running in it")]
+    SessionBusy(SessionId),
+    #[error("context version {0} cannot be written by this build (it writes {CONTEXT_VERSION})")]
+    UnsupportedVersion(u32),
+    #[error("a transcript entry must be a JSON object")]
+    NotAnObject,
+    #[error("cannot serialise: {0}")]
+    Serialize(#[source] serde_json::Error),
+}
+
+impl StoreError {
+    fn io(what: &'static str, path: &Path, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// The data directory, opened.
+#[derive(Debug)]
+pub struct Store {
+    data_dir: PathBuf,
+    audit: File,
+}
+
+/// One line of [`Store::list_sessions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub id: SessionId,
+    pub soul: SoulId,
+    pub title: String,
+    /// Unix seconds (0 when the file's timestamp does not parse).
+    pub updated_at: u64,
+    /// How many tasks the session has run.
+    pub tasks: usize,
+}
+
+/// Holds a session's lock until dropped (the kernel drops it if the process dies).
+#[derive(Debug)]
+pub struct SessionLock {
+    id: SessionId,
+    // Never read: holding the descriptor is what holds the lock.
+    _file: File,
+}
+
+impl SessionLock {
+    pub fn session_id(&self) -> &SessionId {
+        &self.id
+    }
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Store {
+    /// Opens (creating) the data directory: `data_dir` mode 0700, its `context/`,
+    /// `transcripts/`, `workspaces/`, and `audit.jsonl`. Removes temp files left by
+    /// writers that are no longer running.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        let mkdir = |dir: &Path| {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| StoreError::io("cannot create", dir, e))
+        };
+        mkdir(data_dir)?;
+        // `DirBuilder::mode` does not change a directory that already exists.
+        fs::set_permissions(data_dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| StoreError::io("cannot set permissions on", data_dir, e))?;
+        for sub in [CONTEXT_DIR, TRANSCRIPT_DIR, WORKSPACE_DIR] {
+            mkdir(&data_dir.join(sub))?;
+        }
+        let audit_path = data_dir.join(AUDIT_FILE);
+        let audit = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&audit_path)
+            .map_err(|e| StoreError::io("cannot open", &audit_path, e))?;
+        let store = Store {
+            data_dir: data_dir.to_owned(),
+            audit,
+        };
+        store.remove_stale_temp_files();
+        Ok(store)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// `context/SESSION_ID.json`.
+    pub fn context_path(&self, id: &SessionId) -> PathBuf {
+        self.data_dir.join(CONTEXT_DIR).join(format!("{id}.json"))
+    }
+
+    /// `transcripts/SESSION_ID.jsonl`.
+    pub fn transcript_path(&self, id: &SessionId) -> PathBuf {
+        self.data_dir
+            .join(TRANSCRIPT_DIR)
+            .join(format!("{id}.jsonl"))
+    }
+
+    /// `audit.jsonl`.
+    pub fn audit_path(&self) -> PathBuf {
+        self.data_dir.join(AUDIT_FILE)
+    }
+
+    /// `workspaces/SESSION_ID`: a task's scratch directory when it was given none.
+    /// Only the path; [`Store::ensure_workspace`] creates it.
+    pub fn workspace_dir(&self, id: &SessionId) -> PathBuf {
+        self.data_dir.join(WORKSPACE_DIR).join(id.as_str())
+    }
+
+    /// [`Store::workspace_dir`], created (mode 0700) if missing.
+    pub fn ensure_workspace(&self, id: &SessionId) -> Result<PathBuf, StoreError> {
+        let dir = self.workspace_dir(id);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| StoreError::io("cannot create", &dir, e))?;
+        Ok(dir)
+    }
+
+    /// Replaces the session's context file atomically (see the module invariants).
+    pub fn save_context(&self, ctx: &Context) -> Result<(), StoreError> {
+        let temp = self.write_temp(ctx)?;
+        self.commit(&temp, &self.context_path(&ctx.session_id))
+    }
+
+    /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
+    /// [`Store::save_context`], split so tests can stop between the halves.
+    fn write_temp(&self, ctx: &Context) -> Result<PathBuf, StoreError> {
+        if ctx.version != CONTEXT_VERSION {
+            return Err(StoreError::UnsupportedVersion(ctx.version));
+        }
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let temp = self.data_dir.join(CONTEXT_DIR).join(format!(
+            ".{}{TEMP_MARKER}{}-{n}",
+            ctx.session_id,
+            std::process::id()
+        ));
+        let io = |e| StoreError::io("cannot write", &temp, e);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(io)?;
+        let result = (|| {
+            let mut w = BufWriter::with_capacity(64 * 1024, file);
+            serde_json::to_writer(&mut w, ctx).map_err(StoreError::Serialize)?;
+            let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+            file.sync_all().map_err(io)
+        })();
+        if let Err(e) = result {
+            if let Err(rm) = fs::remove_file(&temp) {
+                tracing::warn!(path = %temp.display(), error = %rm, "cannot remove temp file");
+            }
+            return Err(e);
+        }
+        Ok(temp)
+    }
+
+    fn commit(&self, temp: &Path, target: &Path) -> Result<(), StoreError> {
+        fs::rename(temp, target).map_err(|e| StoreError::io("cannot rename into", target, e))?;
+        // The rename is durable only once the directory entry is.
+        let dir = self.data_dir.join(CONTEXT_DIR);
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StoreError::io("cannot sync", &dir, e))
+    }
+
+    /// The session's context, `None` when it has none. A file that does not parse or
+    /// has another `version` is moved aside and reported as [`StoreError::Corrupt`].
+    pub fn load_context(&self, id: &SessionId) -> Result<Option<Context>, StoreError> {
+        let path = self.context_path(id);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io("cannot read", &path, e)),
+        };
+        let reason = match serde_json::from_slice::<Context>(&bytes) {
+            Ok(ctx) if ctx.version == CONTEXT_VERSION && &ctx.session_id == id => {
+                return Ok(Some(ctx));
+            }
+            Ok(ctx) if ctx.version != CONTEXT_VERSION => unknown_version(ctx.version),
+            Ok(ctx) => format!("it holds session `{}`", ctx.session_id),
+            // A newer schema may fail to parse as ours: name the version when it has one.
+            Err(e) => match serde_json::from_slice::<VersionProbe>(&bytes) {
+                Ok(VersionProbe { version: Some(v) }) if v != CONTEXT_VERSION => unknown_version(v),
+                Ok(_) | Err(_) => format!("invalid JSON context: {e}"),
+            },
+        };
+        let moved_to = move_aside(&path)?;
+        tracing::warn!(path = %path.display(), moved_to = %moved_to.display(), %reason, "moved an unreadable session context aside");
+        Err(StoreError::Corrupt {
+            path,
+            moved_to,
+            reason,
+        })
+    }
+
+    /// Opens the session's transcript for appending.
+    pub fn transcript(&self, id: &SessionId) -> Result<Transcript, StoreError> {
+        Transcript::open(self.transcript_path(id))
+    }
+
+    /// Every parseable entry of the session's transcript (empty when it has none).
+    /// Torn lines (a crash mid-append) are skipped with a warning; use
+    /// [`Store::read_transcript_contents`] to learn which.
+    pub fn read_transcript(&self, id: &SessionId) -> Result<Vec<serde_json::Value>, StoreError> {
+        Ok(self.read_transcript_contents(id)?.entries)
+    }
+
+    pub fn read_transcript_contents(
+        &self,
+        id: &SessionId,
+    ) -> Result<TranscriptContents, StoreError> {
+        let path = self.transcript_path(id);
+        if !path.exists() {
+            return Ok(TranscriptContents {
+                entries: Vec::new(),
+                torn_lines: Vec::new(),
+            });
+        }
+        transcript::read(&path)
+    }
+
+    /// Appends one line to `audit.jsonl`.
+    pub fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        audit::append_line(&self.audit, entry)
+            .map_err(|e| StoreError::io("cannot append to", &self.audit_path(), e))
+    }
+
+    /// Takes the session's lock, or fails at once with [`StoreError::SessionBusy`].
+    pub fn lock_session(&self, id: &SessionId) -> Result<SessionLock, StoreError> {
+        let path = self.data_dir.join(CONTEXT_DIR).join(format!("{id}.lock"));
+        // The lock file is never deleted: unlinking a lock file lets two holders lock
+        // two different inodes of the same name.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| StoreError::io("cannot open", &path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(SessionLock {
+                id: id.clone(),
+                _file: file,
+            }),
+            Err(fs::TryLockError::WouldBlock) => Err(StoreError::SessionBusy(id.clone())),
+            Err(fs::TryLockError::Error(e)) => Err(StoreError::io("cannot lock", &path, e)),
+        }
+    }
+
+    /// Every session, newest first. Unreadable contexts are skipped with a warning and
+    /// left where they are (only [`Store::load_context`] moves files).
+    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let dir = self.data_dir.join(CONTEXT_DIR);
+        let entries = fs::read_dir(&dir).map_err(|e| StoreError::io("cannot list", &dir, e))?;
+        let mut sessions = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io("cannot list", &dir, e))?;
+            let name = entry.file_name();
+            let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| SessionId::new(n).ok())
+            else {
+                continue;
+            };
+            match read_summary(&entry.path()) {
+                Ok(s) if s.id == id => sessions.push(s),
+                Ok(s) => {
+                    tracing::warn!(path = %entry.path().display(), holds = %s.id, "skipping a context file named for another session");
+                }
+                Err(reason) => {
+                    tracing::warn!(path = %entry.path().display(), %reason, "skipping an unreadable session context");
+                }
+            }
+        }
+        sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+        Ok(sessions)
+    }
+
+    /// Deletes temp files whose writer process is gone; a live writer's file is left
+    /// alone (another `familiar` process may be saving right now).
+    fn remove_stale_temp_files(&self) {
+        let dir = self.data_dir.join(CONTEXT_DIR);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(temp_file_pid) else {
+                continue;
+            };
+            // Our own pid: another thread may be saving right now.
+            if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            if let Err(e) = fs::remove_file(entry.path()) {
+                tracing::warn!(path = %entry.path().display(), error = %e, "cannot remove a stale temp file");
+            }
+        }
+    }
+}
+
+/// The writer's pid in a temp file name `.ID.json.tmp-PID-N`.
+fn temp_file_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?;
+    let (_, tail) = rest.split_once(TEMP_MARKER)?;
+    tail.split('-').next()?.parse().ok()
+}
+
+fn unknown_version(v: u32) -> String {
+    format!("unknown context version {v} (this build reads {CONTEXT_VERSION})")
+}
+
+#[derive(Deserialize)]
+struct VersionProbe {
+    version: Option<u32>,
+}
+
+/// Just what a listing shows; parsing skips the history without building it.
+#[derive(Deserialize)]
+struct SummaryProbe {
+    version: u32,
+    session_id: SessionId,
+    soul: SoulId,
+    #[serde(default)]
+    title: String,
+    updated_at: String,
+    #[serde(default)]
+    tasks: Vec<IgnoredAny>,
+}
+
+fn read_summary(path: &Path) -> Result<SessionSummary, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))
+        .map_err(|e| format!("invalid JSON context: {e}"))?;
+    if probe.version != CONTEXT_VERSION {
+        return Err(unknown_version(probe.version));
+    }
+    Ok(SessionSummary {
+        id: probe.session_id,
+        soul: probe.soul,
+        title: probe.title,
+        updated_at: context::unix_secs(&probe.updated_at).unwrap_or(0),
+        tasks: probe.tasks.len(),
+    })
+}
+
+/// Moves `path` to `path.corrupt-<unix time>` (or `…-<unix time>-N` if that exists),
+/// never replacing an existing file.
+fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let base = format!("{}.corrupt-{secs}", path.display());
+    for n in 0..1000 {
+        let dest = PathBuf::from(if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        // link + unlink rather than rename: link fails if `dest` exists, rename would
+        // silently replace an earlier corrupt copy.
+        match fs::hard_link(path, &dest) {
+            Ok(()) => {
+                fs::remove_file(path).map_err(|e| StoreError::io("cannot remove", path, e))?;
+                return Ok(dest);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(StoreError::io("cannot move aside", path, e)),
+        }
+    }
+    Err(StoreError::io(
+        "cannot move aside",
+        path,
+        std::io::Error::other("too many corrupt copies"),
+    ))
+}
+
+#[cfg(test)]
+mod tests;
