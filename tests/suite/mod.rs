@@ -1,1 +1,2 @@
 //! One module per area.
+mod llm;
