@@ -171,7 +171,7 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 }
 
 enum Phase {
-    Send(reqwest::RequestBuilder),
+    Send(Box<reqwest::RequestBuilder>),
     Read(SseStream),
     Done,
 }
@@ -196,7 +196,7 @@ pub(crate) fn drive(
     let state = Drive {
         ctx,
         model,
-        phase: Phase::Send(request),
+        phase: Phase::Send(Box::new(request)),
         decoder,
         queue: VecDeque::new(),
         cancel,
@@ -221,7 +221,7 @@ impl Drive {
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Done => return None,
                 Phase::Send(request) => {
-                    match send(&self.ctx, &self.cancel, &self.model, request).await {
+                    match send(&self.ctx, &self.cancel, &self.model, *request).await {
                         Ok(sse) => self.phase = Phase::Read(sse),
                         Err(e) => return Some(Err(e)),
                     }

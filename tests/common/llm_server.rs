@@ -3,6 +3,8 @@
 //! them, hang, or cut the connection, so streaming faults are tested without sleeps.
 //! TCP_NODELAY is set and headers go out in the same write as the first body bytes
 //! (DESIGN §10), else Nagle plus delayed ACK adds ~40 ms per response.
+// Test helpers: a failed setup step should fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,7 @@
 //! LLM providers against recorded fixtures and the scripted loopback server: decoding,
 //! chunk-boundary invariance, what is sent, and every fault, for both wire formats.
+// Test helpers: a failed setup step should fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
