@@ -1,8 +1,37 @@
-//! LLM providers: the message model shared by the loop, the store and the providers.
+//! LLM providers: the message model shared by the loop, the store and the providers,
+//! and the streaming client the agent loop talks to.
 //!
 //! [`Message`] and [`ContentBlock`] are familiar's own canonical conversation format:
 //! they are what the session context persists (`history`) and what each provider
 //! translates to its wire format. Tool arguments are kept as parsed JSON.
+//!
+//! A [`Provider`] streams one model response as [`StreamEvent`]s; [`LlmClient`] wraps
+//! one with retries, stall handling and model fallback and yields [`ClientEvent`]s.
+//! Invariants every provider keeps: a stream ends after its first `Err`, `Finish` is
+//! the last event of a successful stream, and `ToolCallComplete` is emitted only for a
+//! call whose arguments were received whole (a cut stream never completes a call).
+
+mod anthropic;
+mod client;
+mod error;
+mod http;
+mod keys;
+mod openai;
+pub mod retry;
+pub mod sse;
+pub mod tokens;
+
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Env, ProviderConfig, ProviderKind};
+
+pub use client::{ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK};
+pub use error::LlmError;
+pub use retry::{RetryPolicy, Sleeper};
+pub use tokens::Estimator;
 
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +117,141 @@ impl Usage {
     pub fn total(&self) -> u64 {
         self.input_tokens + self.output_tokens
     }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub input_schema: serde_json::Value,
+}
+
+/// One model request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub model: String,
+    pub system: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolDef>,
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+}
+
+impl Request {
+    /// A request with the provider's model, output limit and temperature.
+    pub fn new(
+        cfg: &ProviderConfig,
+        system: impl Into<String>,
+        messages: Vec<Message>,
+        tools: Vec<ToolDef>,
+    ) -> Self {
+        Request {
+            model: cfg.model.clone(),
+            system: system.into(),
+            messages,
+            tools,
+            max_tokens: cfg.max_output_tokens,
+            temperature: cfg.temperature,
+        }
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    ToolUse,
+    Length,
+    ContentFilter,
+    Error,
+}
+
+/// Tool arguments that did not parse: sent back to the model as a tool error so it can
+/// correct the call, never a reason to abort the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("invalid arguments: {error} (received: {raw})")]
+pub struct InvalidArguments {
+    /// What the model sent, cut to [`InvalidArguments::MAX_RAW`] bytes.
+    pub raw: String,
+    pub error: String,
+}
+
+impl InvalidArguments {
+    pub const MAX_RAW: usize = 2000;
+
+    pub(crate) fn new(raw: &str, error: impl Into<String>) -> Self {
+        let mut end = raw.len().min(Self::MAX_RAW);
+        while !raw.is_char_boundary(end) {
+            end -= 1;
+        }
+        InvalidArguments {
+            raw: raw[..end].to_owned(),
+            error: error.into(),
+        }
+    }
+}
+
+/// One event of a streamed model response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    TextDelta {
+        text: String,
+    },
+    ThinkingDelta {
+        text: String,
+    },
+    /// A whole thinking block, with the signature needed to send it back.
+    ThinkingComplete {
+        thinking: String,
+        signature: Option<String>,
+    },
+    ToolCallStarted {
+        id: CallId,
+        name: String,
+    },
+    /// The call's arguments arrived whole: the loop may start the tool now.
+    ToolCallComplete {
+        id: CallId,
+        name: String,
+        input: Result<serde_json::Value, InvalidArguments>,
+    },
+    Usage {
+        usage: Usage,
+    },
+    Finish {
+        reason: FinishReason,
+    },
+}
+
+/// A model backend speaking one wire protocol.
+pub trait Provider: Send + Sync {
+    /// Streams one response. Cancelling `cancel` ends the stream at its next await with
+    /// [`LlmError::Cancelled`] and drops the connection.
+    fn stream(
+        &self,
+        req: &Request,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Result<StreamEvent, LlmError>>;
+
+    /// The `[providers.NAME]` this was built from.
+    fn name(&self) -> &str;
+
+    /// The model requests use unless they name another.
+    fn default_model(&self) -> &str;
+}
+
+/// Builds the provider `cfg` describes, reading its API key through `env`.
+pub fn build(cfg: &ProviderConfig, env: &dyn Env) -> Result<Arc<dyn Provider>, LlmError> {
+    let key = keys::resolve(cfg, env)?;
+    let http = http::HttpCtx::new(cfg, key)?;
+    Ok(match cfg.kind {
+        ProviderKind::Openai => Arc::new(openai::OpenAi::new(http)),
+        ProviderKind::Anthropic => Arc::new(anthropic::Anthropic::new(http)),
+    })
 }
 
 #[cfg(test)]

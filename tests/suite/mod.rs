@@ -1,4 +1,5 @@
 //! One module per area.
 
+mod llm;
 mod snapshot;
 mod store;

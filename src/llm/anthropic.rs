@@ -1,0 +1,590 @@
+//! `kind = "anthropic"`: the Messages API with SSE.
+//!
+//! Content blocks stream by index; a `tool_use` block's input arrives as
+//! `input_json_delta` fragments and is parsed at `content_block_stop`, which is when
+//! the call is reported complete. Thinking blocks keep their signature so the loop can
+//! send them back unchanged. Prompt caching puts `cache_control` breakpoints on the
+//! system prompt, the last tool and the last block of the last message, so each turn
+//! reuses everything the previous one sent.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::http::{self, HttpCtx};
+use super::openai::parse_arguments;
+use super::sse::{Decoder, Event};
+use super::{
+    ContentBlock, FinishReason, LlmError, Message, Provider, Request, Role, StreamEvent, Usage,
+};
+use crate::ids::CallId;
+
+pub(crate) const API_VERSION: &str = "2023-06-01";
+
+pub(crate) struct Anthropic {
+    ctx: Arc<HttpCtx>,
+}
+
+impl Anthropic {
+    pub(crate) fn new(ctx: Arc<HttpCtx>) -> Self {
+        Anthropic { ctx }
+    }
+}
+
+impl Provider for Anthropic {
+    fn stream(
+        &self,
+        req: &Request,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
+        let url = format!("{}/v1/messages", self.ctx.cfg.base_url);
+        let mut builder = self
+            .ctx
+            .client
+            .post(url)
+            .header("anthropic-version", API_VERSION)
+            .header("accept", "text/event-stream")
+            .json(&request_body(req));
+        if let Some(key) = &self.ctx.key {
+            builder = builder.header("x-api-key", key.expose());
+        }
+        http::drive(
+            Arc::clone(&self.ctx),
+            builder,
+            Box::new(AnthropicDecoder::default()),
+            req.model.clone(),
+            cancel,
+        )
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.cfg.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.ctx.cfg.model
+    }
+}
+
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// The Messages API body for `req`.
+pub(crate) fn request_body(req: &Request) -> Value {
+    let mut body = json!({
+        "model": req.model,
+        "max_tokens": req.max_tokens,
+        "stream": true,
+        "messages": wire_messages(&req.messages),
+    });
+    if !req.system.is_empty() {
+        body["system"] =
+            json!([{"type": "text", "text": req.system, "cache_control": ephemeral()}]);
+    }
+    if let Some(t) = req.temperature {
+        body["temperature"] = json!(t);
+    }
+    if !req.tools.is_empty() {
+        let mut tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = ephemeral();
+        }
+        body["tools"] = Value::Array(tools);
+    }
+    body
+}
+
+fn wire_messages(messages: &[Message]) -> Value {
+    // The API wants strictly alternating roles and every tool result of a turn in the
+    // one user message that follows it, so consecutive same-role messages merge.
+    let mut merged: Vec<(Role, Vec<&ContentBlock>)> = Vec::new();
+    for m in messages {
+        match merged.last_mut() {
+            Some((role, blocks)) if *role == m.role => blocks.extend(&m.content),
+            _ => merged.push((m.role, m.content.iter().collect())),
+        }
+    }
+    let mut out: Vec<Value> = Vec::with_capacity(merged.len());
+    let mut call_order: Vec<&CallId> = Vec::new();
+    for (role, mut blocks) in merged {
+        if role == Role::User {
+            // Results first (the API requires it), in the order the calls were made.
+            let rank = |b: &&ContentBlock| match b {
+                ContentBlock::ToolResult { tool_use_id, .. } => (
+                    0,
+                    call_order
+                        .iter()
+                        .position(|id| *id == tool_use_id)
+                        .unwrap_or(usize::MAX),
+                ),
+                ContentBlock::Text { .. }
+                | ContentBlock::Thinking { .. }
+                | ContentBlock::ToolUse { .. } => (1, 0),
+            };
+            blocks.sort_by_key(rank);
+        } else {
+            call_order = blocks
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolUse { id, .. } => Some(id),
+                    ContentBlock::Text { .. }
+                    | ContentBlock::Thinking { .. }
+                    | ContentBlock::ToolResult { .. } => None,
+                })
+                .collect();
+        }
+        let content: Vec<Value> = blocks.into_iter().filter_map(wire_block).collect();
+        if content.is_empty() {
+            continue;
+        }
+        let role = match role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        out.push(json!({"role": role, "content": content}));
+    }
+    if let Some(last) = out
+        .last_mut()
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|c| c.last_mut())
+    {
+        last["cache_control"] = ephemeral();
+    }
+    Value::Array(out)
+}
+
+fn wire_block(block: &ContentBlock) -> Option<Value> {
+    match block {
+        // The API rejects empty text blocks.
+        ContentBlock::Text { text } if text.is_empty() => None,
+        ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+        // Unsigned thinking (from another provider) cannot be sent back.
+        ContentBlock::Thinking {
+            thinking,
+            signature: Some(sig),
+        } => Some(json!({"type": "thinking", "thinking": thinking, "signature": sig})),
+        ContentBlock::Thinking {
+            signature: None, ..
+        } => None,
+        ContentBlock::ToolUse { id, name, input } => {
+            Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
+        }
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => {
+            let mut v =
+                json!({"type": "tool_result", "tool_use_id": tool_use_id, "content": content});
+            if *is_error {
+                v["is_error"] = json!(true);
+            }
+            Some(v)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireEvent {
+    MessageStart {
+        message: WireMessage,
+    },
+    ContentBlockStart {
+        index: u32,
+        content_block: WireBlock,
+    },
+    ContentBlockDelta {
+        index: u32,
+        delta: WireDelta,
+    },
+    ContentBlockStop {
+        index: u32,
+    },
+    MessageDelta {
+        #[serde(default)]
+        delta: MessageDeltaBody,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    MessageStop,
+    Ping,
+    Error {
+        error: WireError,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize, Default)]
+struct MessageDeltaBody {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Option<Value>,
+    },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+        #[serde(default)]
+        signature: Option<String>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct WireError {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    message: String,
+}
+
+enum Block {
+    Text,
+    Tool {
+        id: CallId,
+        name: String,
+        json: String,
+        initial: Option<Value>,
+    },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    Other,
+}
+
+/// Messages API SSE → [`StreamEvent`]s.
+#[derive(Default)]
+pub(crate) struct AnthropicDecoder {
+    blocks: BTreeMap<u32, Block>,
+    usage: Usage,
+    saw_usage: bool,
+    stop_reason: Option<FinishReason>,
+    calls: u32,
+    stopped: bool,
+}
+
+impl AnthropicDecoder {
+    fn add_usage(&mut self, u: WireUsage) {
+        self.saw_usage = true;
+        // message_delta's counts are cumulative: the latest value wins.
+        if let Some(n) = u.input_tokens {
+            self.usage.input_tokens = n;
+        }
+        if let Some(n) = u.output_tokens {
+            self.usage.output_tokens = n;
+        }
+        if let Some(n) = u.cache_creation_input_tokens {
+            self.usage.cache_write_tokens = n;
+        }
+        if let Some(n) = u.cache_read_input_tokens {
+            self.usage.cache_read_tokens = n;
+        }
+    }
+}
+
+impl Decoder for AnthropicDecoder {
+    fn event(&mut self, ev: &Event, out: &mut VecDeque<StreamEvent>) -> Result<bool, LlmError> {
+        let wire: WireEvent = serde_json::from_str(&ev.data).map_err(|e| {
+            LlmError::Protocol(format!(
+                "bad `{}` event from the Messages API: {e}",
+                ev.event
+            ))
+        })?;
+        match wire {
+            WireEvent::MessageStart { message } => {
+                if let Some(u) = message.usage {
+                    self.add_usage(u);
+                }
+            }
+            WireEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                let block = match content_block {
+                    WireBlock::Text { text } => {
+                        if !text.is_empty() {
+                            out.push_back(StreamEvent::TextDelta { text });
+                        }
+                        Block::Text
+                    }
+                    WireBlock::ToolUse { id, name, input } => {
+                        let id = CallId::from_provider(id);
+                        self.calls += 1;
+                        out.push_back(StreamEvent::ToolCallStarted {
+                            id: id.clone(),
+                            name: name.clone(),
+                        });
+                        Block::Tool {
+                            id,
+                            name,
+                            json: String::new(),
+                            initial: input.filter(|v| v.as_object().is_some_and(|o| !o.is_empty())),
+                        }
+                    }
+                    WireBlock::Thinking {
+                        thinking,
+                        signature,
+                    } => {
+                        if !thinking.is_empty() {
+                            out.push_back(StreamEvent::ThinkingDelta {
+                                text: thinking.clone(),
+                            });
+                        }
+                        Block::Thinking {
+                            text: thinking,
+                            signature,
+                        }
+                    }
+                    WireBlock::Other => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            WireEvent::ContentBlockDelta { index, delta } => {
+                match (self.blocks.get_mut(&index), delta) {
+                    (_, WireDelta::TextDelta { text }) => {
+                        out.push_back(StreamEvent::TextDelta { text });
+                    }
+                    (
+                        Some(Block::Tool { json, .. }),
+                        WireDelta::InputJsonDelta { partial_json },
+                    ) => {
+                        json.push_str(&partial_json);
+                    }
+                    (Some(Block::Thinking { text, .. }), WireDelta::ThinkingDelta { thinking }) => {
+                        text.push_str(&thinking);
+                        out.push_back(StreamEvent::ThinkingDelta { text: thinking });
+                    }
+                    (
+                        Some(Block::Thinking { signature, .. }),
+                        WireDelta::SignatureDelta { signature: s },
+                    ) => {
+                        signature.get_or_insert_with(String::new).push_str(&s);
+                    }
+                    (_, WireDelta::InputJsonDelta { .. })
+                    | (_, WireDelta::ThinkingDelta { .. })
+                    | (_, WireDelta::SignatureDelta { .. }) => {
+                        return Err(LlmError::Protocol(format!(
+                            "content_block_delta for block {index} does not match its block"
+                        )));
+                    }
+                    (_, WireDelta::Other) => {}
+                }
+            }
+            WireEvent::ContentBlockStop { index } => match self.blocks.remove(&index) {
+                Some(Block::Tool {
+                    id,
+                    name,
+                    json,
+                    initial,
+                }) => {
+                    let input = match initial {
+                        Some(v) if json.trim().is_empty() => Ok(v),
+                        Some(_) | None => parse_arguments(&json),
+                    };
+                    out.push_back(StreamEvent::ToolCallComplete { id, name, input });
+                }
+                Some(Block::Thinking { text, signature }) => {
+                    out.push_back(StreamEvent::ThinkingComplete {
+                        thinking: text,
+                        signature,
+                    });
+                }
+                Some(Block::Text) | Some(Block::Other) | None => {}
+            },
+            WireEvent::MessageDelta { delta, usage } => {
+                if let Some(u) = usage {
+                    self.add_usage(u);
+                }
+                if let Some(r) = delta.stop_reason {
+                    self.stop_reason = Some(match r.as_str() {
+                        "tool_use" => FinishReason::ToolUse,
+                        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+                        "refusal" => FinishReason::ContentFilter,
+                        _ => FinishReason::Stop,
+                    });
+                }
+            }
+            WireEvent::MessageStop => {
+                self.stopped = true;
+                return Ok(true);
+            }
+            WireEvent::Ping | WireEvent::Unknown => {}
+            WireEvent::Error { error } => return Err(event_error(error)),
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), LlmError> {
+        if !self.stopped {
+            return Err(LlmError::Truncated(
+                "the response ended before message_stop".to_owned(),
+            ));
+        }
+        if self.saw_usage {
+            out.push_back(StreamEvent::Usage { usage: self.usage });
+        }
+        let reason = match self.stop_reason {
+            Some(r) => r,
+            None if self.calls > 0 => FinishReason::ToolUse,
+            None => FinishReason::Stop,
+        };
+        out.push_back(StreamEvent::Finish { reason });
+        Ok(())
+    }
+}
+
+fn event_error(e: WireError) -> LlmError {
+    let message = if e.message.is_empty() {
+        e.kind.clone()
+    } else {
+        e.message
+    };
+    match e.kind.as_str() {
+        "overloaded_error" => LlmError::Overloaded {
+            status: 529,
+            message,
+            retry_after: None,
+        },
+        "rate_limit_error" => LlmError::RateLimited {
+            message,
+            retry_after: None,
+        },
+        "api_error" | "timeout_error" => LlmError::Server {
+            status: 500,
+            message,
+            retry_after: None,
+        },
+        "authentication_error" | "permission_error" => LlmError::Auth(message),
+        "not_found_error" => LlmError::NotFound(message),
+        _ => LlmError::BadRequest(format!("{}: {message}", e.kind)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ToolDef;
+
+    fn req(messages: Vec<Message>) -> Request {
+        Request {
+            model: "m".into(),
+            system: "be brief".into(),
+            messages,
+            tools: vec![
+                ToolDef {
+                    name: "a".into(),
+                    description: "A".into(),
+                    input_schema: json!({"type": "object"}),
+                },
+                ToolDef {
+                    name: "b".into(),
+                    description: "B".into(),
+                    input_schema: json!({"type": "object"}),
+                },
+            ],
+            max_tokens: 100,
+            temperature: None,
+        }
+    }
+
+    #[test]
+    fn tool_results_group_into_one_user_message_in_call_order() {
+        let use_ = |id: &str| ContentBlock::ToolUse {
+            id: CallId::from_provider(id),
+            name: "a".into(),
+            input: json!({}),
+        };
+        let result = |id: &str| Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: CallId::from_provider(id),
+                content: id.into(),
+                is_error: false,
+            }],
+        };
+        let body = request_body(&req(vec![
+            Message::user_text("go"),
+            Message {
+                role: Role::Assistant,
+                content: vec![use_("c1"), use_("c2")],
+            },
+            result("c2"),
+            result("c1"),
+        ]));
+        let msgs = body["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(
+            msgs[2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "c1"},
+                {"type": "tool_result", "tool_use_id": "c2", "content": "c2",
+                 "cache_control": {"type": "ephemeral"}},
+            ]})
+        );
+        assert_eq!(body["tools"][0].get("cache_control"), None);
+        assert_eq!(body["tools"][1]["cache_control"], ephemeral());
+        assert_eq!(body["system"][0]["cache_control"], ephemeral());
+    }
+}

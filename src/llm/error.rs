@@ -1,0 +1,116 @@
+//! [`LlmError`]: what can go wrong talking to a model, split by what the caller does
+//! about it (retry, fall back, or tell the user what to fix).
+//!
+//! Messages never contain an API key: server text is scrubbed before it is stored
+//! here (see `http::server_message`).
+
+use std::time::Duration;
+
+/// Why a model request failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// Missing or rejected API key; the message names what to set.
+    #[error("{0}")]
+    Auth(String),
+    /// 400: the server's own message.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404: unknown model or wrong base_url.
+    #[error("{0}")]
+    NotFound(String),
+    /// The server or model cannot do tool calls.
+    #[error("{0}")]
+    NoToolSupport(String),
+    /// Any other status that retrying will not fix.
+    #[error("HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    /// 429.
+    #[error("rate limited (429): {message}")]
+    RateLimited {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// 529, 503, or an `overloaded_error` event.
+    #[error("overloaded ({status}): {message}")]
+    Overloaded {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// 500, 502, 504, or an `api_error` event.
+    #[error("server error {status}: {message}")]
+    Server {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Nothing answered, or the connection failed before a response.
+    #[error("{0}")]
+    Connect(String),
+    /// No bytes for the stall timeout.
+    #[error("stream stalled: no data for {0:?}")]
+    Stalled(Duration),
+    /// The connection closed before the response was complete.
+    #[error("stream ended early: {0}")]
+    Truncated(String),
+    /// The server sent something that is not the protocol.
+    #[error("malformed response: {0}")]
+    Protocol(String),
+    #[error("cancelled")]
+    Cancelled,
+    /// The provider cannot be built (bad config, TLS setup).
+    #[error("{0}")]
+    Config(String),
+    /// Every allowed attempt failed with a retryable error; `last` is the last one.
+    #[error("giving up after {attempts} attempts: {last}")]
+    RetriesExhausted { attempts: u32, last: Box<LlmError> },
+}
+
+impl LlmError {
+    /// Whether another attempt may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::RateLimited { .. }
+            | LlmError::Overloaded { .. }
+            | LlmError::Server { .. }
+            | LlmError::Connect(_)
+            | LlmError::Stalled(_)
+            | LlmError::Truncated(_) => true,
+            LlmError::Auth(_)
+            | LlmError::BadRequest(_)
+            | LlmError::NotFound(_)
+            | LlmError::NoToolSupport(_)
+            | LlmError::Http { .. }
+            | LlmError::Protocol(_)
+            | LlmError::Cancelled
+            | LlmError::Config(_)
+            | LlmError::RetriesExhausted { .. } => false,
+        }
+    }
+
+    /// The wait the server asked for, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::RateLimited { retry_after, .. }
+            | LlmError::Overloaded { retry_after, .. }
+            | LlmError::Server { retry_after, .. } => *retry_after,
+            LlmError::Auth(_)
+            | LlmError::BadRequest(_)
+            | LlmError::NotFound(_)
+            | LlmError::NoToolSupport(_)
+            | LlmError::Http { .. }
+            | LlmError::Connect(_)
+            | LlmError::Stalled(_)
+            | LlmError::Truncated(_)
+            | LlmError::Protocol(_)
+            | LlmError::Cancelled
+            | LlmError::Config(_)
+            | LlmError::RetriesExhausted { .. } => None,
+        }
+    }
+
+    /// Whether this is a sign the model is overloaded (counts toward fallback).
+    pub fn is_overload(&self) -> bool {
+        matches!(self, LlmError::Overloaded { .. })
+    }
+}

@@ -1,0 +1,188 @@
+//! API keys: read from the environment or `$CREDENTIALS_DIRECTORY`, held in a type
+//! whose `Debug` prints `***`, never serialised, never put in an error message.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::config::{ApiKeySource, Env, ProviderConfig, ProviderKind};
+
+use super::LlmError;
+
+/// A secret. Only [`ApiKey::expose`] reveals it, for the request header.
+#[derive(Clone)]
+pub(crate) struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+impl ApiKey {
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replaces every occurrence of the key in `text` (servers echo rejected keys).
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        if self.0.len() < 4 {
+            return text.to_owned();
+        }
+        text.replace(&self.0, "***")
+    }
+}
+
+/// Where the key was expected, in the words a user would act on.
+pub(crate) fn describe_source(cfg: &ProviderConfig) -> String {
+    match &cfg.api_key {
+        ApiKeySource::Env(var) => format!("${var}"),
+        ApiKeySource::CredentialFile(name) => format!("$CREDENTIALS_DIRECTORY/{name}"),
+        ApiKeySource::None => format!("[providers.{}] (no api_key_env or api_key_file)", cfg.name),
+    }
+}
+
+/// The key for `cfg`, or `None` for a local server that needs none.
+pub(crate) fn resolve(cfg: &ProviderConfig, env: &dyn Env) -> Result<Option<ApiKey>, LlmError> {
+    let name = &cfg.name;
+    match &cfg.api_key {
+        ApiKeySource::Env(var) => {
+            let value = env
+                .var(var)
+                .and_then(|v| v.into_string().ok())
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty());
+            match value {
+                Some(v) => Ok(Some(ApiKey(v))),
+                None => Err(LlmError::Auth(format!(
+                    "no API key for provider `{name}`: set ${var} or api_key_file in [providers.{name}]"
+                ))),
+            }
+        }
+        ApiKeySource::CredentialFile(file) => {
+            let Some(dir) = env.path("CREDENTIALS_DIRECTORY") else {
+                return Err(LlmError::Auth(format!(
+                    "no API key for provider `{name}`: api_key_file = \"{file}\" needs \
+                     $CREDENTIALS_DIRECTORY (systemd LoadCredential={file}:...), or set api_key_env"
+                )));
+            };
+            let path: PathBuf = dir.join(file);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                LlmError::Auth(format!(
+                    "no API key for provider `{name}`: cannot read {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let key = text.trim_end_matches(['\n', '\r']).trim();
+            if key.is_empty() {
+                return Err(LlmError::Auth(format!(
+                    "no API key for provider `{name}`: {} is empty",
+                    path.display()
+                )));
+            }
+            Ok(Some(ApiKey(key.to_owned())))
+        }
+        ApiKeySource::None if is_hosted(cfg) => {
+            let var = match cfg.kind {
+                ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+                ProviderKind::Openai => "OPENAI_API_KEY",
+            };
+            Err(LlmError::Auth(format!(
+                "no API key for provider `{name}` ({}): set api_key_env = \"{var}\" (and export \
+                 {var}) or api_key_file in [providers.{name}]",
+                cfg.base_url
+            )))
+        }
+        ApiKeySource::None => Ok(None),
+    }
+}
+
+/// Hosted services need a key; a local or LAN server usually does not.
+fn is_hosted(cfg: &ProviderConfig) -> bool {
+    if cfg.kind == ProviderKind::Anthropic {
+        return true;
+    }
+    let Some(rest) = cfg.base_url.strip_prefix("https://") else {
+        return false;
+    };
+    let host = rest.split(['/', ':']).next().unwrap_or("");
+    !(host == "localhost" || host.starts_with("127.") || host == "[")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn cfg(kind: ProviderKind, url: &str, key: ApiKeySource) -> ProviderConfig {
+        ProviderConfig {
+            name: "p".into(),
+            kind,
+            base_url: url.into(),
+            model: "m".into(),
+            api_key: key,
+            context_window: 1000,
+            fallback_model: None,
+            fallback_provider: None,
+            stall_timeout: Duration::from_secs(1),
+            max_retries: 0,
+            max_output_tokens: 10,
+            temperature: None,
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let k = ApiKey("sk-secret".into());
+        assert_eq!(format!("{k:?}"), "ApiKey(***)");
+        assert_eq!(k.scrub("bad key sk-secret!"), "bad key ***!");
+    }
+
+    #[test]
+    fn missing_env_key_names_the_variable() {
+        let env = BTreeMap::new();
+        let c = cfg(
+            ProviderKind::Openai,
+            "https://x",
+            ApiKeySource::Env("MY_KEY".into()),
+        );
+        let err = resolve(&c, &env).unwrap_err().to_string();
+        assert!(err.contains("set $MY_KEY or api_key_file"), "{err}");
+    }
+
+    #[test]
+    fn credential_file_is_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k"), "sk-file\n").unwrap();
+        let env = BTreeMap::from([(
+            "CREDENTIALS_DIRECTORY".to_owned(),
+            dir.path().display().to_string(),
+        )]);
+        let c = cfg(
+            ProviderKind::Anthropic,
+            "https://x",
+            ApiKeySource::CredentialFile("k".into()),
+        );
+        let key = resolve(&c, &env).unwrap().unwrap();
+        assert_eq!(key.expose(), "sk-file");
+    }
+
+    #[test]
+    fn hosted_provider_without_key_says_what_to_set() {
+        let env = BTreeMap::new();
+        let c = cfg(
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com",
+            ApiKeySource::None,
+        );
+        let err = resolve(&c, &env).unwrap_err().to_string();
+        assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
+        let local = cfg(
+            ProviderKind::Openai,
+            "http://127.0.0.1:11434/v1",
+            ApiKeySource::None,
+        );
+        assert!(resolve(&local, &env).unwrap().is_none());
+    }
+}

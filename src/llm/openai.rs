@@ -1,0 +1,526 @@
+//! `kind = "openai"`: chat completions with SSE, as spoken by OpenAI, Ollama,
+//! llama.cpp, vLLM, LM Studio and OpenRouter.
+//!
+//! Real servers disagree on the details, and the decoder accepts all of them:
+//! arguments whole in one chunk or as a JSON object instead of a string (Ollama),
+//! missing call ids or indexes, parallel calls that all reuse index 0 with distinct
+//! ids, `finish_reason` late or never, usage in a final chunk with no choices, and
+//! reasoning as `reasoning_content` or `reasoning`. A call is complete when the next
+//! call starts or the response finishes; until then it is never reported complete.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::http::{self, HttpCtx};
+use super::sse::{Decoder, Event};
+use super::{
+    ContentBlock, FinishReason, InvalidArguments, LlmError, Message, Provider, Request, Role,
+    StreamEvent, Usage,
+};
+use crate::ids::CallId;
+
+pub(crate) struct OpenAi {
+    ctx: Arc<HttpCtx>,
+}
+
+impl OpenAi {
+    pub(crate) fn new(ctx: Arc<HttpCtx>) -> Self {
+        OpenAi { ctx }
+    }
+}
+
+impl Provider for OpenAi {
+    fn stream(
+        &self,
+        req: &Request,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
+        let url = format!("{}/chat/completions", self.ctx.cfg.base_url);
+        let mut builder = self
+            .ctx
+            .client
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(&request_body(req));
+        if let Some(key) = &self.ctx.key {
+            builder = builder.bearer_auth(key.expose());
+        }
+        http::drive(
+            Arc::clone(&self.ctx),
+            builder,
+            Box::new(OpenAiDecoder::default()),
+            req.model.clone(),
+            cancel,
+        )
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.cfg.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.ctx.cfg.model
+    }
+}
+
+/// The chat completions body for `req`.
+pub(crate) fn request_body(req: &Request) -> Value {
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    if !req.system.is_empty() {
+        messages.push(json!({"role": "system", "content": req.system}));
+    }
+    for m in &req.messages {
+        push_message(m, &mut messages);
+    }
+    let mut body = json!({
+        "model": req.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "max_tokens": req.max_tokens,
+    });
+    if let Some(t) = req.temperature {
+        body["temperature"] = json!(t);
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+    }
+    body
+}
+
+fn push_message(m: &Message, out: &mut Vec<Value>) {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    // Tool results must directly follow the assistant turn that asked for them, so
+    // they go before any text the same user message carries.
+    for block in &m.content {
+        match block {
+            ContentBlock::Text { text: t } => {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(t);
+            }
+            // Chat completions has no way to send reasoning back.
+            ContentBlock::Thinking { .. } => {}
+            ContentBlock::ToolUse { id, name, input } => calls.push(json!({
+                "id": id, "type": "function",
+                "function": {"name": name, "arguments": input.to_string()},
+            })),
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => {
+                let content = if *is_error {
+                    format!("error: {content}")
+                } else {
+                    content.clone()
+                };
+                out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+            }
+        }
+    }
+    match m.role {
+        Role::User if !text.is_empty() => out.push(json!({"role": "user", "content": text})),
+        Role::User => {}
+        Role::Assistant => {
+            let mut msg = json!({"role": "assistant", "content": text});
+            if !calls.is_empty() {
+                msg["tool_calls"] = Value::Array(calls);
+            }
+            if !text.is_empty() || msg.get("tool_calls").is_some() {
+                out.push(msg);
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    /// A string fragment, or the whole arguments object (Ollama).
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: u64,
+}
+
+struct PendingCall {
+    index: u32,
+    wire_id: Option<String>,
+    id: CallId,
+    name: String,
+    started: bool,
+    args: String,
+    args_value: Option<Value>,
+}
+
+/// Chat completions SSE → [`StreamEvent`]s.
+#[derive(Default)]
+pub(crate) struct OpenAiDecoder {
+    current: Option<PendingCall>,
+    calls_seen: u32,
+    thinking: String,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl Decoder for OpenAiDecoder {
+    fn event(&mut self, ev: &Event, out: &mut VecDeque<StreamEvent>) -> Result<bool, LlmError> {
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|e| LlmError::Protocol(format!("bad chat completions chunk: {e}")))?;
+        if let Some(err) = chunk.error {
+            return Err(stream_error(&err));
+        }
+        if let Some(u) = chunk.usage {
+            let cached = u.prompt_tokens_details.map_or(0, |d| d.cached_tokens);
+            self.usage = Some(Usage {
+                input_tokens: u.prompt_tokens,
+                output_tokens: u.completion_tokens,
+                cache_read_tokens: cached,
+                cache_write_tokens: 0,
+            });
+        }
+        // n = 1: only the first choice is ours.
+        let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
+            return Ok(false);
+        };
+        let delta = choice.delta.unwrap_or_default();
+        for reasoning in [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+        {
+            if !reasoning.is_empty() {
+                self.thinking.push_str(&reasoning);
+                out.push_back(StreamEvent::ThinkingDelta { text: reasoning });
+            }
+        }
+        if let Some(text) = delta.content
+            && !text.is_empty()
+        {
+            out.push_back(StreamEvent::TextDelta { text });
+        }
+        for tc in delta.tool_calls.into_iter().flatten() {
+            self.tool_call_delta(tc, out);
+        }
+        if let Some(reason) = choice.finish_reason {
+            self.complete_current(out);
+            self.finish = Some(match reason.as_str() {
+                "tool_calls" | "function_call" => FinishReason::ToolUse,
+                "length" => FinishReason::Length,
+                "content_filter" => FinishReason::ContentFilter,
+                "error" => FinishReason::Error,
+                _ => FinishReason::Stop,
+            });
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), LlmError> {
+        if !self.done && self.finish.is_none() {
+            return Err(LlmError::Truncated(
+                "the response ended without finish_reason or [DONE]".to_owned(),
+            ));
+        }
+        self.complete_current(out);
+        if !self.thinking.is_empty() {
+            out.push_back(StreamEvent::ThinkingComplete {
+                thinking: std::mem::take(&mut self.thinking),
+                signature: None,
+            });
+        }
+        if let Some(usage) = self.usage {
+            out.push_back(StreamEvent::Usage { usage });
+        }
+        // Some servers say `stop` after tool calls, or say nothing at all.
+        let reason = match self.finish {
+            Some(FinishReason::Stop) | None if self.calls_seen > 0 => FinishReason::ToolUse,
+            Some(r) => r,
+            None => FinishReason::Stop,
+        };
+        out.push_back(StreamEvent::Finish { reason });
+        Ok(())
+    }
+}
+
+impl OpenAiDecoder {
+    fn tool_call_delta(&mut self, tc: ToolCallDelta, out: &mut VecDeque<StreamEvent>) {
+        let wire_id = tc.id.filter(|id| !id.is_empty());
+        let new_call = match (&self.current, tc.index) {
+            (None, _) => true,
+            (Some(cur), Some(index)) if index != cur.index => true,
+            // Same or missing index: a different id means another call (Ollama sends
+            // parallel calls all at index 0).
+            (Some(cur), _) => matches!((&wire_id, &cur.wire_id), (Some(a), Some(b)) if a != b),
+        };
+        if new_call {
+            self.complete_current(out);
+            let index = tc.index.unwrap_or(self.calls_seen);
+            self.calls_seen += 1;
+            self.current = Some(PendingCall {
+                index,
+                id: wire_id
+                    .clone()
+                    .map_or_else(CallId::generate, CallId::from_provider),
+                wire_id,
+                name: String::new(),
+                started: false,
+                args: String::new(),
+                args_value: None,
+            });
+        }
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        if let Some(f) = tc.function {
+            if let Some(name) = f.name
+                && cur.name.is_empty()
+            {
+                cur.name = name;
+            }
+            match f.arguments {
+                Some(Value::String(s)) => cur.args.push_str(&s),
+                Some(Value::Null) | None => {}
+                Some(v) => cur.args_value = Some(v),
+            }
+        }
+        if !cur.started && !cur.name.is_empty() {
+            cur.started = true;
+            out.push_back(StreamEvent::ToolCallStarted {
+                id: cur.id.clone(),
+                name: cur.name.clone(),
+            });
+        }
+    }
+
+    fn complete_current(&mut self, out: &mut VecDeque<StreamEvent>) {
+        let Some(call) = self.current.take() else {
+            return;
+        };
+        if !call.started {
+            out.push_back(StreamEvent::ToolCallStarted {
+                id: call.id.clone(),
+                name: call.name.clone(),
+            });
+        }
+        let input = match call.args_value {
+            Some(v) => Ok(v),
+            None => parse_arguments(&call.args),
+        };
+        out.push_back(StreamEvent::ToolCallComplete {
+            id: call.id,
+            name: call.name,
+            input,
+        });
+    }
+}
+
+/// Parses accumulated arguments; empty means no arguments, and a JSON string holding
+/// an object (double-encoded by some servers) is unwrapped.
+pub(crate) fn parse_arguments(raw: &str) -> Result<Value, InvalidArguments> {
+    if raw.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            Ok(_) | Err(_) => Err(InvalidArguments::new(
+                raw,
+                "arguments must be a JSON object",
+            )),
+        },
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(InvalidArguments::new(
+            raw,
+            "arguments must be a JSON object",
+        )),
+        Err(e) => Err(InvalidArguments::new(raw, e.to_string())),
+    }
+}
+
+/// An `{"error": ...}` chunk in the middle of a stream (vLLM, OpenRouter).
+fn stream_error(err: &Value) -> LlmError {
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| err.as_str())
+        .unwrap_or("unknown error")
+        .to_owned();
+    let code = err.get("code").and_then(Value::as_u64).unwrap_or(500);
+    match code {
+        429 => LlmError::RateLimited {
+            message,
+            retry_after: None,
+        },
+        503 | 529 => LlmError::Overloaded {
+            status: u16::try_from(code).unwrap_or(503),
+            message,
+            retry_after: None,
+        },
+        400..=499 => LlmError::BadRequest(format!("the server reported an error: {message}")),
+        _ => LlmError::Server {
+            status: u16::try_from(code).unwrap_or(500),
+            message,
+            retry_after: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(frames: &[Value]) -> Vec<StreamEvent> {
+        let mut d = OpenAiDecoder::default();
+        let mut out = VecDeque::new();
+        for f in frames {
+            let ev = Event {
+                data: f.to_string(),
+                ..Event::default()
+            };
+            d.event(&ev, &mut out).unwrap();
+        }
+        d.event(
+            &Event {
+                data: "[DONE]".into(),
+                ..Event::default()
+            },
+            &mut out,
+        )
+        .unwrap();
+        d.finish(&mut out).unwrap();
+        out.into_iter().collect()
+    }
+
+    fn tc(v: Value) -> Value {
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [v]}, "finish_reason": null}]})
+    }
+
+    #[test]
+    fn ollama_parallel_calls_at_index_zero_with_object_arguments() {
+        let out = decode(&[
+            tc(json!({"index": 0, "id": "a", "function": {"name": "f", "arguments": {"x": 1}}})),
+            tc(json!({"index": 0, "id": "b", "function": {"name": "g", "arguments": {"y": 2}}})),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ]);
+        let done: Vec<_> = out
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCallComplete { id, input, .. } => {
+                    Some((id.as_str().to_owned(), input.clone().unwrap()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            done,
+            vec![("a".into(), json!({"x": 1})), ("b".into(), json!({"y": 2}))]
+        );
+        assert_eq!(
+            out.last(),
+            Some(&StreamEvent::Finish {
+                reason: FinishReason::ToolUse
+            })
+        );
+    }
+
+    #[test]
+    fn missing_id_and_index_still_make_a_call() {
+        let out = decode(&[
+            tc(json!({"function": {"name": "f", "arguments": "{\"a\""}})),
+            tc(json!({"function": {"arguments": ":1}"}})),
+        ]);
+        let StreamEvent::ToolCallComplete { id, input, .. } = &out[1] else {
+            panic!("{out:?}");
+        };
+        assert!(id.as_str().starts_with("call-"));
+        assert_eq!(input, &Ok(json!({"a": 1})));
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        assert_eq!(parse_arguments(""), Ok(json!({})));
+        assert_eq!(parse_arguments("\"{\\\"a\\\":1}\""), Ok(json!({"a": 1})));
+        let err = parse_arguments("{\"a\":").unwrap_err();
+        assert!(err.to_string().starts_with("invalid arguments: "), "{err}");
+        assert!(parse_arguments("[1]").is_err());
+    }
+}

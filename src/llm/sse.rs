@@ -1,0 +1,143 @@
+//! Server-sent events: bytes to SSE events (eventsource-stream, not a hand-written
+//! parser) and SSE events to [`StreamEvent`]s through a provider's [`Decoder`].
+//!
+//! The decoding is pure: the same functions run over a live HTTP body, a recorded
+//! fixture and a benchmark, and any split of the bytes into chunks yields the same
+//! events (proptested in `tests/suite/llm.rs`).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::{EventStream, EventStreamError};
+use futures::{Stream, StreamExt};
+
+use super::{LlmError, StreamEvent};
+use crate::config::ProviderKind;
+
+pub use eventsource_stream::Event;
+
+/// Turns one provider's SSE events into [`StreamEvent`]s.
+pub(crate) trait Decoder: Send {
+    /// Feeds one event; returns `true` once the stream's end marker arrived.
+    fn event(&mut self, ev: &Event, out: &mut VecDeque<StreamEvent>) -> Result<bool, LlmError>;
+
+    /// Called once, at the end marker or at end of input; emits the closing events
+    /// (usage, finish) or fails with [`LlmError::Truncated`] if the response was cut.
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), LlmError>;
+}
+
+/// A decoder for `kind`'s wire format.
+pub(crate) fn decoder(kind: ProviderKind) -> Box<dyn Decoder> {
+    match kind {
+        ProviderKind::Openai => Box::new(super::openai::OpenAiDecoder::default()),
+        ProviderKind::Anthropic => Box::new(super::anthropic::AnthropicDecoder::default()),
+    }
+}
+
+pub(crate) type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, LlmError>> + Send>>;
+pub(crate) type SseStream = Pin<Box<dyn Stream<Item = Result<Event, LlmError>> + Send>>;
+
+/// SSE events from a byte stream; transport errors pass through as they are.
+pub(crate) fn events(bytes: ByteStream) -> SseStream {
+    Box::pin(EventStream::new(bytes).map(|item| {
+        item.map_err(|e| match e {
+            EventStreamError::Transport(e) => e,
+            EventStreamError::Utf8(e) => LlmError::Protocol(format!("stream is not UTF-8: {e}")),
+            EventStreamError::Parser(e) => LlmError::Protocol(format!("bad SSE line: {e}")),
+        })
+    }))
+}
+
+/// Fails the byte stream with [`LlmError::Stalled`] when no chunk arrives for `stall`.
+pub(crate) fn stall_guard(bytes: ByteStream, stall: Duration) -> ByteStream {
+    Box::pin(futures::stream::unfold(
+        Some(bytes),
+        move |state| async move {
+            let mut bytes = state?;
+            match tokio::time::timeout(stall, bytes.next()).await {
+                Err(_) => Some((Err(LlmError::Stalled(stall)), None)),
+                Ok(None) => None,
+                Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(bytes))),
+                Ok(Some(Err(e))) => Some((Err(e), None)),
+            }
+        },
+    ))
+}
+
+/// Decodes `chunks` (a recorded body, split anywhere) to SSE events.
+pub fn decode_sse(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
+    let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
+    futures::executor::block_on(events(bytes).collect::<Vec<_>>())
+        .into_iter()
+        .collect()
+}
+
+/// Decodes a recorded response body in `kind`'s wire format, split into `chunks`,
+/// to the events a live stream would yield (the error, if any, last).
+pub fn decode_recorded(
+    kind: ProviderKind,
+    chunks: Vec<Bytes>,
+) -> Vec<Result<StreamEvent, LlmError>> {
+    let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
+    let mut sse = events(bytes);
+    let mut dec = decoder(kind);
+    let mut queue = VecDeque::new();
+    let mut out = Vec::new();
+    let result = futures::executor::block_on(async {
+        while let Some(ev) = sse.next().await {
+            let done = dec.event(&ev?, &mut queue)?;
+            out.extend(queue.drain(..).map(Ok));
+            if done {
+                break;
+            }
+        }
+        dec.finish(&mut queue)
+    });
+    out.extend(queue.drain(..).map(Ok));
+    if let Err(e) = result {
+        out.push(Err(e));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(s: &str, at: &[usize]) -> Vec<Bytes> {
+        let b = s.as_bytes();
+        let mut out = Vec::new();
+        let mut prev = 0;
+        for &i in at {
+            out.push(Bytes::copy_from_slice(&b[prev..i]));
+            prev = i;
+        }
+        out.push(Bytes::copy_from_slice(&b[prev..]));
+        out
+    }
+
+    #[test]
+    fn crlf_split_between_cr_and_lf_is_one_event() {
+        let body = "event: a\r\ndata: 1\r\n\r\nevent: b\r\ndata: 2\r\n\r\n";
+        let whole = decode_sse(split(body, &[])).unwrap();
+        assert_eq!(whole.len(), 2);
+        for i in 1..body.len() {
+            assert_eq!(
+                decode_sse(split(body, &[i])).unwrap(),
+                whole,
+                "split at {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn comments_and_multiline_data() {
+        let body = ": keepalive\ndata: a\ndata: b\n\n";
+        let ev = decode_sse(split(body, &[3, 12])).unwrap();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].data, "a\nb");
+        assert_eq!(ev[0].event, "message");
+    }
+}

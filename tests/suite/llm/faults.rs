@@ -1,0 +1,467 @@
+//! Behaviour against the scripted server, every test run for both wire formats.
+// Test helpers: a failed setup step should fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use familiar::ids::CallId;
+use familiar::llm::{ClientEvent, FinishReason, LlmError, StreamEvent};
+use futures::StreamExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::common::llm_server::*;
+
+#[tokio::test]
+async fn requests_carry_prompt_tools_history_and_key() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![Reply::sse(wire.text("hi"))]).await;
+        let cfg = wire.config(&server);
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        assert_eq!(text_of(&events), "hi");
+        assert_eq!(events.last(), Some(&finish()));
+        let reqs = server.requests();
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].path, wire.path());
+        match wire {
+            Wire::OpenAi => {
+                assert_eq!(reqs[0].headers["authorization"], format!("Bearer {KEY}"));
+            }
+            Wire::Anthropic => {
+                assert_eq!(reqs[0].headers["x-api-key"], KEY);
+                assert_eq!(reqs[0].headers["anthropic-version"], "2023-06-01");
+            }
+        }
+        insta::assert_json_snapshot!(format!("request_{wire:?}"), reqs[0].body);
+    }
+}
+
+#[tokio::test]
+async fn tool_calls_complete_before_the_response_ends() {
+    for wire in WIRES {
+        let gate = Gate::new();
+        let (head, tail) = match wire {
+            Wire::OpenAi => (
+                sse(vec![
+                    oa_tool_call(0, "c1", "read_file", r#"{"path":"/a"}"#),
+                    oa_tool_call(1, "c2", "notify", "{}"),
+                ]),
+                sse(vec![oa_finish("tool_calls"), oa_done()]),
+            ),
+            Wire::Anthropic => (
+                sse(vec![
+                    an_message_start(3),
+                    an_tool(0, "c1", "read_file", r#"{"path":"/a"}"#),
+                ]),
+                sse(vec![
+                    an_tool(1, "c2", "notify", ""),
+                    an_message_delta("tool_use", 4),
+                    an_message_stop(),
+                ]),
+            ),
+        };
+        let server = LlmServer::start(vec![Reply::sse_steps(vec![
+            Step::Send(head.into_bytes()),
+            Step::Wait(gate.clone()),
+            Step::Send(tail.into_bytes()),
+        ])])
+        .await;
+        let cfg = wire.config(&server);
+        let mut client = client(&cfg);
+        let req = request(&cfg);
+        let mut stream = client.stream(&req, CancellationToken::new());
+        // The first call completes while the server still holds the rest back.
+        loop {
+            match stream.next().await.unwrap().unwrap() {
+                ClientEvent::Event(StreamEvent::ToolCallComplete { id, input, .. }) => {
+                    assert_eq!(id.as_str(), "c1");
+                    assert_eq!(input, Ok(json!({"path": "/a"})));
+                    break;
+                }
+                ClientEvent::Event(StreamEvent::ToolCallStarted { .. }) => {}
+                other => panic!("{wire:?}: unexpected {other:?}"),
+            }
+        }
+        gate.open();
+        let rest: Vec<_> = stream.map(|r| r.unwrap()).collect().await;
+        assert!(
+            rest.contains(&ClientEvent::Event(StreamEvent::ToolCallComplete {
+                id: CallId::from_provider("c2"),
+                name: "notify".into(),
+                input: Ok(json!({})),
+            })),
+            "{wire:?}: {rest:?}"
+        );
+        assert_eq!(
+            rest.last(),
+            Some(&ClientEvent::Event(StreamEvent::Finish {
+                reason: FinishReason::ToolUse
+            }))
+        );
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_waits_as_long_as_retry_after_says() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![
+            Reply::status(429, json!({"error": {"message": "slow down"}}))
+                .header("retry-after", "7"),
+            Reply::sse(wire.text("ok")),
+        ])
+        .await;
+        let cfg = wire.config(&server);
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        assert_eq!(retries(&events), vec![(1, Duration::from_secs(7))]);
+        assert_eq!(text_of(&events), "ok");
+        assert_eq!(server.requests().len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn server_errors_give_up_after_max_retries() {
+    for wire in WIRES {
+        let fail = Reply::status(500, json!({"error": {"message": "boom"}}));
+        let server = LlmServer::start(vec![fail.clone(), fail.clone(), fail]).await;
+        let mut cfg = wire.config(&server);
+        cfg.max_retries = 2;
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        let err = err.unwrap();
+        assert!(
+            matches!(&err, LlmError::RetriesExhausted { attempts: 3, last }
+                if matches!(**last, LlmError::Server { status: 500, .. })),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "giving up after 3 attempts: server error 500: boom"
+        );
+        let delays = retries(&events);
+        assert_eq!(delays.len(), 2);
+        // Exponential backoff with jitter: retry n waits within [2^(n-1)/2, 2^(n-1)] s.
+        for (n, d) in delays {
+            let full = Duration::from_secs(1 << (n - 1));
+            assert!(d >= full / 2 && d <= full, "retry {n}: {d:?}");
+        }
+        assert_eq!(server.requests().len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn repeated_overload_switches_to_the_fallback_model_for_good() {
+    for wire in WIRES {
+        let overloaded = Reply::status(
+            wire.overload_status(),
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        );
+        let server = LlmServer::start(vec![
+            overloaded.clone(),
+            overloaded,
+            Reply::sse(wire.text("from the small one")),
+            Reply::sse(wire.text("still small")),
+        ])
+        .await;
+        let mut cfg = wire.config(&server);
+        cfg.fallback_model = Some("small-model".into());
+        let mut client = client(&cfg);
+        let req = request(&cfg);
+        let (events, err) = run(&mut client, &req).await;
+        assert_eq!(err, None, "{wire:?}");
+        let fallback = ClientEvent::ModelFallback {
+            from: "main-model".into(),
+            to: "small-model".into(),
+        };
+        let at = events.iter().position(|e| *e == fallback).unwrap();
+        assert_eq!(
+            events[at + 1],
+            ClientEvent::Retry {
+                attempt: 2,
+                delay: Duration::ZERO,
+                reason: format!("overloaded ({}): Overloaded", wire.overload_status()),
+            }
+        );
+        let (events, err) = run(&mut client, &req).await;
+        assert_eq!(err, None);
+        assert_eq!(text_of(&events), "still small");
+        let models: Vec<_> = server
+            .requests()
+            .iter()
+            .map(|r| r.body["model"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            models,
+            ["main-model", "main-model", "small-model", "small-model"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_stream_is_abandoned_and_retried() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![
+            Reply::sse_steps(vec![
+                Step::Send(wire.partial_tool("c1", r#"{"pa"#).into_bytes()),
+                Step::Hang,
+            ]),
+            Reply::sse(wire.text("second try")),
+        ])
+        .await;
+        let mut cfg = wire.config(&server);
+        cfg.stall_timeout = Duration::from_millis(50);
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        let discarded = events
+            .iter()
+            .position(|e| *e == ClientEvent::AttemptDiscarded)
+            .unwrap();
+        assert!(matches!(&events[discarded + 1],
+            ClientEvent::Retry { attempt: 1, reason, .. } if reason.contains("stalled")));
+        assert_eq!(text_of(&events[discarded..]), "second try");
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, ClientEvent::Event(StreamEvent::ToolCallComplete { .. })))
+        );
+        server.wait_closed(1).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cut_stream_never_completes_its_tool_call() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![
+            Reply::sse_steps(vec![
+                Step::Send(wire.partial_tool("c1", r#"{"path": "/tm"#).into_bytes()),
+                Step::Cut,
+                Step::Send(b"never sent".to_vec()),
+            ]),
+            Reply::sse(wire.tool("c9", r#"{"path": "/tmp/x"}"#)),
+        ])
+        .await;
+        let cfg = wire.config(&server);
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        let discarded = events
+            .iter()
+            .position(|e| *e == ClientEvent::AttemptDiscarded)
+            .unwrap();
+        let completed: Vec<_> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
+                ClientEvent::Event(StreamEvent::ToolCallComplete { id, input, .. }) => {
+                    Some((i, id.as_str().to_owned(), input.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(completed.len(), 1, "{wire:?}: {events:?}");
+        assert!(completed[0].0 > discarded);
+        assert_eq!(completed[0].1, "c9");
+        assert_eq!(completed[0].2, Ok(json!({"path": "/tmp/x"})));
+
+        // With no retries left the cut is the error.
+        let server = LlmServer::start(vec![Reply::sse_steps(vec![
+            Step::Send(wire.partial_tool("c1", "{").into_bytes()),
+            Step::Cut,
+            Step::Send(b"never sent".to_vec()),
+        ])])
+        .await;
+        let mut cfg = wire.config(&server);
+        cfg.max_retries = 0;
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert!(
+            matches!(&err, Some(LlmError::RetriesExhausted { last, .. }) if matches!(**last, LlmError::Truncated(_))),
+            "{wire:?}: {err:?}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, ClientEvent::Event(StreamEvent::ToolCallComplete { .. })))
+        );
+    }
+}
+
+#[tokio::test]
+async fn invalid_tool_arguments_go_back_to_the_model() {
+    for wire in WIRES {
+        let server =
+            LlmServer::start(vec![Reply::sse(wire.tool("c1", r#"{"path": "/tmp/x""#))]).await;
+        let cfg = wire.config(&server);
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        let input = events
+            .iter()
+            .find_map(|e| match e {
+                ClientEvent::Event(StreamEvent::ToolCallComplete { input, .. }) => {
+                    Some(input.clone())
+                }
+                _ => None,
+            })
+            .unwrap();
+        let err = input.unwrap_err();
+        assert_eq!(err.raw, r#"{"path": "/tmp/x""#);
+        assert!(
+            err.to_string().starts_with("invalid arguments: EOF"),
+            "{err}"
+        );
+        assert_eq!(
+            events.last(),
+            Some(&ClientEvent::Event(StreamEvent::Finish {
+                reason: FinishReason::ToolUse
+            }))
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_events_are_ignored() {
+    for wire in WIRES {
+        let noise = match wire {
+            Wire::OpenAi => sse(vec![
+                "event: future\ndata: {\"choices\": [], \"novel\": true}\n\n".into(),
+                ": comment\n\n".into(),
+                oa_text("hi"),
+                oa_finish("stop"),
+                oa_done(),
+            ]),
+            Wire::Anthropic => sse(vec![
+                an_message_start(1),
+                "event: future_event\ndata: {\"type\": \"future_event\", \"x\": 1}\n\n".into(),
+                an_ping(),
+                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"s\"}}\n\n".into(),
+                "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"citations_delta\"}}\n\n".into(),
+                an_block_stop(0),
+                an_text(1, "hi"),
+                an_message_delta("end_turn", 1),
+                an_message_stop(),
+            ]),
+        };
+        let server = LlmServer::start(vec![Reply::sse(noise)]).await;
+        let cfg = wire.config(&server);
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        assert_eq!(text_of(&events), "hi");
+        assert_eq!(events.last(), Some(&finish()));
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_key_is_not_retried_and_not_repeated() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![Reply::status(
+            401,
+            json!({"error": {"message": format!("Incorrect API key provided: {KEY}")}}),
+        )])
+        .await;
+        let cfg = wire.config(&server);
+        let (_, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        let err = err.unwrap();
+        assert!(matches!(err, LlmError::Auth(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("the API key in ${KEY_VAR} was rejected")),
+            "{msg}"
+        );
+        assert!(!msg.contains(KEY), "{msg}");
+        assert!(!format!("{err:?}").contains(KEY));
+        assert_eq!(server.requests().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn not_found_and_bad_request_say_what_to_fix() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![
+            Reply::status(404, json!({"error": "model 'main-model' not found"})),
+            Reply::status(400, json!({"error": {"message": "max_tokens: too large"}})),
+        ])
+        .await;
+        let cfg = wire.config(&server);
+        let req = request(&cfg);
+        let mut client = client(&cfg);
+        let (_, err) = run(&mut client, &req).await;
+        assert_eq!(
+            err.unwrap().to_string(),
+            format!(
+                "unknown model `main-model` or wrong base_url `{}` (404: model 'main-model' not found)",
+                cfg.base_url
+            )
+        );
+        let (_, err) = run(&mut client, &req).await;
+        assert!(
+            matches!(&err, Some(LlmError::BadRequest(m)) if m.ends_with("max_tokens: too large"))
+        );
+        assert_eq!(server.requests().len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_tool_support_is_named() {
+    let server = LlmServer::start(vec![Reply::status(
+        400,
+        json!({"error": {"message": "registry.ollama.ai/library/gemma:2b does not support tools"}}),
+    )])
+    .await;
+    let cfg = Wire::OpenAi.config(&server);
+    let (_, err) = run(&mut client(&cfg), &request(&cfg)).await;
+    let err = err.unwrap();
+    assert!(matches!(err, LlmError::NoToolSupport(_)), "{err:?}");
+    assert!(err.to_string().contains("model `main-model`"), "{err}");
+}
+
+#[tokio::test]
+async fn nothing_listening_names_the_url_and_what_to_do() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let server = LlmServer::start(vec![]).await;
+    let mut cfg = Wire::OpenAi.config(&server);
+    cfg.base_url = format!("http://127.0.0.1:{port}/v1");
+    cfg.max_retries = 1;
+    let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+    assert_eq!(retries(&events).len(), 1);
+    let msg = err.unwrap().to_string();
+    assert!(msg.contains(&cfg.base_url), "{msg}");
+    assert!(
+        msg.contains("start Ollama or llama.cpp there, or set ANTHROPIC_API_KEY / OPENAI_API_KEY, or configure [providers.*] in config.toml"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_stops_reading_and_closes_the_connection() {
+    for wire in WIRES {
+        let head = match wire {
+            Wire::OpenAi => oa_text("partial"),
+            Wire::Anthropic => sse(vec![an_message_start(1), an_text(0, "partial")]),
+        };
+        let never = Gate::new();
+        let server = LlmServer::start(vec![Reply::sse_steps(vec![
+            Step::Send(head.into_bytes()),
+            Step::Wait(never),
+            Step::Send(wire.text("rest").into_bytes()),
+        ])])
+        .await;
+        let cfg = wire.config(&server);
+        let mut client = client(&cfg);
+        let req = request(&cfg);
+        let cancel = CancellationToken::new();
+        let mut stream = client.stream(&req, cancel.clone());
+        assert_eq!(
+            stream.next().await.unwrap().unwrap(),
+            ClientEvent::Event(StreamEvent::TextDelta {
+                text: "partial".into()
+            })
+        );
+        cancel.cancel();
+        assert_eq!(stream.next().await, Some(Err(LlmError::Cancelled)));
+        assert_eq!(stream.next().await, None);
+        drop(stream);
+        server.wait_closed(1).await;
+    }
+}
