@@ -1,1 +1,34 @@
-fn main() {}
+//! `familiar`: parse the command line, set up logging, run, map the result to an exit
+//! code (DESIGN §2: 0 completed, 1 failed/denied/cancelled, 2 usage or config error,
+//! 3 daemon unreachable, 4 limit reached).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use familiar::cli::{self, Cli, Command, Exit};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The daemon logs what it does; clients only what went wrong.
+    let base = match cli.command {
+        Command::Daemon => "info",
+        _ => "warn",
+    };
+    familiar::logging::init(base, cli.verbose);
+    match cli::run(cli) {
+        Ok(exit) => exit.into(),
+        Err(err) => report(&err).into(),
+    }
+}
+
+#[allow(clippy::print_stderr)]
+fn report(err: &anyhow::Error) -> Exit {
+    // `familiar souls | head -1`: the reader went away, which is not our failure.
+    if let Some(io) = err.downcast_ref::<std::io::Error>()
+        && io.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        return Exit::Completed;
+    }
+    eprintln!("familiar: {err:#}");
+    Exit::Usage
+}

@@ -80,10 +80,13 @@ impl fmt::Display for RateLimited {
 type Keyed<C> =
     RateLimiter<String, DefaultKeyedStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
+/// One keyed limiter per (scope, count, period).
+type LimiterMap<C> = HashMap<(Scope, u32, Duration), Arc<Keyed<C>>>;
+
 /// All limiters of one process.
 pub struct RateLimiters<C: Clock = DefaultClock> {
     clock: C,
-    limiters: Mutex<HashMap<(Scope, u32, Duration), Arc<Keyed<C>>>>,
+    limiters: Mutex<LimiterMap<C>>,
     checks: AtomicU64,
 }
 

@@ -1,5 +1,17 @@
 //! The agent loop: one task from prompt to finish status.
 //!
-//! Pieces land one at a time; see the issue tracker for what is still to come.
+//! [`turn`] is the state machine; [`dispatch`] schedules tool calls as they stream in;
+//! [`plan`], [`compaction`], [`loop_detect`] and [`prompt`] are its pure parts;
+//! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside.
 
+pub mod compaction;
+pub mod dispatch;
+pub mod events;
+pub mod hooks;
 pub mod loop_detect;
+pub mod metrics;
+pub mod plan;
+pub mod prompt;
+pub mod turn;
+
+pub use turn::{ConfigLlmFactory, LlmFactory, Runtime, TaskError, TaskOutcome, TaskSpec, run_task};

@@ -260,6 +260,19 @@ pub enum StepStatus {
     Skipped,
 }
 
+impl StepStatus {
+    /// The serialised spelling (`in_progress`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::InProgress => "in_progress",
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

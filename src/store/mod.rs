@@ -88,7 +88,7 @@ pub struct Store {
 }
 
 /// One line of [`Store::list_sessions`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SessionSummary {
     pub id: SessionId,
     pub soul: SoulId,

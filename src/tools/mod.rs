@@ -1,10 +1,169 @@
 //! Tools the model can call.
 //!
 //! The names, tiers and argument keys are part of the contract (souls and models name
-//! them): [`CATALOG`] is the one list of them. The `Tool` trait, the registry and the
-//! implementations come with the agent loop.
+//! them): [`CATALOG`] is the one list of them. A [`Tool`] implements one entry; the
+//! [`Registry`] holds the implemented ones and tells the loop which to offer a soul.
+//! Errors say who receives them: [`ToolError::RespondToModel`] goes back to the model
+//! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
+mod files;
+mod system;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::llm::ToolDef;
 use crate::policy::Tier;
+use crate::snapshot::Snapshotter;
+use crate::soul::Soul;
+
+/// What a running tool may use.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The task's writable root; relative paths resolve against it.
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+    pub snapshotter: Arc<Mutex<Snapshotter>>,
+    pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// `~`, `~/x` and relative paths made absolute (no symlink resolution: the policy
+    /// check and the sandbox do that).
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = crate::config::expand_home(Path::new(path), &self.home);
+        if p.is_absolute() {
+            p
+        } else {
+            self.workspace.join(p)
+        }
+    }
+}
+
+/// Who a tool error is for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The model can fix this and try again (bad path, bad arguments, not found).
+    #[error("{0}")]
+    RespondToModel(String),
+    /// The task cannot go on (the sandbox could not be set up, the tool is broken).
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl ToolError {
+    pub fn model(msg: impl Into<String>) -> Self {
+        ToolError::RespondToModel(msg.into())
+    }
+}
+
+/// One implemented tool.
+pub trait Tool: Send + Sync {
+    fn info(&self) -> &'static ToolInfo;
+
+    /// What the model reads to decide whether to call it.
+    fn description(&self) -> &'static str;
+
+    /// JSON schema of the arguments object.
+    fn schema(&self) -> serde_json::Value;
+
+    /// Whether this call changes anything. When in doubt it does.
+    fn is_mutating(&self, _args: &serde_json::Value) -> bool {
+        self.info().mutating
+    }
+
+    /// Whether the tool can work here at all (Hyprland running, a journal present).
+    /// Unavailable tools are not offered to the model.
+    fn available(&self) -> bool {
+        true
+    }
+
+    /// Runs the call. Must stop promptly when `ctx.cancel` fires.
+    fn execute(
+        &self,
+        args: serde_json::Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>>;
+}
+
+/// The implemented tools.
+pub struct Registry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// Every tool this build implements.
+    pub fn builtin() -> Registry {
+        let tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(files::ReadFile),
+            Arc::new(files::ListDir),
+            Arc::new(system::SystemSnapshot),
+            Arc::new(system::ProcessList),
+        ];
+        Registry {
+            tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),
+        }
+    }
+
+    /// An empty registry plus `tools` (tests).
+    pub fn with(tools: Vec<Arc<dyn Tool>>) -> Registry {
+        Registry {
+            tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// The tools offered to a soul: in its allowlist, implemented, and available here,
+    /// in the allowlist's order.
+    pub fn offered(&self, soul: &Soul) -> Vec<Arc<dyn Tool>> {
+        soul.tools
+            .iter()
+            .filter_map(|name| self.tools.get(name.as_str()))
+            .filter(|t| t.available())
+            .cloned()
+            .collect()
+    }
+
+    /// Definitions for the model request.
+    pub fn definitions(&self, soul: &Soul) -> Vec<ToolDef> {
+        self.offered(soul)
+            .iter()
+            .map(|t| ToolDef {
+                name: t.info().name.to_owned(),
+                description: t.description().to_owned(),
+                input_schema: t.schema(),
+            })
+            .collect()
+    }
+}
+
+/// A required string argument, or an error the model can act on.
+pub(crate) fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| ToolError::model(format!("missing string argument `{key}`")))
+}
+
+/// An optional unsigned argument (numbers sent as strings are accepted: small models do).
+pub(crate) fn opt_u64(args: &serde_json::Value, key: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            .map(Some)
+            .ok_or_else(|| {
+                ToolError::model(format!("`{key}` must be a non-negative integer, got {v}"))
+            }),
+    }
+}
 
 /// What every tool declares about itself before it is ever run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,75 +189,94 @@ macro_rules! tool {
     };
 }
 
+pub const READ_FILE: ToolInfo = tool!(
+    "read_file",
+    Read,
+    false,
+    "read a text file (optionally a line range)"
+);
+pub const LIST_DIR: ToolInfo = tool!("list_dir", Read, false, "list a directory");
+pub const SEARCH_FILES: ToolInfo = tool!(
+    "search_files",
+    Read,
+    false,
+    "search file contents with a regex"
+);
+pub const SYSTEM_SNAPSHOT: ToolInfo = tool!(
+    "system_snapshot",
+    Read,
+    false,
+    "processes, memory, disks, battery, desktop"
+);
+pub const PROCESS_LIST: ToolInfo = tool!(
+    "process_list",
+    Read,
+    false,
+    "top processes by CPU or memory"
+);
+pub const DISK_USAGE: ToolInfo = tool!("disk_usage", Read, false, "space used under a directory");
+pub const JOURNAL: ToolInfo = tool!("journal", Read, false, "read the user journal");
+pub const HYPR_STATE: ToolInfo = tool!(
+    "hypr_state",
+    Read,
+    false,
+    "Hyprland workspaces, windows, active window"
+);
+pub const WRITE_FILE: ToolInfo = tool!("write_file", Write, true, "create or replace a file");
+pub const EDIT_FILE: ToolInfo = tool!(
+    "edit_file",
+    Write,
+    true,
+    "replace one exact snippet in a file"
+);
+pub const SHELL: ToolInfo = tool!("shell", Execute, true, "run a shell command");
+pub const SYSTEMD_USER: ToolInfo = tool!(
+    "systemd_user",
+    Execute,
+    true,
+    "status/list/start/stop/restart user units"
+);
+pub const NOTIFY: ToolInfo = tool!("notify", Execute, true, "show a desktop notification");
+pub const HYPR_DISPATCH: ToolInfo =
+    tool!("hypr_dispatch", Execute, true, "run a Hyprland dispatcher");
+pub const OPEN: ToolInfo = tool!(
+    "open",
+    Execute,
+    true,
+    "open a file or URL with the default application"
+);
+pub const KILL_PROCESS: ToolInfo = tool!(
+    "kill_process",
+    SystemCritical,
+    true,
+    "send a signal to a process"
+);
+pub const POWER: ToolInfo = tool!(
+    "power",
+    SystemCritical,
+    true,
+    "suspend, reboot or power off"
+);
+
 /// Every tool familiar knows, in the order of the contract table.
 pub const CATALOG: &[ToolInfo] = &[
-    tool!(
-        "read_file",
-        Read,
-        false,
-        "read a text file (optionally a line range)"
-    ),
-    tool!("list_dir", Read, false, "list a directory"),
-    tool!(
-        "search_files",
-        Read,
-        false,
-        "search file contents with a regex"
-    ),
-    tool!(
-        "system_snapshot",
-        Read,
-        false,
-        "processes, memory, disks, battery, desktop"
-    ),
-    tool!(
-        "process_list",
-        Read,
-        false,
-        "top processes by CPU or memory"
-    ),
-    tool!("disk_usage", Read, false, "space used under a directory"),
-    tool!("journal", Read, false, "read the user journal"),
-    tool!(
-        "hypr_state",
-        Read,
-        false,
-        "Hyprland workspaces, windows, active window"
-    ),
-    tool!("write_file", Write, true, "create or replace a file"),
-    tool!(
-        "edit_file",
-        Write,
-        true,
-        "replace one exact snippet in a file"
-    ),
-    tool!("shell", Execute, true, "run a shell command"),
-    tool!(
-        "systemd_user",
-        Execute,
-        true,
-        "status/list/start/stop/restart user units"
-    ),
-    tool!("notify", Execute, true, "show a desktop notification"),
-    tool!("hypr_dispatch", Execute, true, "run a Hyprland dispatcher"),
-    tool!(
-        "open",
-        Execute,
-        true,
-        "open a file or URL with the default application"
-    ),
-    tool!(
-        "kill_process",
-        SystemCritical,
-        true,
-        "send a signal to a process"
-    ),
-    tool!(
-        "power",
-        SystemCritical,
-        true,
-        "suspend, reboot or power off"
-    ),
+    READ_FILE,
+    LIST_DIR,
+    SEARCH_FILES,
+    SYSTEM_SNAPSHOT,
+    PROCESS_LIST,
+    DISK_USAGE,
+    JOURNAL,
+    HYPR_STATE,
+    WRITE_FILE,
+    EDIT_FILE,
+    SHELL,
+    SYSTEMD_USER,
+    NOTIFY,
+    HYPR_DISPATCH,
+    OPEN,
+    KILL_PROCESS,
+    POWER,
 ];
 
 /// Looks a tool up by name.

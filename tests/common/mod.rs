@@ -3,3 +3,55 @@
 
 pub mod fake_hyprland;
 pub mod llm_server;
+
+use std::path::{Path, PathBuf};
+
+/// A throwaway home directory with the XDG layout, so a test never reads or writes the
+/// real user's config or data.
+pub struct TestHome {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestHome {
+    pub fn new() -> TestHome {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for sub in [".config/familiar", ".local/state", "work"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        }
+        TestHome { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_dir(&self) -> PathBuf {
+        self.path().join(".config/familiar")
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.path().join(".local/state/familiar")
+    }
+
+    /// Writes `rel` under the config dir.
+    pub fn write_config(&self, rel: &str, contents: &str) -> PathBuf {
+        let path = self.config_dir().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&path, contents).expect("write");
+        path
+    }
+
+    /// `familiar` with a cleared environment pointing at this home.
+    pub fn familiar(&self) -> assert_cmd::Command {
+        let mut cmd = assert_cmd::Command::cargo_bin("familiar").expect("binary");
+        cmd.env_clear()
+            .env("HOME", self.path())
+            .env("XDG_CONFIG_HOME", self.path().join(".config"))
+            .env("XDG_STATE_HOME", self.path().join(".local/state"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(self.path().join("work"));
+        cmd
+    }
+}

@@ -1,0 +1,309 @@
+//! Compaction: keeping the context under the model's window without losing the task.
+//!
+//! - *Micro* (before every model call): tool results older than the last
+//!   [`KEEP_TOOL_RESULTS`] are replaced by a marker, only when that saves at least
+//!   [`MICRO_MIN_SAVING`] characters (rewriting the history for a few bytes would only
+//!   spoil prompt caching).
+//! - *Full* (when the estimated tokens pass the window minus a reserve, or the history
+//!   passes [`HISTORY_LIMIT`] messages): the older part of the history is summarised by
+//!   the model into `summary` and `facts`, and only the recent part is kept.
+//!
+//! Invariants: a tool_use and its tool_result are never separated (the kept part starts
+//! at an assistant message, behind a synthetic user message); the first message is
+//! always a user message; the session transcript, which compaction never touches, keeps
+//! every original message.
+
+use crate::llm::{ContentBlock, Message, Role};
+
+pub const KEEP_TOOL_RESULTS: usize = 3;
+pub const MICRO_MIN_SAVING: usize = 2_000;
+pub const HISTORY_LIMIT: usize = 50;
+/// Messages kept verbatim by a full compaction (at least; the cut moves to a safe point).
+pub const KEEP_RECENT: usize = 10;
+/// Full compactions per task before giving up on the model's summaries.
+pub const MAX_FULL_COMPACTIONS: u32 = 3;
+
+pub const CLEARED_MARKER: &str = "[familiar: this tool output was cleared to save context; the full output is in the session transcript]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MicroStats {
+    pub cleared: usize,
+    pub chars_saved: usize,
+}
+
+/// Clears old tool results in place; `None` when it would save too little.
+pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
+    let positions: Vec<(usize, usize)> = history
+        .iter()
+        .enumerate()
+        .flat_map(|(m, msg)| {
+            msg.content
+                .iter()
+                .enumerate()
+                .filter_map(move |(b, block)| match block {
+                    ContentBlock::ToolResult { content, .. } if content != CLEARED_MARKER => {
+                        Some((m, b))
+                    }
+                    ContentBlock::ToolResult { .. }
+                    | ContentBlock::Text { .. }
+                    | ContentBlock::Thinking { .. }
+                    | ContentBlock::ToolUse { .. } => None,
+                })
+        })
+        .collect();
+    let old = positions.len().saturating_sub(KEEP_TOOL_RESULTS);
+    let targets = &positions[..old];
+    let saving: usize = targets
+        .iter()
+        .map(|&(m, b)| match &history[m].content[b] {
+            ContentBlock::ToolResult { content, .. } => {
+                content.len().saturating_sub(CLEARED_MARKER.len())
+            }
+            ContentBlock::Text { .. }
+            | ContentBlock::Thinking { .. }
+            | ContentBlock::ToolUse { .. } => 0,
+        })
+        .sum();
+    if targets.is_empty() || saving < MICRO_MIN_SAVING {
+        return None;
+    }
+    for &(m, b) in targets {
+        if let ContentBlock::ToolResult { content, .. } = &mut history[m].content[b] {
+            *content = CLEARED_MARKER.to_owned();
+        }
+    }
+    Some(MicroStats {
+        cleared: targets.len(),
+        chars_saved: saving,
+    })
+}
+
+/// Whether a full compaction is due.
+pub fn needs_full(
+    estimated_tokens: u64,
+    context_window: u32,
+    reserve: u64,
+    history_len: usize,
+) -> bool {
+    history_len > HISTORY_LIMIT || estimated_tokens + reserve > u64::from(context_window)
+}
+
+/// Where the kept part starts: the latest assistant message at or before
+/// `len - KEEP_RECENT`, so no tool_use/tool_result pair straddles the cut. `None` when
+/// there is nothing to cut.
+pub fn split_point(history: &[Message]) -> Option<usize> {
+    let limit = history.len().saturating_sub(KEEP_RECENT);
+    (1..=limit)
+        .rev()
+        .find(|&i| history[i].role == Role::Assistant)
+}
+
+/// The prompt that asks the model to summarise `old`.
+pub fn summary_prompt(previous_summary: Option<&str>, facts: &[String], old: &[Message]) -> String {
+    let mut text = String::from(
+        "Summarise the conversation below so that the work can continue without it. \
+         Answer in exactly this format:\n\nSUMMARY:\n<what the user asked, what was done, what \
+         was found, what is still open; at most 300 words>\n\nFACTS:\n- <one durable fact per \
+         line: paths, names, numbers, decisions, user preferences>\n\n",
+    );
+    if let Some(s) = previous_summary {
+        text.push_str(&format!("Earlier summary:\n{s}\n\n"));
+    }
+    if !facts.is_empty() {
+        text.push_str("Known facts:\n");
+        for f in facts {
+            text.push_str(&format!("- {f}\n"));
+        }
+        text.push('\n');
+    }
+    text.push_str("Conversation:\n");
+    for m in old {
+        let who = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        for block in &m.content {
+            let line = match block {
+                ContentBlock::Text { text } => text.clone(),
+                ContentBlock::Thinking { .. } => continue,
+                ContentBlock::ToolUse { name, input, .. } => format!("called {name} {input}"),
+                ContentBlock::ToolResult {
+                    content, is_error, ..
+                } => {
+                    let content: String = content.chars().take(1500).collect();
+                    format!(
+                        "{} {content}",
+                        if *is_error {
+                            "tool error:"
+                        } else {
+                            "tool result:"
+                        }
+                    )
+                }
+            };
+            text.push_str(&format!("[{who}] {line}\n"));
+        }
+    }
+    text
+}
+
+/// Splits the model's answer into (summary, facts). Anything unparseable becomes the
+/// summary as it is: a rough summary beats none.
+pub fn parse_summary(answer: &str) -> (String, Vec<String>) {
+    let upper = answer.to_ascii_uppercase();
+    let s_at = upper.find("SUMMARY:");
+    let f_at = upper.find("FACTS:");
+    match (s_at, f_at) {
+        (Some(s), Some(f)) if s < f => {
+            let summary = answer[s + 8..f].trim().to_owned();
+            let facts = answer[f + 6..]
+                .lines()
+                .map(|l| l.trim().trim_start_matches(['-', '*', '•']).trim())
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect();
+            (summary, facts)
+        }
+        (Some(s), None) => (answer[s + 8..].trim().to_owned(), Vec::new()),
+        _ => (answer.trim().to_owned(), Vec::new()),
+    }
+}
+
+/// Replaces `history[..cut]` by a synthetic user message that points at the summary.
+pub fn apply_cut(history: &mut Vec<Message>, cut: usize, task_prompt: &str) {
+    history.drain(..cut);
+    history.insert(
+        0,
+        Message::user_text(format!(
+            "[familiar: the earlier part of this conversation was compacted; its summary and \
+             key facts are in the system prompt.] The current task is: {task_prompt}"
+        )),
+    );
+}
+
+/// Merges new facts into old ones, dropping exact duplicates, keeping at most `max`.
+pub fn merge_facts(old: &mut Vec<String>, new: Vec<String>, max: usize) {
+    for f in new {
+        if !old.contains(&f) {
+            old.push(f);
+        }
+    }
+    if old.len() > max {
+        let excess = old.len() - max;
+        old.drain(..excess);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::ids::CallId;
+
+    fn tool_turn(i: usize, output_len: usize) -> [Message; 2] {
+        let id = CallId::from_provider(format!("c{i}"));
+        [
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: id.clone(),
+                    name: "read_file".into(),
+                    input: json!({"path": i.to_string()}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::ToolResult {
+                    tool_use_id: id,
+                    content: "x".repeat(output_len),
+                    is_error: false,
+                }],
+            },
+        ]
+    }
+
+    fn history(turns: usize, output_len: usize) -> Vec<Message> {
+        let mut h = vec![Message::user_text("do it")];
+        for i in 0..turns {
+            h.extend(tool_turn(i, output_len));
+        }
+        h
+    }
+
+    /// Every tool_use has its result in the next message and the first message is the user's.
+    fn verify_invariants(h: &[Message]) {
+        assert_eq!(h.first().map(|m| m.role), Some(Role::User));
+        for (i, m) in h.iter().enumerate() {
+            for b in &m.content {
+                if let ContentBlock::ToolUse { id, .. } = b {
+                    let next = h.get(i + 1).expect("a result follows");
+                    assert!(next.content.iter().any(
+                        |r| matches!(r, ContentBlock::ToolResult { tool_use_id, .. } if tool_use_id == id)
+                    ));
+                }
+                if let ContentBlock::ToolResult { tool_use_id, .. } = b {
+                    let prev = &h[i - 1];
+                    assert!(prev.content.iter().any(
+                        |u| matches!(u, ContentBlock::ToolUse { id, .. } if id == tool_use_id)
+                    ));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn micro_keeps_the_last_three_results() {
+        let mut h = history(6, 1000);
+        let stats = micro_compact(&mut h).unwrap();
+        assert_eq!(stats.cleared, 3);
+        let cleared = h
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter(|b| matches!(b, ContentBlock::ToolResult { content, .. } if content == CLEARED_MARKER))
+            .count();
+        assert_eq!(cleared, 3);
+        assert_eq!(micro_compact(&mut h), None, "nothing more to clear");
+    }
+
+    #[test]
+    fn micro_skips_small_savings() {
+        let mut h = history(5, 100);
+        let before = h.clone();
+        assert_eq!(micro_compact(&mut h), None);
+        assert_eq!(h, before);
+    }
+
+    #[test]
+    fn full_is_due_past_the_window_or_fifty_messages() {
+        assert!(needs_full(30_000, 32_768, 4_096, 10));
+        assert!(!needs_full(20_000, 32_768, 4_096, 10));
+        assert!(needs_full(100, 32_768, 4_096, 51));
+    }
+
+    #[test]
+    fn parse_summary_reads_both_parts_and_tolerates_free_text() {
+        let (s, f) = parse_summary(
+            "SUMMARY:\nDid things.\n\nFACTS:\n- disk is /dev/sda\n* user likes fish\n",
+        );
+        assert_eq!(s, "Did things.");
+        assert_eq!(f, ["disk is /dev/sda", "user likes fish"]);
+        let (s, f) = parse_summary("just some text");
+        assert_eq!((s.as_str(), f.len()), ("just some text", 0));
+    }
+
+    proptest! {
+        #[test]
+        fn cutting_at_the_split_point_keeps_pairs_together(turns in 0usize..40) {
+            let mut h = history(turns, 10);
+            if let Some(cut) = split_point(&h) {
+                prop_assert!(h.len() - cut >= KEEP_RECENT.min(h.len()));
+                apply_cut(&mut h, cut, "do it");
+            }
+            verify_invariants(&h);
+            micro_compact(&mut h);
+            verify_invariants(&h);
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Running one turn's tool calls as they stream in.
+//!
+//! A call is submitted the moment its block is complete, already decided (policy and
+//! rate limits ran on the loop). Scheduling keeps two rules: non-mutating calls run in
+//! parallel (at most [`MAX_PARALLEL`] at once); a mutating call waits for every call
+//! before it, and every call after it waits for it. Results come back in call order.
+//!
+//! A model attempt that the client discards (retry, fallback) leaves its started calls
+//! running; they become *orphans*, matched by (tool, arguments) against the next
+//! attempt's calls, so a retried response never runs a tool twice.
+//!
+//! Events from running calls (approval asked and answered, call finished) travel back
+//! to the loop over an unbounded channel: bounded in practice by three events per call,
+//! and the loop drains it while it streams.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::agent::events::EventPayload;
+use crate::agent::plan::shorten;
+use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution};
+use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
+use crate::policy::Tier;
+use crate::store::{AuditDecision, AuditOutcome};
+use crate::tools::{Tool, ToolContext, ToolError};
+
+/// Non-mutating calls running at once.
+pub const MAX_PARALLEL: usize = 10;
+
+/// What the decision pipeline concluded for a call before it was submitted.
+#[derive(Debug, Clone)]
+pub enum Gate {
+    Run,
+    Ask {
+        reason: String,
+    },
+    Refuse {
+        decision: AuditDecision,
+        reason: String,
+    },
+}
+
+/// One call, decided, ready to schedule.
+pub struct CallSpec {
+    pub call_id: CallId,
+    pub name: String,
+    pub tier: Tier,
+    pub args: serde_json::Value,
+    /// `None` for tools this build does not implement.
+    pub tool: Option<Arc<dyn Tool>>,
+    pub mutating: bool,
+    pub gate: Gate,
+    pub summary: String,
+}
+
+/// What became of a call.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    pub ok: bool,
+    /// The full output (or the error/denial text the model will see).
+    pub output: String,
+    pub decision: AuditDecision,
+    pub reason: Option<String>,
+    pub outcome: AuditOutcome,
+    /// The tool reported an error the task cannot survive.
+    pub fatal: bool,
+    pub duration_ms: u64,
+}
+
+impl CallResult {
+    fn refused(decision: AuditDecision, reason: String) -> Self {
+        CallResult {
+            ok: false,
+            output: reason.clone(),
+            decision,
+            reason: Some(reason),
+            outcome: AuditOutcome::NotRun,
+            fatal: false,
+            duration_ms: 0,
+        }
+    }
+}
+
+/// What every call of a turn shares.
+#[derive(Clone)]
+pub struct CallEnv {
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    pub soul: SoulId,
+    pub approvals: ApprovalBroker,
+    pub tool_ctx: ToolContext,
+    pub events: mpsc::UnboundedSender<EventPayload>,
+    pub parallel: Arc<Semaphore>,
+}
+
+impl CallEnv {
+    fn send(&self, payload: EventPayload) {
+        // The loop holds the receiver until every call of the turn has finished, so a
+        // closed channel means the loop itself is gone; there is nobody left to tell.
+        if self.events.send(payload).is_err() {
+            tracing::debug!(task_id = %self.task_id, "event dropped: the loop has ended");
+        }
+    }
+}
+
+type SharedResult = Shared<BoxFuture<'static, CallResult>>;
+
+pub struct Submitted {
+    pub call_id: CallId,
+    pub name: String,
+    pub tier: Tier,
+    pub args: serde_json::Value,
+    result: SharedResult,
+}
+
+/// The calls of one turn.
+#[derive(Default)]
+pub struct Dispatcher {
+    submitted: Vec<Submitted>,
+    /// Done when the latest mutating call is done.
+    last_mutating: Option<SharedResult>,
+    orphans: HashMap<String, SharedResult>,
+}
+
+fn signature(name: &str, args: &serde_json::Value) -> String {
+    format!("{name}\u{0}{args}")
+}
+
+impl Dispatcher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Schedules a call; it starts at once unless an earlier call must finish first.
+    pub fn submit(&mut self, env: &CallEnv, spec: CallSpec) {
+        let sig = signature(&spec.name, &spec.args);
+        let (call_id, name, tier, args) = (
+            spec.call_id.clone(),
+            spec.name.clone(),
+            spec.tier,
+            spec.args.clone(),
+        );
+        let result = if let Some(orphan) = self.orphans.remove(&sig) {
+            // The discarded attempt already ran (or is running) exactly this call.
+            orphan
+        } else {
+            let barrier: Vec<SharedResult> = if spec.mutating {
+                self.submitted
+                    .iter()
+                    .map(|s| s.result.clone())
+                    .chain(self.orphans.values().cloned())
+                    .collect()
+            } else {
+                self.last_mutating.iter().cloned().collect()
+            };
+            let env = env.clone();
+            let mutating = spec.mutating;
+            let crashed_id = spec.call_id.clone();
+            let handle = tokio::spawn(async move {
+                futures::future::join_all(barrier).await;
+                run_call(&env, spec).await
+            });
+            let shared = async move {
+                handle.await.unwrap_or_else(|e| CallResult {
+                    ok: false,
+                    output: format!("the tool call {crashed_id} crashed: {e}"),
+                    decision: AuditDecision::Allowed,
+                    reason: None,
+                    outcome: AuditOutcome::Failed,
+                    fatal: false,
+                    duration_ms: 0,
+                })
+            }
+            .boxed()
+            .shared();
+            if mutating {
+                self.last_mutating = Some(shared.clone());
+            }
+            shared
+        };
+        self.submitted.push(Submitted {
+            call_id,
+            name,
+            tier,
+            args,
+            result,
+        });
+    }
+
+    /// The model attempt was discarded: its calls keep running as orphans.
+    pub fn discard_attempt(&mut self) {
+        for s in self.submitted.drain(..) {
+            self.orphans.insert(signature(&s.name, &s.args), s.result);
+        }
+    }
+
+    /// Waits for every call; returns the turn's calls in order, and the orphans that the
+    /// final attempt did not repeat (they ran, and belong in the transcript).
+    pub async fn finish(self) -> (Vec<(Submitted, CallResult)>, Vec<CallResult>) {
+        let mut done = Vec::with_capacity(self.submitted.len());
+        for s in self.submitted {
+            let r = s.result.clone().await;
+            done.push((s, r));
+        }
+        let mut orphans = Vec::with_capacity(self.orphans.len());
+        for (_, o) in self.orphans {
+            orphans.push(o.await);
+        }
+        (done, orphans)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.submitted.is_empty()
+    }
+}
+
+async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
+    let started = Instant::now();
+    let cancel = env.tool_ctx.cancel.clone();
+    let decision = match spec.gate {
+        Gate::Refuse { decision, reason } => return CallResult::refused(decision, reason),
+        Gate::Run => AuditDecision::Allowed,
+        Gate::Ask { reason } => {
+            let request = ApprovalRequest {
+                request_id: RequestId::generate(),
+                task_id: env.task_id.clone(),
+                session_id: env.session_id.clone(),
+                soul: env.soul.clone(),
+                tool: spec.name.clone(),
+                tier: spec.tier,
+                args: spec.args.clone(),
+                summary: spec.summary.clone(),
+                reason: reason.clone(),
+            };
+            let request_id = request.request_id.clone();
+            env.send(EventPayload::ApprovalRequested {
+                request_id: request_id.to_string(),
+                call_id: spec.call_id.to_string(),
+                tool: spec.name.clone(),
+                summary: spec.summary.clone(),
+                tier: spec.tier.to_string(),
+                reason,
+            });
+            let resolution = env.approvals.ask(request, &cancel).await;
+            env.send(EventPayload::ApprovalResolved {
+                request_id: request_id.to_string(),
+                call_id: spec.call_id.to_string(),
+                approved: resolution.approved(),
+                outcome: serde_json::to_value(&resolution).unwrap_or_default(),
+            });
+            match resolution {
+                Resolution::Approved { .. } | Resolution::Granted => AuditDecision::Approved,
+                Resolution::TimedOut => {
+                    return CallResult::refused(
+                        AuditDecision::ApprovalTimeout,
+                        resolution.denial_reason(),
+                    );
+                }
+                Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
+                    return CallResult::refused(AuditDecision::Denied, resolution.denial_reason());
+                }
+            }
+        }
+    };
+
+    let Some(tool) = spec.tool else {
+        return CallResult {
+            ok: false,
+            output: format!(
+                "the tool `{}` is not available in this build of familiar",
+                spec.name
+            ),
+            decision,
+            reason: None,
+            outcome: AuditOutcome::NotRun,
+            fatal: false,
+            duration_ms: 0,
+        };
+    };
+    let _permit = if spec.mutating {
+        None
+    } else {
+        // The semaphore is never closed, so acquiring only waits.
+        env.parallel.clone().acquire_owned().await.ok()
+    };
+    let result = tokio::select! {
+        r = tool.execute(spec.args.clone(), env.tool_ctx.clone()) => r,
+        () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),
+    };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let (ok, output, fatal) = match result {
+        Ok(out) => (true, out, false),
+        Err(ToolError::RespondToModel(msg)) => (false, msg, false),
+        Err(ToolError::Fatal(msg)) => (false, msg, true),
+    };
+    env.send(EventPayload::ToolCallFinished {
+        call_id: spec.call_id.to_string(),
+        tool: spec.name.clone(),
+        ok,
+        preview: shorten(&output, 160),
+        duration_ms,
+    });
+    CallResult {
+        ok,
+        output,
+        decision,
+        reason: None,
+        outcome: if ok {
+            AuditOutcome::Succeeded
+        } else {
+            AuditOutcome::Failed
+        },
+        fatal,
+        duration_ms,
+    }
+}

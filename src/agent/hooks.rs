@@ -1,0 +1,100 @@
+//! Hooks around model and tool calls: the one place the audit log and the metrics are
+//! fed from, and where a later user-hook feature will plug in.
+//!
+//! Hooks observe; they cannot change a decision. They run on the loop's task and must
+//! be quick (an audit line is one `write`).
+
+use std::sync::Arc;
+
+use crate::agent::metrics::{Metrics, bump};
+use crate::ids::{CallId, SessionId, SoulId, TaskId};
+use crate::llm::{LlmError, Request, Usage};
+use crate::policy::Tier;
+use crate::store::{AuditDecision, AuditEntry, AuditOutcome, Store, args_digest};
+
+/// Which task a hook call is about.
+pub struct TaskRef<'a> {
+    pub task_id: &'a TaskId,
+    pub session_id: &'a SessionId,
+    pub soul: &'a SoulId,
+}
+
+/// One tool call, decided.
+pub struct ToolCallRef<'a> {
+    pub call_id: &'a CallId,
+    pub tool: &'a str,
+    pub tier: Tier,
+    pub args: &'a serde_json::Value,
+    pub decision: AuditDecision,
+    /// The policy's reason, the approval's outcome, or the verdict's steps.
+    pub reason: Option<&'a str>,
+}
+
+pub trait Hooks: Send + Sync {
+    fn before_llm(&self, _task: &TaskRef<'_>, _request: &Request) {}
+    fn after_llm(&self, _task: &TaskRef<'_>, _result: Result<&Usage, &LlmError>) {}
+    fn before_tool(&self, _task: &TaskRef<'_>, _call: &ToolCallRef<'_>) {}
+    fn after_tool(&self, _task: &TaskRef<'_>, _call: &ToolCallRef<'_>, _outcome: AuditOutcome) {}
+}
+
+/// Writes one audit line per tool call: the decision, why, and what happened.
+pub struct AuditHook {
+    pub store: Arc<Store>,
+}
+
+impl Hooks for AuditHook {
+    fn after_tool(&self, task: &TaskRef<'_>, call: &ToolCallRef<'_>, outcome: AuditOutcome) {
+        let entry = AuditEntry {
+            time: crate::store::now_rfc3339(),
+            task_id: Some(task.task_id.clone()),
+            session_id: Some(task.session_id.clone()),
+            soul: task.soul.clone(),
+            tool: call.tool.to_owned(),
+            tier: call.tier,
+            args_digest: args_digest(call.args),
+            decision: call.decision,
+            reason: call.reason.map(str::to_owned),
+            outcome,
+        };
+        if let Err(e) = self.store.audit(&entry) {
+            // The call already happened; losing its audit line is worth a loud warning,
+            // not a failed task.
+            tracing::error!(task_id = %task.task_id, tool = call.tool, "cannot write the audit log: {e}");
+        }
+    }
+}
+
+/// Feeds the counters of [`Metrics`].
+pub struct MetricsHook {
+    pub metrics: Arc<Metrics>,
+}
+
+impl Hooks for MetricsHook {
+    fn before_llm(&self, _task: &TaskRef<'_>, _request: &Request) {
+        bump(&self.metrics.llm_requests);
+    }
+
+    fn after_llm(&self, _task: &TaskRef<'_>, result: Result<&Usage, &LlmError>) {
+        if result.is_err() {
+            bump(&self.metrics.llm_failures);
+        }
+    }
+
+    fn after_tool(&self, _task: &TaskRef<'_>, call: &ToolCallRef<'_>, outcome: AuditOutcome) {
+        match call.decision {
+            AuditDecision::Denied | AuditDecision::ApprovalTimeout => {
+                bump(&self.metrics.permission_denials)
+            }
+            AuditDecision::RateLimited => bump(&self.metrics.rate_limited),
+            AuditDecision::Allowed | AuditDecision::Approved => {}
+        }
+        match outcome {
+            AuditOutcome::Succeeded => bump(&self.metrics.tool_executions),
+            AuditOutcome::Failed => {
+                bump(&self.metrics.tool_executions);
+                bump(&self.metrics.tool_failures);
+            }
+            AuditOutcome::NotRun => {}
+        }
+    }
+}

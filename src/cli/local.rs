@@ -1,0 +1,425 @@
+//! Commands that run in this process without the daemon: souls, policy check,
+//! snapshot, sessions, completions.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use super::{Exit, Out, SessionsAction, SoulsAction};
+use crate::config::{Config, ProcessEnv};
+use crate::policy::{self, Call, Decision, PathContext, Policy};
+use crate::soul::{Soul, SoulOrigin, SoulSet};
+use crate::store::Store;
+
+/// The config, the policy in force and every soul.
+struct Loaded {
+    config: Config,
+    policy: Policy,
+    souls: SoulSet,
+}
+
+fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
+    Ok(Config::load(path.as_deref(), &ProcessEnv)?)
+}
+
+fn load_all(path: &Option<PathBuf>) -> anyhow::Result<Loaded> {
+    let config = load_config(path)?;
+    let policy = policy::load(&config.policy, &config.paths)?;
+    let souls = SoulSet::load(&config.paths, &policy)?;
+    for err in &souls.errors {
+        tracing::warn!("skipping soul file: {err}");
+    }
+    Ok(Loaded {
+        config,
+        policy,
+        souls,
+    })
+}
+
+pub fn souls(
+    config: &Option<PathBuf>,
+    action: Option<SoulsAction>,
+    json: bool,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    match action {
+        None => {
+            let l = load_all(config)?;
+            if json {
+                for soul in l.souls.souls.values() {
+                    out.json_line(&soul_summary(&l.config, soul))?;
+                }
+                return Ok(Exit::Completed);
+            }
+            writeln!(
+                out,
+                "{:<18} {:>5}  {:<28} DESCRIPTION",
+                "ID", "ITERS", "MODEL"
+            )?;
+            for soul in l.souls.souls.values() {
+                let model = model_of(&l.config, soul);
+                let marker = match soul.origin {
+                    SoulOrigin::BuiltIn => "",
+                    SoulOrigin::File(_) => " (user file)",
+                };
+                writeln!(
+                    out,
+                    "{:<18} {:>5}  {:<28} {}{marker}",
+                    soul.id, soul.max_iterations, model, soul.description
+                )?;
+            }
+            Ok(Exit::Completed)
+        }
+        Some(SoulsAction::Show { id }) => {
+            let l = load_all(config)?;
+            let soul = l.souls.get(&id)?;
+            if json {
+                out.json_pretty(soul)?;
+                return Ok(Exit::Completed);
+            }
+            show_soul(&l, soul, out)?;
+            Ok(Exit::Completed)
+        }
+        Some(SoulsAction::Validate { file }) => {
+            let config = load_config(config)?;
+            let policy = policy::load(&config.policy, &config.paths)?;
+            let soul = crate::soul::load_file(&file, &config.paths.home, Some(&policy))?;
+            writeln!(
+                out,
+                "{}: ok: soul `{}`, {} tools, {} iterations, valid under policy `{}`",
+                file.display(),
+                soul.id,
+                soul.tools.len(),
+                soul.max_iterations,
+                policy.name
+            )?;
+            Ok(Exit::Completed)
+        }
+    }
+}
+
+fn model_of(config: &Config, soul: &Soul) -> String {
+    match (&soul.model, config.provider(soul.provider.as_deref())) {
+        (Some(m), _) => m.clone(),
+        (None, Ok(p)) => p.model.clone(),
+        (None, Err(_)) => "?".to_owned(),
+    }
+}
+
+fn soul_summary(config: &Config, soul: &Soul) -> serde_json::Value {
+    serde_json::json!({
+        "id": soul.id,
+        "description": soul.description,
+        "model": model_of(config, soul),
+        "max_iterations": soul.max_iterations,
+        "origin": soul.origin,
+    })
+}
+
+fn show_soul(l: &Loaded, soul: &Soul, out: &mut Out) -> anyhow::Result<()> {
+    let origin = match &soul.origin {
+        SoulOrigin::BuiltIn => "built-in".to_owned(),
+        SoulOrigin::File(p) => p.display().to_string(),
+    };
+    let provider = soul
+        .provider
+        .as_deref()
+        .unwrap_or(&l.config.default_provider);
+    writeln!(out, "{} — {}", soul.id, soul.description)?;
+    writeln!(out, "  from:        {origin}")?;
+    writeln!(
+        out,
+        "  model:       {} (provider `{provider}`)",
+        model_of(&l.config, soul)
+    )?;
+    writeln!(
+        out,
+        "  budgets:     {} iterations, {} tokens, {} wall clock",
+        soul.max_iterations,
+        soul.max_tokens,
+        humantime::format_duration(soul.max_wall_clock)
+    )?;
+    let modes = soul.effective_modes(&l.policy);
+    writeln!(
+        out,
+        "  tools (mode in force under policy `{}`):",
+        l.policy.name
+    )?;
+    for tool in &soul.tools {
+        if let Some(info) = crate::tools::info(tool) {
+            writeln!(
+                out,
+                "    {:<16} {:<16} {}",
+                tool,
+                info.tier.as_str(),
+                modes.get(info.tier)
+            )?;
+        }
+    }
+    let list = |v: &[PathBuf]| {
+        if v.is_empty() {
+            "(none)".to_owned()
+        } else {
+            v.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    writeln!(out, "  sandbox read:  {}", list(&soul.sandbox.read))?;
+    writeln!(
+        out,
+        "  sandbox write: {} + the task workspace",
+        list(&soul.sandbox.write)
+    )?;
+    writeln!(
+        out,
+        "  network:       {}{}",
+        if soul.sandbox.network {
+            "allowed"
+        } else {
+            "denied"
+        },
+        if soul.sandbox.require {
+            "; requires full Landlock enforcement"
+        } else {
+            ""
+        }
+    )?;
+    let rl = &soul.rate_limits;
+    let rate = |r: Option<crate::policy::RateSpec>| r.map_or("-".to_owned(), |r| r.to_string());
+    writeln!(
+        out,
+        "  rate limits:   tools {}, llm {}{}",
+        rate(rl.tool_calls),
+        rate(rl.llm_calls),
+        rl.tools
+            .iter()
+            .map(|(t, r)| format!(", {t} {r}"))
+            .collect::<String>()
+    )?;
+    writeln!(out, "\nprompt:\n{}", soul.prompt.trim_end())?;
+    Ok(())
+}
+
+pub fn policy_check(
+    config: &Option<PathBuf>,
+    soul: Option<String>,
+    tool: &str,
+    args_json: &str,
+    json: bool,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    let l = load_all(config)?;
+    let soul_id = soul.unwrap_or_else(|| l.config.default_soul.to_string());
+    let soul = l.souls.get(&soul_id)?;
+    let args: serde_json::Value = serde_json::from_str(args_json)
+        .with_context(|| format!("ARGS_JSON is not valid JSON: {args_json}"))?;
+    anyhow::ensure!(
+        args.is_object(),
+        "ARGS_JSON must be a JSON object, like '{{\"path\": \"~/notes.txt\"}}'"
+    );
+    let info = crate::tools::info(tool).with_context(|| {
+        format!(
+            "unknown tool `{tool}` (known: {})",
+            crate::tools::names().collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    let tier = crate::tools::tier_for_call(info, &args);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let ctx = PathContext {
+        home: &l.config.paths.home,
+        cwd: &cwd,
+    };
+    let call = Call {
+        tool,
+        tier,
+        args: &args,
+    };
+    let verdict = policy::decide(soul, &l.policy, &call, &ctx);
+    if json {
+        out.json_pretty(&verdict)?;
+    } else {
+        writeln!(out, "{verdict}")?;
+    }
+    Ok(match verdict.decision {
+        Decision::Allow => Exit::Completed,
+        Decision::Ask { .. } | Decision::Deny { .. } => Exit::Failed,
+    })
+}
+
+pub fn snapshot(config: &Option<PathBuf>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    // The config is loaded only to report its errors the same way every command does.
+    load_config(config)?;
+    let mut snapshotter =
+        crate::snapshot::Snapshotter::new().context("cannot read the system state")?;
+    let snap = snapshotter.take(None);
+    if json {
+        out.json_line(&snap)?;
+    } else {
+        writeln!(out, "{}", snap.to_prompt_text().trim_end())?;
+    }
+    Ok(Exit::Completed)
+}
+
+pub fn sessions(
+    config: &Option<PathBuf>,
+    action: Option<SessionsAction>,
+    json: bool,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    let config = load_config(config)?;
+    let store = Store::open(&config.paths.data_dir).with_context(|| {
+        format!(
+            "cannot open the data dir {}",
+            config.paths.data_dir.display()
+        )
+    })?;
+    match action {
+        None => {
+            let sessions = store.list_sessions()?;
+            if json {
+                for s in &sessions {
+                    out.json_line(s)?;
+                }
+                return Ok(Exit::Completed);
+            }
+            if sessions.is_empty() {
+                writeln!(
+                    out,
+                    "no sessions yet in {}",
+                    config.paths.data_dir.display()
+                )?;
+                return Ok(Exit::Completed);
+            }
+            writeln!(out, "{:<16} {:<18} {:<20} TITLE", "ID", "SOUL", "UPDATED")?;
+            for s in &sessions {
+                writeln!(
+                    out,
+                    "{:<16} {:<18} {:<20} {}",
+                    s.id,
+                    s.soul,
+                    format_time(s.updated_at),
+                    s.title
+                )?;
+            }
+            Ok(Exit::Completed)
+        }
+        Some(SessionsAction::Show { id }) => {
+            let id = crate::ids::SessionId::new(id)?;
+            let ctx = store.load_context(&id)?.with_context(|| {
+                format!("no session `{id}` in {}", config.paths.data_dir.display())
+            })?;
+            if json {
+                out.json_pretty(&ctx)?;
+                return Ok(Exit::Completed);
+            }
+            show_session(&ctx, &store, out)?;
+            Ok(Exit::Completed)
+        }
+    }
+}
+
+fn format_time(unix: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix);
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_owned()
+}
+
+fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> anyhow::Result<()> {
+    use crate::llm::ContentBlock;
+
+    writeln!(out, "session {} (soul {})", ctx.session_id, ctx.soul)?;
+    writeln!(
+        out,
+        "  created {}, updated {}",
+        ctx.created_at, ctx.updated_at
+    )?;
+    writeln!(
+        out,
+        "  usage: {} input + {} output tokens",
+        ctx.usage.input_tokens, ctx.usage.output_tokens
+    )?;
+    writeln!(
+        out,
+        "  workspace: {}",
+        store.workspace_dir(&ctx.session_id).display()
+    )?;
+    if let Some(summary) = &ctx.summary {
+        writeln!(out, "\nsummary:\n  {}", summary.replace('\n', "\n  "))?;
+    }
+    if !ctx.facts.is_empty() {
+        writeln!(out, "\nfacts:")?;
+        for f in &ctx.facts {
+            writeln!(out, "  - {f}")?;
+        }
+    }
+    writeln!(out, "\ntasks:")?;
+    for t in &ctx.tasks {
+        writeln!(
+            out,
+            "  {} [{}] {}",
+            t.task_id,
+            t.status.as_str(),
+            first_line(&t.prompt, 70)
+        )?;
+        for step in &t.plan.steps {
+            writeln!(
+                out,
+                "      - [{}] {}",
+                step.status.as_str(),
+                first_line(&step.description, 66)
+            )?;
+        }
+        if let Some(result) = &t.result {
+            writeln!(out, "    result: {}", first_line(result, 70))?;
+        }
+    }
+    writeln!(out, "\nhistory ({} messages):", ctx.history.len())?;
+    for m in &ctx.history {
+        let who = match m.role {
+            crate::llm::Role::User => "user",
+            crate::llm::Role::Assistant => "assistant",
+        };
+        for block in &m.content {
+            let line = match block {
+                ContentBlock::Text { text } => first_line(text, 90),
+                ContentBlock::Thinking { .. } => "(thinking)".to_owned(),
+                ContentBlock::ToolUse { name, input, .. } => {
+                    format!("→ {name} {}", first_line(&input.to_string(), 80))
+                }
+                ContentBlock::ToolResult {
+                    content, is_error, ..
+                } => format!(
+                    "← {}{}",
+                    if *is_error { "error: " } else { "" },
+                    first_line(content, 80)
+                ),
+            };
+            writeln!(out, "  {who:>9}: {line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// The first line of `s`, cut to `max` characters with an ellipsis.
+fn first_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or("");
+    if line.chars().count() > max {
+        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        line.to_owned()
+    }
+}
+
+pub fn completions(shell: clap_complete::Shell, out: &mut Out) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let mut cmd = super::Cli::command();
+    clap_complete::generate(shell, &mut cmd, "familiar", out);
+    Ok(())
+}

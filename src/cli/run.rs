@@ -1,0 +1,280 @@
+//! `familiar run`: one task in this process, no daemon. Approvals are asked on the
+//! terminal (denied when there is none); Ctrl-C cancels cleanly (the partial context is
+//! saved and tool processes are stopped).
+//!
+//! Human output: the model's text on stdout (so `familiar run … > answer.md` keeps only
+//! the answer), tool lines and the final status line on stderr. `--json`: every event
+//! as one JSON object per line on stdout.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use super::{Exit, Out, TaskArgs};
+use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
+use crate::agent::hooks::{AuditHook, MetricsHook};
+use crate::agent::metrics::Metrics;
+use crate::agent::{ConfigLlmFactory, Runtime, TaskError, TaskSpec, run_task};
+use crate::approval::{ApprovalBroker, TtyFrontend};
+use crate::config::{Config, ProcessEnv};
+use crate::ids::{SessionId, TaskId};
+use crate::policy;
+use crate::ratelimit::RateLimiters;
+use crate::snapshot::Snapshotter;
+use crate::soul::SoulSet;
+use crate::store::{Store, TaskStatus};
+use crate::tools::Registry;
+
+/// The exit code for a finish status (DESIGN §2).
+pub fn exit_for(status: TaskStatus) -> Exit {
+    match status {
+        TaskStatus::Completed => Exit::Completed,
+        TaskStatus::MaxIterations | TaskStatus::BudgetExceeded | TaskStatus::Timeout => Exit::Limit,
+        TaskStatus::Failed
+        | TaskStatus::Cancelled
+        | TaskStatus::LoopDetected
+        | TaskStatus::Denied
+        | TaskStatus::Interrupted
+        | TaskStatus::Queued
+        | TaskStatus::Running => Exit::Failed,
+    }
+}
+
+/// The prompt from the arguments, or stdin for `-` (or no argument with piped stdin).
+pub fn read_prompt(words: &[String]) -> anyhow::Result<String> {
+    let from_stdin = words == ["-"] || (words.is_empty() && !std::io::stdin().is_terminal());
+    let prompt = if from_stdin {
+        let mut s = String::new();
+        std::io::stdin()
+            .take(1 << 20)
+            .read_to_string(&mut s)
+            .context("cannot read the prompt from stdin")?;
+        s
+    } else {
+        words.join(" ")
+    };
+    let prompt = prompt.trim().to_owned();
+    anyhow::ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty: give it as an argument, or `-` to read stdin"
+    );
+    Ok(prompt)
+}
+
+/// A workspace given on the command line: an existing directory, made absolute.
+pub fn resolve_workspace(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let abs = std::fs::canonicalize(dir)
+        .with_context(|| format!("workspace {} does not exist", dir.display()))?;
+    anyhow::ensure!(
+        abs.is_dir(),
+        "workspace {} is not a directory",
+        abs.display()
+    );
+    Ok(abs)
+}
+
+pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result<Exit> {
+    let config = Arc::new(Config::load(config.as_deref(), &ProcessEnv)?);
+    let policy = Arc::new(policy::load(&config.policy, &config.paths)?);
+    let souls = SoulSet::load(&config.paths, &policy)?;
+    for err in &souls.errors {
+        tracing::warn!("skipping soul file: {err}");
+    }
+    let soul_id = args
+        .soul
+        .clone()
+        .unwrap_or_else(|| config.default_soul.to_string());
+    let soul = Arc::new(souls.get(&soul_id)?.clone());
+    let prompt = read_prompt(&args.prompt)?;
+    let session = args.session.as_deref().map(SessionId::new).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(resolve_workspace)
+        .transpose()?;
+
+    let store = Arc::new(Store::open(&config.paths.data_dir).with_context(|| {
+        format!(
+            "cannot open the data dir {}",
+            config.paths.data_dir.display()
+        )
+    })?);
+    let snapshotter = Snapshotter::new().context("cannot read the system state")?;
+    let metrics = Arc::new(Metrics::default());
+    let approvals = ApprovalBroker::new(policy.approval_timeout);
+    approvals.add_frontend(Arc::new(TtyFrontend::detect()));
+    let rt = Arc::new(Runtime {
+        llm: Arc::new(ConfigLlmFactory {
+            config: Arc::clone(&config),
+        }),
+        hooks: vec![
+            Arc::new(AuditHook {
+                store: Arc::clone(&store),
+            }),
+            Arc::new(MetricsHook {
+                metrics: Arc::clone(&metrics),
+            }),
+        ],
+        config,
+        policy,
+        store,
+        tools: Arc::new(Registry::builtin()),
+        limiters: Arc::new(RateLimiters::new()),
+        approvals,
+        metrics,
+        snapshotter: Arc::new(Mutex::new(snapshotter)),
+    });
+    let spec = TaskSpec {
+        task_id: TaskId::generate(),
+        soul,
+        prompt,
+        session,
+        workspace,
+        origin: "cli".into(),
+        max_iterations: None,
+    };
+
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    tokio.block_on(async move {
+        let mut bus = EventBus::new();
+        let rx = bus.subscribe(Delivery::Lossless);
+        let printer = tokio::spawn(print_events(rx, out, args.json));
+        let cancel = CancellationToken::new();
+        let on_ctrl_c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                tracing::warn!("cancelling (Ctrl-C)");
+                on_ctrl_c.cancel();
+            }
+        });
+        let outcome = run_task(rt, spec, bus, cancel).await;
+        // The bus was moved into the task and dropped with it: the printer ends.
+        printer.await.context("the output printer failed")??;
+        match outcome {
+            Ok(o) => Ok(exit_for(o.status)),
+            Err(TaskError::Store(crate::store::StoreError::SessionBusy(id))) => {
+                anyhow::bail!(
+                    "session {id} is busy: a task is already running in it (here or in the daemon)"
+                )
+            }
+            Err(e) => Err(e.into()),
+        }
+    })
+}
+
+async fn print_events(
+    mut rx: tokio::sync::mpsc::Receiver<Arc<Event>>,
+    mut out: Out,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut at_line_start = true;
+    while let Some(event) = rx.recv().await {
+        if json {
+            out.json_line(&*event)?;
+            out.flush()?;
+            continue;
+        }
+        let mut err = std::io::stderr().lock();
+        match &event.payload {
+            EventPayload::TextDelta { text } => {
+                write!(out, "{text}")?;
+                out.flush()?;
+                at_line_start = text.ends_with('\n');
+            }
+            EventPayload::ToolCallStarted {
+                tool,
+                args,
+                decision,
+                reason,
+                ..
+            } => {
+                if !at_line_start {
+                    writeln!(out)?;
+                    out.flush()?;
+                    at_line_start = true;
+                }
+                let what = crate::agent::plan::describe_call(tool, args);
+                match reason {
+                    Some(r) if decision != "allow" => writeln!(err, "→ {what} [{decision}: {r}]")?,
+                    Some(_) | None => writeln!(err, "→ {what}")?,
+                }
+            }
+            EventPayload::ToolCallFinished {
+                tool,
+                ok,
+                preview,
+                duration_ms,
+                ..
+            } => {
+                let mark = if *ok { "✓" } else { "✗" };
+                writeln!(err, "  {mark} {tool} ({duration_ms} ms) {preview}")?;
+            }
+            EventPayload::ApprovalResolved { approved, .. } => {
+                writeln!(
+                    err,
+                    "  {}",
+                    if *approved {
+                        "approved"
+                    } else {
+                        "not approved"
+                    }
+                )?;
+            }
+            EventPayload::Retry {
+                attempt,
+                delay_ms,
+                reason,
+            } => {
+                writeln!(
+                    err,
+                    "  model call failed ({reason}); retry {attempt} in {:.1}s",
+                    *delay_ms as f64 / 1000.0
+                )?;
+            }
+            EventPayload::ModelFallback { from, to, .. } => {
+                writeln!(err, "  switching model: {from} → {to}")?
+            }
+            EventPayload::RateLimited { scope, limit, .. } => {
+                writeln!(err, "  rate limited: {limit} {scope}")?
+            }
+            EventPayload::LoopWarning { .. } => {
+                writeln!(err, "  the model is repeating itself; steering it")?
+            }
+            EventPayload::Compaction { mode, .. } => writeln!(err, "  context compacted ({mode})")?,
+            EventPayload::TaskFinished {
+                status,
+                result,
+                usage,
+                iterations,
+            } => {
+                if !at_line_start {
+                    writeln!(out)?;
+                    out.flush()?;
+                }
+                if *status != TaskStatus::Completed {
+                    writeln!(err, "{result}")?;
+                }
+                writeln!(
+                    err,
+                    "— {status} after {iterations} step{}, {} tokens (session {})",
+                    if *iterations == 1 { "" } else { "s" },
+                    usage.total(),
+                    event.session_id
+                )?;
+            }
+            EventPayload::TaskStarted { .. }
+            | EventPayload::IterationStarted { .. }
+            | EventPayload::ApprovalRequested { .. }
+            | EventPayload::PlanUpdated { .. } => {}
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
