@@ -728,6 +728,18 @@ impl Task {
             // recorded above (transcript, plan, audit) and remembered by the dispatcher.
             return match err {
                 LlmError::Cancelled => {
+                    // Calls that ran before the cancel are part of the work: keep them
+                    // with their (possibly "cancelled") results.
+                    if !results.is_empty() {
+                        self.record_message(Message {
+                            role: Role::Assistant,
+                            content: blocks,
+                        });
+                        self.record_message(Message {
+                            role: Role::User,
+                            content: results,
+                        });
+                    }
                     let (s, r) = self.cancelled_status();
                     State::Finish(s, r)
                 }

@@ -1,5 +1,6 @@
 //! One module per area.
 
+mod agent;
 mod cli;
 mod llm;
 mod snapshot;

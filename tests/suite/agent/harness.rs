@@ -1,0 +1,253 @@
+//! A runtime wired to a loopback model, a temp home and a test policy.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use familiar::agent::events::{Delivery, Event, EventBus};
+use familiar::agent::hooks::{AuditHook, MetricsHook};
+use familiar::agent::metrics::Metrics;
+use familiar::agent::{LlmFactory, Runtime, TaskOutcome, TaskSpec, run_task};
+use familiar::approval::ApprovalBroker;
+use familiar::config::Config;
+use familiar::ids::{SessionId, TaskId};
+use familiar::llm::{LlmClient, LlmError, RetryPolicy, Sleeper};
+use familiar::policy::Policy;
+use familiar::ratelimit::RateLimiters;
+use familiar::snapshot::Snapshotter;
+use familiar::soul::{PromptSource, Soul, SoulOrigin};
+use familiar::store::Store;
+use familiar::tools::{Registry, Tool};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::TestHome;
+use crate::common::llm_server::*;
+
+/// A model client with zero-delay retries, from the harness config.
+struct TestLlm {
+    config: Arc<Config>,
+    env: BTreeMap<String, String>,
+}
+
+impl LlmFactory for TestLlm {
+    fn client(&self, _soul: &Soul) -> Result<(LlmClient, String, u32), LlmError> {
+        let cfg = self.config.provider(None).unwrap();
+        let providers = self.config.providers.clone();
+        let client = LlmClient::from_config(cfg, &self.env, &|n| providers.get(n).cloned())?
+            .with_retry(RetryPolicy {
+                sleeper: Sleeper::none(),
+                ..RetryPolicy::from_config(cfg)
+            });
+        Ok((client, cfg.model.clone(), cfg.context_window))
+    }
+}
+
+pub struct Harness {
+    pub home: TestHome,
+    pub server: LlmServer,
+    pub store: Arc<Store>,
+    pub config: Arc<Config>,
+    pub policy: Arc<Policy>,
+    pub approvals: ApprovalBroker,
+    pub metrics: Arc<Metrics>,
+    pub limiters: Arc<RateLimiters>,
+    env: BTreeMap<String, String>,
+}
+
+/// A policy that allows every tier (tests that are not about asking).
+pub const OPEN_POLICY: &str = "[tiers]\nread = \"allow\"\nwrite = \"allow\"\nexecute = \"allow\"\nsystem_critical = \"allow\"\n";
+
+impl Harness {
+    pub async fn new(script: Vec<Reply>) -> Harness {
+        Harness::with(script, "", "").await
+    }
+
+    /// `provider_extra` goes into `[providers.local]`; `policy_src` is a policy file.
+    pub async fn with(script: Vec<Reply>, provider_extra: &str, policy_src: &str) -> Harness {
+        let home = TestHome::new();
+        let server = LlmServer::start(script).await;
+        let env: BTreeMap<String, String> = [
+            ("HOME", home.path().display().to_string()),
+            (
+                "XDG_CONFIG_HOME",
+                home.path().join(".config").display().to_string(),
+            ),
+            (
+                "XDG_STATE_HOME",
+                home.path().join(".local/state").display().to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let src = format!(
+            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{provider_extra}",
+            server.base
+        );
+        let config = Arc::new(Config::from_toml("config.toml", &src, &env).unwrap());
+        let policy = Arc::new(Policy::from_toml("test.toml", policy_src, home.path()).unwrap());
+        let store = Arc::new(Store::open(&config.paths.data_dir).unwrap());
+        Harness {
+            approvals: ApprovalBroker::new(policy.approval_timeout),
+            home,
+            server,
+            store,
+            config,
+            policy,
+            metrics: Arc::new(Metrics::default()),
+            limiters: Arc::new(RateLimiters::new()),
+            env,
+        }
+    }
+
+    /// A soul from TOML (`prompt` is added when missing).
+    pub fn soul(&self, toml: &str) -> Arc<Soul> {
+        let src = if toml.contains("prompt") {
+            toml.to_owned()
+        } else {
+            format!("prompt = \"You are a test soul.\"\n{toml}")
+        };
+        Arc::new(
+            familiar::soul::parse(
+                "test.toml",
+                "test",
+                &src,
+                PromptSource::BuiltIn,
+                self.home.path(),
+                None,
+                SoulOrigin::BuiltIn,
+            )
+            .unwrap(),
+        )
+    }
+
+    pub fn runtime(&self, tools: Registry) -> Arc<Runtime> {
+        Arc::new(Runtime {
+            config: Arc::clone(&self.config),
+            policy: Arc::clone(&self.policy),
+            store: Arc::clone(&self.store),
+            tools: Arc::new(tools),
+            limiters: Arc::clone(&self.limiters),
+            approvals: self.approvals.clone(),
+            metrics: Arc::clone(&self.metrics),
+            snapshotter: Arc::new(Mutex::new(Snapshotter::with_hyprland(None).unwrap())),
+            hooks: vec![
+                Arc::new(AuditHook {
+                    store: Arc::clone(&self.store),
+                }),
+                Arc::new(MetricsHook {
+                    metrics: Arc::clone(&self.metrics),
+                }),
+            ],
+            llm: Arc::new(TestLlm {
+                config: Arc::clone(&self.config),
+                env: self.env.clone(),
+            }),
+        })
+    }
+
+    pub fn spec(&self, soul: Arc<Soul>, prompt: &str, session: Option<SessionId>) -> TaskSpec {
+        TaskSpec {
+            task_id: TaskId::generate(),
+            soul,
+            prompt: prompt.to_owned(),
+            session,
+            workspace: Some(self.home.path().join("work")),
+            origin: "test".into(),
+            max_iterations: None,
+        }
+    }
+
+    /// Runs a task to the end and returns its outcome and every event.
+    pub async fn run(&self, rt: Arc<Runtime>, spec: TaskSpec) -> (TaskOutcome, Vec<Arc<Event>>) {
+        self.run_with(rt, spec, CancellationToken::new(), |_, _| {})
+            .await
+    }
+
+    /// Like `run`, calling `on_event` for each event as it arrives (to cancel, say).
+    pub async fn run_with(
+        &self,
+        rt: Arc<Runtime>,
+        spec: TaskSpec,
+        cancel: CancellationToken,
+        mut on_event: impl FnMut(&Event, &CancellationToken) + Send + 'static,
+    ) -> (TaskOutcome, Vec<Arc<Event>>) {
+        let mut bus = EventBus::new();
+        let mut rx = bus.subscribe(Delivery::Lossless);
+        let c = cancel.clone();
+        let collector = tokio::spawn(async move {
+            let mut all = Vec::new();
+            while let Some(e) = rx.recv().await {
+                on_event(&e, &c);
+                all.push(e);
+            }
+            all
+        });
+        let outcome = run_task(rt, spec, bus, cancel).await.unwrap();
+        (outcome, collector.await.unwrap())
+    }
+
+    pub fn workspace(&self) -> std::path::PathBuf {
+        self.home.path().join("work")
+    }
+}
+
+pub fn kinds(events: &[Arc<Event>]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind()).collect()
+}
+
+pub fn count(events: &[Arc<Event>], kind: &str) -> usize {
+    events.iter().filter(|e| e.kind() == kind).count()
+}
+
+/// An OpenAI-format reply with text only.
+pub fn text_reply(text: &str) -> Reply {
+    Reply::sse(sse(vec![
+        oa_text(text),
+        oa_finish("stop"),
+        oa_usage(100, 10),
+        oa_done(),
+    ]))
+}
+
+/// An OpenAI-format reply calling tools (id, name, args).
+pub fn tools_reply(calls: &[(&str, &str, Value)]) -> Reply {
+    let mut frames: Vec<String> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (id, name, args))| oa_tool_call(i as u32, id, name, &args.to_string()))
+        .collect();
+    frames.extend([oa_finish("tool_calls"), oa_usage(100, 10), oa_done()]);
+    Reply::sse(sse(frames))
+}
+
+/// The tool messages the model was sent in request `n` (OpenAI format).
+pub fn tool_messages(server: &LlmServer, n: usize) -> Vec<Value> {
+    server.requests()[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
+}
+
+pub fn builtin_plus(extra: Vec<Arc<dyn Tool>>) -> Registry {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    let builtin = Registry::builtin();
+    for name in ["read_file", "list_dir", "system_snapshot", "process_list"] {
+        if let Some(t) = builtin.get(name) {
+            tools.push(Arc::clone(t));
+        }
+    }
+    tools.extend(extra);
+    Registry::with(tools)
+}
+
+pub fn write(path: &Path, text: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}

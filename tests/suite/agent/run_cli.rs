@@ -1,0 +1,149 @@
+//! `familiar run` end to end: the real binary against the loopback model.
+
+use serde_json::{Value, json};
+
+use super::harness::*;
+use crate::common::TestHome;
+use crate::common::llm_server::*;
+
+fn config(home: &TestHome, server: &LlmServer) {
+    home.write_config(
+        "config.toml",
+        &format!(
+            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n",
+            server.base
+        ),
+    );
+}
+
+async fn run(cmd: assert_cmd::Command) -> std::process::Output {
+    let mut cmd = cmd;
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_run_completes_and_prints_json_events() {
+    let server = LlmServer::start(vec![
+        tools_reply(&[("c1", "list_dir", json!({"path": "."}))]),
+        text_reply("Your disk is fine."),
+    ])
+    .await;
+    let home = TestHome::new();
+    config(&home, &server);
+    let mut cmd = home.familiar();
+    cmd.args([
+        "run",
+        "--json",
+        "--soul",
+        "safe_assistant",
+        "what",
+        "is",
+        "using",
+        "my",
+        "disk?",
+    ]);
+    let out = run(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["kind"], "task_started");
+    let last = lines.last().unwrap();
+    assert_eq!(last["kind"], "task_finished");
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["result"], "Your disk is fine.");
+    for l in &lines {
+        assert!(
+            l["task_id"].is_string() && l["session_id"].is_string(),
+            "{l}"
+        );
+    }
+    // The prompt reached the model as the user's message.
+    let sent = &server.requests()[0].body["messages"];
+    assert_eq!(sent[1]["content"], "what is using my disk?");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_run_exits_4_at_max_iterations_and_human_output_goes_to_the_right_stream() {
+    let replies = (0..10)
+        .map(|i| tools_reply(&[("c", "list_dir", json!({"path": format!("/{i}")}))]))
+        .collect();
+    let server = LlmServer::start(replies).await;
+    let home = TestHome::new();
+    config(&home, &server);
+    home.write_config(
+        "souls/short.toml",
+        "prompt = \"p\"\nmax_iterations = 2\ntools = [\"list_dir\"]\n",
+    );
+    let mut cmd = home.familiar();
+    cmd.args(["run", "--soul", "short", "loop"]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(4));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("→ list_dir: /0"), "{stderr}");
+    assert!(
+        stderr.contains("— max_iterations after 2 steps"),
+        "{stderr}"
+    );
+    // The session is on disk and listed.
+    let mut cmd = home.familiar();
+    cmd.arg("sessions");
+    let out = run(cmd).await;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("short"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_run_reads_the_prompt_from_stdin_and_rejects_an_empty_one() {
+    let server = LlmServer::start(vec![text_reply("hi")]).await;
+    let home = TestHome::new();
+    config(&home, &server);
+    let mut cmd = home.familiar();
+    cmd.args(["run", "-"]).write_stdin("hello from stdin\n");
+    let out = run(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hi");
+    assert_eq!(
+        server.requests()[0].body["messages"][1]["content"],
+        "hello from stdin"
+    );
+
+    let mut cmd = home.familiar();
+    cmd.args(["run", "-"]).write_stdin("   \n");
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the prompt is empty"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_run_says_what_to_do_when_no_model_answers() {
+    let home = TestHome::new();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    home.write_config(
+        "config.toml",
+        &format!("[providers.local]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmax_retries = 0\n"),
+    );
+    let mut cmd = home.familiar();
+    cmd.args(["run", "hello"]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+}
