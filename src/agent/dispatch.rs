@@ -56,6 +56,8 @@ pub struct CallSpec {
     pub mutating: bool,
     pub gate: Gate,
     pub summary: String,
+    /// The decision's steps, for the audit log (`soul_tools=pass, tier_mode=ask, …`).
+    pub trail: String,
 }
 
 /// What became of a call.
@@ -70,10 +72,12 @@ pub struct CallResult {
     /// The tool reported an error the task cannot survive.
     pub fatal: bool,
     pub duration_ms: u64,
+    /// The decision's steps (see [`CallSpec::trail`]).
+    pub trail: String,
 }
 
 impl CallResult {
-    fn refused(decision: AuditDecision, reason: String) -> Self {
+    fn refused(decision: AuditDecision, reason: String, trail: String) -> Self {
         CallResult {
             ok: false,
             output: reason.clone(),
@@ -82,6 +86,7 @@ impl CallResult {
             outcome: AuditOutcome::NotRun,
             fatal: false,
             duration_ms: 0,
+            trail,
         }
     }
 }
@@ -174,6 +179,7 @@ impl Dispatcher {
                     outcome: AuditOutcome::Failed,
                     fatal: false,
                     duration_ms: 0,
+                    trail: String::new(),
                 })
             }
             .boxed()
@@ -219,11 +225,13 @@ impl Dispatcher {
     }
 }
 
-async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
+async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
     let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
     let decision = match spec.gate {
-        Gate::Refuse { decision, reason } => return CallResult::refused(decision, reason),
+        Gate::Refuse { decision, reason } => {
+            return CallResult::refused(decision, reason, spec.trail);
+        }
         Gate::Run => AuditDecision::Allowed,
         Gate::Ask { reason } => {
             let request = ApprovalRequest {
@@ -253,16 +261,26 @@ async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
                 approved: resolution.approved(),
                 outcome: serde_json::to_value(&resolution).unwrap_or_default(),
             });
+            spec.trail.push_str(if resolution.approved() {
+                ", approval=approved"
+            } else {
+                ", approval=refused"
+            });
             match resolution {
                 Resolution::Approved { .. } | Resolution::Granted => AuditDecision::Approved,
                 Resolution::TimedOut => {
                     return CallResult::refused(
                         AuditDecision::ApprovalTimeout,
                         resolution.denial_reason(),
+                        spec.trail,
                     );
                 }
                 Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
-                    return CallResult::refused(AuditDecision::Denied, resolution.denial_reason());
+                    return CallResult::refused(
+                        AuditDecision::Denied,
+                        resolution.denial_reason(),
+                        spec.trail,
+                    );
                 }
             }
         }
@@ -280,6 +298,7 @@ async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
             outcome: AuditOutcome::NotRun,
             fatal: false,
             duration_ms: 0,
+            trail: spec.trail,
         };
     };
     let _permit = if spec.mutating {
@@ -317,5 +336,6 @@ async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
         },
         fatal,
         duration_ms,
+        trail: spec.trail,
     }
 }

@@ -40,7 +40,7 @@ use crate::llm::{
     ClientEvent, ContentBlock, Estimator, FinishReason, LlmClient, LlmError, Message, Request,
     Role, StreamEvent, Usage,
 };
-use crate::policy::{self, Call, Decision, PathContext, Policy};
+use crate::policy::{self, Call, Decision, Outcome, PathContext, Policy, StepName};
 use crate::ratelimit::{RateLimiters, Scope};
 use crate::snapshot::Snapshotter;
 use crate::soul::Soul;
@@ -593,10 +593,10 @@ impl Task {
                                 if !text.is_empty() {
                                     blocks.push(ContentBlock::Text { text: std::mem::take(&mut text) });
                                 }
-                                let (args, gate) = match input {
+                                let (args, gate, trail) = match input {
                                     Ok(args) => {
-                                        let gate = self.gate(&id, &name, &args).await;
-                                        (args, gate)
+                                        let (gate, trail) = self.gate(&id, &name, &args).await;
+                                        (args, gate, trail)
                                     }
                                     Err(invalid) => (
                                         json!({}),
@@ -604,6 +604,7 @@ impl Task {
                                             decision: AuditDecision::Denied,
                                             reason: format!("{invalid}. Send the call again with a JSON object that matches the tool's schema."),
                                         },
+                                        "arguments=deny".to_owned(),
                                     ),
                                 };
                                 if matches!(gate, Gate::Refuse { .. }) {
@@ -624,6 +625,7 @@ impl Task {
                                     tool,
                                     mutating,
                                     gate,
+                                    trail,
                                 });
                             }
                             ClientEvent::Event(StreamEvent::Usage { usage }) => turn_usage = usage,
@@ -687,13 +689,17 @@ impl Task {
         let mut fatal = None;
         let mut signatures = Vec::with_capacity(calls.len());
         for (call, result) in &calls {
+            let audit_reason = match &result.reason {
+                Some(r) => format!("{r} [{}]", result.trail),
+                None => format!("[{}]", result.trail),
+            };
             let cref = ToolCallRef {
                 call_id: &call.call_id,
                 tool: &call.name,
                 tier: call.tier,
                 args: &call.args,
                 decision: result.decision,
-                reason: result.reason.as_deref(),
+                reason: Some(&audit_reason),
             };
             for h in &self.rt.hooks {
                 h.before_tool(&self.task_ref(), &cref);
@@ -885,8 +891,9 @@ impl Task {
             })
     }
 
-    /// Decides one call: policy, then rate limits. Emits `tool_call_started`.
-    async fn gate(&mut self, id: &CallId, name: &str, args: &serde_json::Value) -> Gate {
+    /// Decides one call: policy, then rate limits. Emits `tool_call_started`. Returns
+    /// the gate and the decision's steps for the audit log.
+    async fn gate(&mut self, id: &CallId, name: &str, args: &serde_json::Value) -> (Gate, String) {
         let tier = crate::tools::info(name).map_or(crate::policy::Tier::SystemCritical, |i| {
             crate::tools::tier_for_call(i, args)
         });
@@ -894,7 +901,7 @@ impl Task {
             home: &self.rt.config.paths.home,
             cwd: &self.workspace,
         };
-        let verdict = policy::decide(
+        let mut verdict = policy::decide(
             &self.spec.soul,
             &self.rt.policy,
             &Call {
@@ -925,6 +932,7 @@ impl Task {
                     tool: Some(name.to_owned()),
                 })
                 .await;
+                verdict.record(StepName::RateLimit, Outcome::Deny, limited.to_string());
                 gate = Gate::Refuse {
                     decision: AuditDecision::RateLimited,
                     reason: limited.to_string(),
@@ -945,7 +953,13 @@ impl Task {
             reason,
         })
         .await;
-        gate
+        let trail = verdict
+            .steps
+            .iter()
+            .map(|s| format!("{}={}", s.name.as_str(), s.outcome.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (gate, trail)
     }
 
     fn check_tool_quota(&self, tool: &str) -> Result<(), crate::ratelimit::RateLimited> {

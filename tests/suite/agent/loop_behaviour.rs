@@ -152,6 +152,10 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
     let audit = std::fs::read_to_string(h.store.audit_path()).unwrap();
     assert_eq!(audit.lines().count(), 2);
     assert!(audit.contains("\"decision\":\"allowed\""));
+    assert!(
+        audit.contains("soul_tools=pass"),
+        "every step is in the audit log: {audit}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
