@@ -912,7 +912,15 @@ impl Task {
             &ctx,
         );
         let mut gate = match &verdict.decision {
-            Decision::Allow => Gate::Run,
+            Decision::Allow => match crate::tools::runs_outside_sandbox(name, args) {
+                Some(why) => {
+                    verdict.record(StepName::ShellAnalysis, Outcome::Ask, why);
+                    Gate::Ask {
+                        reason: format!("{why}: it is always asked"),
+                    }
+                }
+                None => Gate::Run,
+            },
             Decision::Ask { reason } => Gate::Ask {
                 reason: reason.clone(),
             },

@@ -7,6 +7,7 @@
 //! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
 mod files;
+pub mod hypr;
 mod system;
 
 use std::collections::BTreeMap;
@@ -103,6 +104,12 @@ impl Registry {
             Arc::new(files::ListDir),
             Arc::new(system::SystemSnapshot),
             Arc::new(system::ProcessList),
+            Arc::new(hypr::HyprState {
+                locate: hypr::locate_from_env(),
+            }),
+            Arc::new(hypr::HyprDispatch {
+                locate: hypr::locate_from_env(),
+            }),
         ];
         Registry {
             tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),
@@ -293,6 +300,24 @@ pub fn tier_for_call(tool: &ToolInfo, args: &serde_json::Value) -> Tier {
             _ => tool.tier,
         },
         _ => tool.tier,
+    }
+}
+
+/// Why a call will run outside familiar's sandbox, if it will: such calls are always
+/// asked, whatever the policy's mode for their tier.
+pub fn runs_outside_sandbox(name: &str, args: &serde_json::Value) -> Option<&'static str> {
+    match name {
+        "hypr_dispatch" => {
+            let d = args
+                .get("dispatcher")
+                .and_then(|d| d.as_str())
+                .unwrap_or("");
+            hypr::LAUNCHING_DISPATCHERS
+                .contains(&d)
+                .then_some("the program is started by Hyprland, outside familiar's sandbox")
+        }
+        "open" => Some("the file or URL opens in an application outside familiar's sandbox"),
+        _ => None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The agent loop against the scripted loopback model: real files, real store, real
 //! tools, no timing assertions (tests wait for events).
 
+mod desktop_tools;
 mod harness;
 mod loop_behaviour;
 mod run_cli;

@@ -1,0 +1,212 @@
+//! Hyprland tools: `hypr_state` (read) and `hypr_dispatch` (execute), over the
+//! compositor's command socket ([`crate::hyprland`]).
+//!
+//! Both are hidden from the model when no Hyprland instance answers. `hypr_dispatch`
+//! accepts only dispatchers it knows, with arguments on one line and without the `;`
+//! that would let one request carry a second command. `exec`-style dispatchers start
+//! programs *through the compositor*, outside familiar's sandbox: the loop always asks
+//! before them, whatever the policy's execute mode (see `agent::turn`).
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use crate::hyprland::Hyprland;
+
+/// Finds the compositor now (it may start or stop while the daemon runs).
+pub type Locate = Arc<dyn Fn() -> Option<Hyprland> + Send + Sync>;
+
+/// The compositor of the daemon's environment.
+pub fn locate_from_env() -> Locate {
+    Arc::new(|| Hyprland::detect(&crate::config::ProcessEnv))
+}
+
+/// Dispatchers that launch a program through the compositor (outside the sandbox).
+pub const LAUNCHING_DISPATCHERS: &[&str] = &["exec", "execr"];
+
+/// Dispatchers the model may use.
+pub const DISPATCHERS: &[&str] = &[
+    "exec",
+    "execr",
+    "workspace",
+    "movetoworkspace",
+    "movetoworkspacesilent",
+    "focuswindow",
+    "focusmonitor",
+    "movefocus",
+    "movewindow",
+    "swapwindow",
+    "resizeactive",
+    "moveactive",
+    "togglefloating",
+    "setfloating",
+    "settiled",
+    "fullscreen",
+    "pin",
+    "centerwindow",
+    "killactive",
+    "closewindow",
+    "togglespecialworkspace",
+    "togglegroup",
+    "changegroupactive",
+    "layoutmsg",
+    "cyclenext",
+    "focusurgentorlast",
+    "focuscurrentorlast",
+    "renameworkspace",
+    "movecurrentworkspacetomonitor",
+    "swapactiveworkspaces",
+    "splitratio",
+    "bringactivetotop",
+    "alterzorder",
+    "dpms",
+];
+
+pub struct HyprState {
+    pub locate: Locate,
+}
+
+impl Tool for HyprState {
+    fn info(&self) -> &'static ToolInfo {
+        &super::HYPR_STATE
+    }
+
+    fn description(&self) -> &'static str {
+        "The Hyprland desktop now: workspaces, windows (class, title, workspace, address) and \
+         the focused window, as JSON."
+    }
+
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    }
+
+    fn available(&self) -> bool {
+        (self.locate)().is_some()
+    }
+
+    fn execute(
+        &self,
+        _args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        let locate = Arc::clone(&self.locate);
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let hypr = locate().ok_or_else(|| ToolError::model("Hyprland is not running"))?;
+                let get = |cmd: &str| {
+                    hypr.request_json(cmd)
+                        .map_err(|e| ToolError::model(format!("hyprctl {cmd}: {e}")))
+                };
+                let state = json!({
+                    "active_workspace": get("j/activeworkspace")?,
+                    "active_window": get("j/activewindow")?,
+                    "workspaces": get("j/workspaces")?,
+                    "clients": get("j/clients")?,
+                });
+                serde_json::to_string_pretty(&state).map_err(|e| ToolError::Fatal(e.to_string()))
+            })
+            .await
+            .map_err(|e| ToolError::Fatal(format!("hypr_state worker failed: {e}")))?
+        }
+        .boxed()
+    }
+}
+
+pub struct HyprDispatch {
+    pub locate: Locate,
+}
+
+/// Checks a dispatcher and its arguments; the error tells the model what is allowed.
+pub fn validate(dispatcher: &str, args: &str) -> Result<(), ToolError> {
+    if !DISPATCHERS.contains(&dispatcher) {
+        return Err(ToolError::model(format!(
+            "unknown or unsupported dispatcher `{dispatcher}` (supported: {})",
+            DISPATCHERS.join(", ")
+        )));
+    }
+    if args.chars().any(|c| c == ';' || c.is_control()) {
+        return Err(ToolError::model(
+            "dispatcher arguments must be one line without `;` (one dispatch per call)",
+        ));
+    }
+    if args.len() > 1024 {
+        return Err(ToolError::model(
+            "dispatcher arguments are longer than 1024 bytes",
+        ));
+    }
+    Ok(())
+}
+
+impl Tool for HyprDispatch {
+    fn info(&self) -> &'static ToolInfo {
+        &super::HYPR_DISPATCH
+    }
+
+    fn description(&self) -> &'static str {
+        "Run one Hyprland dispatcher, e.g. {\"dispatcher\": \"workspace\", \"args\": \"3\"} or \
+         {\"dispatcher\": \"focuswindow\", \"args\": \"class:^(firefox)$\"}. `exec` launches a \
+         program. Needs the user's approval."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "dispatcher": {"type": "string", "enum": DISPATCHERS},
+                "args": {"type": "string", "description": "the dispatcher's arguments, one line"}
+            },
+            "required": ["dispatcher"],
+            "additionalProperties": false
+        })
+    }
+
+    fn available(&self) -> bool {
+        (self.locate)().is_some()
+    }
+
+    fn execute(
+        &self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        let locate = Arc::clone(&self.locate);
+        async move {
+            let dispatcher = str_arg(&args, "dispatcher")?.to_owned();
+            let dargs = args
+                .get("args")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            validate(&dispatcher, &dargs)?;
+            tokio::task::spawn_blocking(move || {
+                let hypr = locate().ok_or_else(|| ToolError::model("Hyprland is not running"))?;
+                hypr.dispatch(&dispatcher, &dargs)
+                    .map_err(|e| ToolError::model(format!("dispatch {dispatcher} {dargs}: {e}")))?;
+                Ok(format!("ok: dispatch {dispatcher} {dargs}")
+                    .trim_end()
+                    .to_owned())
+            })
+            .await
+            .map_err(|e| ToolError::Fatal(format!("hypr_dispatch worker failed: {e}")))?
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatchers_are_checked_and_requests_cannot_be_chained() {
+        assert!(validate("workspace", "3").is_ok());
+        assert!(validate("exec", "kitty --single-instance").is_ok());
+        assert!(validate("exit", "").is_err(), "exit would end the session");
+        assert!(validate("workspace", "3; dispatch exit").is_err());
+        assert!(validate("workspace", "3\ndispatch exit").is_err());
+    }
+}

@@ -1,0 +1,116 @@
+//! The Hyprland tools through the loop, against the fake compositor socket.
+
+use std::sync::Arc;
+
+use familiar::hyprland::Hyprland;
+use familiar::store::TaskStatus;
+use familiar::tools::hypr::{HyprDispatch, HyprState, Locate};
+use familiar::tools::{Registry, Tool};
+use serde_json::json;
+
+use super::harness::*;
+use crate::common::fake_hyprland::{ACTIVE_WINDOW, ACTIVE_WORKSPACE, FakeHyprland, Reply as Hypr};
+
+fn hypr_tools(socket: std::path::PathBuf) -> Registry {
+    let locate: Locate = Arc::new(move || Some(Hyprland::at(socket.clone())));
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(HyprState {
+            locate: Arc::clone(&locate),
+        }),
+        Arc::new(HyprDispatch { locate }),
+    ];
+    Registry::with(tools)
+}
+
+const DESKTOP: &str = "tools = [\"hypr_state\", \"hypr_dispatch\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_reads_the_desktop_and_switches_workspace() {
+    let h = Harness::with(
+        vec![
+            tools_reply(&[("c1", "hypr_state", json!({}))]),
+            tools_reply(&[(
+                "c2",
+                "hypr_dispatch",
+                json!({"dispatcher": "workspace", "args": "3"}),
+            )]),
+            text_reply("Switched to workspace 3."),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    let fake = FakeHyprland::start(
+        &h.home.path().join("run"),
+        "sig",
+        vec![
+            ("j/activeworkspace", Hypr::Text(ACTIVE_WORKSPACE.into())),
+            ("j/activewindow", Hypr::Text(ACTIVE_WINDOW.into())),
+            ("j/workspaces", Hypr::Text("[]".into())),
+            ("j/clients", Hypr::Text("[]".into())),
+            ("dispatch workspace 3", Hypr::Text("ok".into())),
+        ],
+    );
+    let rt = h.runtime(hypr_tools(fake.socket.clone()));
+    let (out, _) = h
+        .run(rt, h.spec(h.soul(DESKTOP), "go to workspace 3", None))
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let state = tool_messages(&h.server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(state.contains("vim ~/notes.md"), "{state}");
+    assert_eq!(
+        fake.finish().last().map(String::as_str),
+        Some("dispatch workspace 3")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_is_always_asked_even_when_the_policy_allows_execute() {
+    let h = Harness::with(
+        vec![
+            tools_reply(&[(
+                "c1",
+                "hypr_dispatch",
+                json!({"dispatcher": "exec", "args": "kitty"}),
+            )]),
+            text_reply("I could not start kitty."),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    // The fake expects nothing: no request may reach the compositor.
+    let fake = FakeHyprland::start(&h.home.path().join("run"), "sig", vec![]);
+    let rt = h.runtime(hypr_tools(fake.socket.clone()));
+    let (out, events) = h
+        .run(rt, h.spec(h.soul(DESKTOP), "open a terminal", None))
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed);
+    assert_eq!(count(&events, "approval_requested"), 1);
+    let msg = tool_messages(&h.server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(msg.contains("nobody could be asked"), "{msg}");
+    assert!(fake.finish().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn desktop_tools_are_not_offered_without_hyprland() {
+    let h = Harness::new(vec![text_reply("No desktop here.")]).await;
+    let locate: Locate = Arc::new(|| None);
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(HyprState { locate })];
+    let rt = h.runtime(Registry::with(tools));
+    let (out, _) = h
+        .run(rt, h.spec(h.soul(DESKTOP), "what is on screen?", None))
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed);
+    assert!(
+        h.server.requests()[0].body["tools"]
+            .as_array()
+            .is_none_or(|t| t.is_empty())
+    );
+}
