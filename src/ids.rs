@@ -102,7 +102,8 @@ macro_rules! id_type {
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                // `pad` so tables can align ids with `{:<18}`.
+                f.pad(&self.0)
             }
         }
 

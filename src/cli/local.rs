@@ -254,6 +254,9 @@ pub fn snapshot(config: &Option<PathBuf>, json: bool, out: &mut Out) -> anyhow::
     load_config(config)?;
     let mut snapshotter =
         crate::snapshot::Snapshotter::new().context("cannot read the system state")?;
+    // CPU % needs two samples some time apart, as with top(1).
+    snapshotter.take(None);
+    std::thread::sleep(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL);
     let snap = snapshotter.take(None);
     if json {
         out.json_line(&snap)?;

@@ -124,6 +124,8 @@ pub struct Memory {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Processes {
     pub count: usize,
+    /// False on the first sample: CPU % needs two samples, so every process shows 0.
+    pub cpu_measured: bool,
     /// Highest CPU first, at most [`TOP_PROCESSES`].
     pub top_cpu: Vec<ProcessInfo>,
     /// Highest RSS first, at most [`TOP_PROCESSES`].
@@ -204,6 +206,8 @@ pub struct Snapshotter {
     users: Users,
     users_refreshed: Instant,
     processes_refreshed: Option<Instant>,
+    /// Process refreshes so far; CPU % is meaningful from the second on.
+    process_samples: u32,
     disks: Disks,
     battery: Option<starship_battery::Manager>,
     hyprland: Option<Hyprland>,
@@ -236,6 +240,7 @@ impl Snapshotter {
             users: Users::new_with_refreshed_list().map_err(err)?,
             users_refreshed: Instant::now(),
             processes_refreshed: None,
+            process_samples: 0,
             disks: Disks::new_with_refreshed_list_specifics(disk_refresh()).map_err(err)?,
             battery,
             hyprland,
@@ -247,24 +252,8 @@ impl Snapshotter {
     pub fn take(&mut self, workspace: Option<&Path>) -> Snapshot {
         self.system
             .refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram().with_swap());
-        if self
-            .processes_refreshed
-            .is_none_or(|t| t.elapsed() >= PROCESS_REFRESH_INTERVAL)
-        {
-            self.system.refresh_processes_specifics(
-                ProcessesToUpdate::All,
-                true,
-                // Threads are not processes here, and reading each one's /proc/PID/task
-                // would add half again to the snapshot.
-                ProcessRefreshKind::nothing()
-                    .with_cpu()
-                    .with_memory()
-                    .with_user(UpdateKind::OnlyIfNotSet)
-                    .without_tasks(),
-            );
-            self.processes_refreshed = Some(Instant::now());
-        }
-        let processes = self.processes();
+        self.refresh_processes();
+        let processes = self.processes(TOP_PROCESSES);
         Snapshot {
             taken_at: crate::store::now_rfc3339(),
             hostname: System::host_name().ok(),
@@ -290,7 +279,36 @@ impl Snapshotter {
         }
     }
 
-    fn processes(&mut self) -> Processes {
+    /// Re-reads processes unless they were read less than sysinfo's minimum CPU interval
+    /// ago (CPU % over a shorter interval is noise).
+    fn refresh_processes(&mut self) {
+        if self
+            .processes_refreshed
+            .is_none_or(|t| t.elapsed() >= PROCESS_REFRESH_INTERVAL)
+        {
+            self.system.refresh_processes_specifics(
+                ProcessesToUpdate::All,
+                true,
+                // Threads are not processes here, and reading each one's /proc/PID/task
+                // would add half again to the snapshot.
+                ProcessRefreshKind::nothing()
+                    .with_cpu()
+                    .with_memory()
+                    .with_user(UpdateKind::OnlyIfNotSet)
+                    .without_tasks(),
+            );
+            self.processes_refreshed = Some(Instant::now());
+            self.process_samples = self.process_samples.saturating_add(1);
+        }
+    }
+
+    /// The `n` processes using the most CPU (or memory), and how many processes run.
+    pub fn top_processes(&mut self, n: usize) -> Processes {
+        self.refresh_processes();
+        self.processes(n)
+    }
+
+    fn processes(&mut self, limit: usize) -> Processes {
         let procs = self.system.processes();
         let unknown_uid = procs
             .values()
@@ -311,7 +329,7 @@ impl Snapshotter {
             cpu_percent: p.cpu_usage(),
             rss_bytes: p.memory(),
         };
-        let n = TOP_PROCESSES.min(all.len());
+        let n = limit.min(all.len());
         if n > 0 {
             all.select_nth_unstable_by(n - 1, |a, b| b.cpu_usage().total_cmp(&a.cpu_usage()));
         }
@@ -328,6 +346,7 @@ impl Snapshotter {
         top_memory.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
         Processes {
             count: procs.len(),
+            cpu_measured: self.process_samples >= 2,
             top_cpu,
             top_memory,
         }

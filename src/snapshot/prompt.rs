@@ -76,6 +76,11 @@ impl Snapshot {
             ("top memory", &self.processes.top_memory),
         ] {
             write!(s, "  {label}:")?;
+            if label == "top cpu" && !self.processes.cpu_measured {
+                // One sample gives every process 0 %: saying so beats a wrong list.
+                s.push_str(" (not measured yet: ask process_list in a moment)\n");
+                continue;
+            }
             for (i, p) in list.iter().take(TOP_PROCESSES).enumerate() {
                 write!(
                     s,
@@ -184,6 +189,7 @@ mod tests {
             },
             processes: Processes {
                 count: usize::MAX,
+                cpu_measured: true,
                 top_cpu: vec![p.clone(); 100],
                 top_memory: vec![p; 100],
             },

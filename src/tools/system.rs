@@ -88,24 +88,31 @@ impl Tool for ProcessList {
             let limit = opt_u64(&args, "limit")?
                 .unwrap_or(DEFAULT_PROCESS_LIMIT)
                 .clamp(1, MAX_PROCESS_LIMIT) as usize;
-            let snap = tokio::task::spawn_blocking(move || take(&ctx))
-                .await
-                .map_err(|e| ToolError::Fatal(format!("snapshot worker failed: {e}")))?;
+            let procs = tokio::task::spawn_blocking(move || {
+                let mut s = ctx.snapshotter.lock().unwrap_or_else(|e| e.into_inner());
+                s.top_processes(limit)
+            })
+            .await
+            .map_err(|e| ToolError::Fatal(format!("snapshot worker failed: {e}")))?;
             let list = if by_memory {
-                &snap.processes.top_memory
+                &procs.top_memory
             } else {
-                &snap.processes.top_cpu
+                &procs.top_cpu
             };
-            let mut out = format!(
+            let mut out = String::new();
+            if !by_memory && !procs.cpu_measured {
+                out.push_str("(CPU % needs two samples; this is the first, so it shows 0 for every process: call again for real numbers)\n");
+            }
+            out.push_str(&format!(
                 "{} processes; top {} by {}:\n{:>8} {:>6} {:>10}  {:<12} NAME\n",
-                snap.processes.count,
+                procs.count,
                 limit.min(list.len()),
                 if by_memory { "memory" } else { "CPU" },
                 "PID",
                 "CPU%",
                 "RSS",
                 "USER"
-            );
+            ));
             for p in list.iter().take(limit) {
                 out.push_str(&format!(
                     "{:>8} {:>6.1} {:>10}  {:<12} {}\n",
