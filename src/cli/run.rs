@@ -150,8 +150,12 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         let on_ctrl_c = cancel.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                tracing::warn!("cancelling (Ctrl-C)");
+                tracing::warn!("cancelling (Ctrl-C again to quit at once)");
                 on_ctrl_c.cancel();
+            }
+            // A second Ctrl-C means "now": the context was saved at the last step.
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
             }
         });
         let outcome = run_task(rt, spec, bus, cancel).await;
