@@ -150,7 +150,8 @@ pub fn parse(
 
     let id = match &raw.id {
         Some(id) => {
-            let parsed = SoulId::new(id.get_ref().clone()).map_err(|e| at(id.span(), e.to_string()))?;
+            let parsed =
+                SoulId::new(id.get_ref().clone()).map_err(|e| at(id.span(), e.to_string()))?;
             if parsed.as_str() != stem {
                 return Err(at(
                     id.span(),
@@ -164,7 +165,10 @@ pub fn parse(
 
     let prompt = match (raw.prompt, &raw.prompt_file) {
         (Some(_), Some(pf)) => {
-            return Err(at(pf.span(), "set either `prompt` or `prompt_file`, not both".into()));
+            return Err(at(
+                pf.span(),
+                "set either `prompt` or `prompt_file`, not both".into(),
+            ));
         }
         (Some(p), None) => p,
         (None, Some(pf)) => load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e))?,
@@ -186,7 +190,10 @@ pub fn parse(
     };
     let max_tokens = match raw.max_tokens {
         Some(n) if *n.get_ref() < 1000 => {
-            return Err(at(n.span(), format!("{} is below the minimum of 1000", n.get_ref())));
+            return Err(at(
+                n.span(),
+                format!("{} is below the minimum of 1000", n.get_ref()),
+            ));
         }
         Some(n) => n.into_inner(),
         None => DEFAULT_MAX_TOKENS,
@@ -317,32 +324,63 @@ fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, String> 
             .ok_or_else(|| format!("no built-in prompt `{name}`")),
         PromptSource::Dir(dir) => {
             let path = dir.join(name);
-            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))
         }
     }
 }
 
 /// The shipped souls: (id, TOML source).
 pub const BUILTIN_SOULS: &[(&str, &str)] = &[
-    ("safe_assistant", include_str!("../souls/safe_assistant.toml")),
+    (
+        "safe_assistant",
+        include_str!("../souls/safe_assistant.toml"),
+    ),
     ("system_admin", include_str!("../souls/system_admin.toml")),
-    ("automation_agent", include_str!("../souls/automation_agent.toml")),
-    ("research_agent", include_str!("../souls/research_agent.toml")),
+    (
+        "automation_agent",
+        include_str!("../souls/automation_agent.toml"),
+    ),
+    (
+        "research_agent",
+        include_str!("../souls/research_agent.toml"),
+    ),
     ("maintenance", include_str!("../souls/maintenance.toml")),
     ("desktop", include_str!("../souls/desktop.toml")),
 ];
 
 const BUILTIN_PROMPTS: &[(&str, &str)] = &[
-    ("prompts/safe_assistant.md", include_str!("../souls/prompts/safe_assistant.md")),
-    ("prompts/system_admin.md", include_str!("../souls/prompts/system_admin.md")),
-    ("prompts/automation_agent.md", include_str!("../souls/prompts/automation_agent.md")),
-    ("prompts/research_agent.md", include_str!("../souls/prompts/research_agent.md")),
-    ("prompts/maintenance.md", include_str!("../souls/prompts/maintenance.md")),
-    ("prompts/desktop.md", include_str!("../souls/prompts/desktop.md")),
+    (
+        "prompts/safe_assistant.md",
+        include_str!("../souls/prompts/safe_assistant.md"),
+    ),
+    (
+        "prompts/system_admin.md",
+        include_str!("../souls/prompts/system_admin.md"),
+    ),
+    (
+        "prompts/automation_agent.md",
+        include_str!("../souls/prompts/automation_agent.md"),
+    ),
+    (
+        "prompts/research_agent.md",
+        include_str!("../souls/prompts/research_agent.md"),
+    ),
+    (
+        "prompts/maintenance.md",
+        include_str!("../souls/prompts/maintenance.md"),
+    ),
+    (
+        "prompts/desktop.md",
+        include_str!("../souls/prompts/desktop.md"),
+    ),
 ];
 
 fn builtin_prompt(name: &str) -> Option<&'static str> {
-    BUILTIN_PROMPTS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    BUILTIN_PROMPTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
 }
 
 /// Every soul available: built-ins, replaced by user files of the same id.
@@ -388,9 +426,10 @@ impl SoulSet {
                     set.souls.insert(soul.id.to_string(), soul);
                 }
                 Err(ConfigError::File(e)) => set.errors.push(e),
-                Err(e) => set
-                    .errors
-                    .push(FileError::whole_file(path.display().to_string(), e.to_string())),
+                Err(e) => set.errors.push(FileError::whole_file(
+                    path.display().to_string(),
+                    e.to_string(),
+                )),
             }
         }
         Ok(set)
@@ -400,7 +439,11 @@ impl SoulSet {
     pub fn get(&self, id: &str) -> Result<&Soul, ConfigError> {
         self.souls.get(id).ok_or_else(|| {
             let mut msg = self.souls.keys().cloned().collect::<Vec<_>>().join(", ");
-            if let Some(err) = self.errors.iter().find(|e| e.file.ends_with(&format!("{id}.toml"))) {
+            if let Some(err) = self
+                .errors
+                .iter()
+                .find(|e| e.file.ends_with(&format!("{id}.toml")))
+            {
                 msg.push_str(&format!("; {err}"));
             }
             ConfigError::UnknownSoul {

@@ -52,9 +52,17 @@ fn every_builtin_soul_parses() {
 fn builtin_budgets_match_the_contract() {
     let iters = |id: &str| {
         let (_, src) = BUILTIN_SOULS.iter().find(|(i, _)| *i == id).unwrap();
-        parse("x", id, src, PromptSource::BuiltIn, Path::new("/h"), None, SoulOrigin::BuiltIn)
-            .unwrap()
-            .max_iterations
+        parse(
+            "x",
+            id,
+            src,
+            PromptSource::BuiltIn,
+            Path::new("/h"),
+            None,
+            SoulOrigin::BuiltIn,
+        )
+        .unwrap()
+        .max_iterations
     };
     assert_eq!(iters("safe_assistant"), 10);
     assert_eq!(iters("system_admin"), 20);
@@ -65,9 +73,16 @@ fn builtin_budgets_match_the_contract() {
 #[test]
 fn safe_assistant_is_read_only() {
     let (id, src) = BUILTIN_SOULS[0];
-    let soul =
-        parse("x", id, src, PromptSource::BuiltIn, Path::new("/h"), None, SoulOrigin::BuiltIn)
-            .unwrap();
+    let soul = parse(
+        "x",
+        id,
+        src,
+        PromptSource::BuiltIn,
+        Path::new("/h"),
+        None,
+        SoulOrigin::BuiltIn,
+    )
+    .unwrap();
     for tool in &soul.tools {
         assert_eq!(crate::tools::info(tool).unwrap().tier, Tier::Read, "{tool}");
     }
@@ -93,7 +108,11 @@ fn soul_modes_are_clamped_to_the_policy() {
     let soul = parse_str("prompt = \"p\"\n[permissions]\nwrite = \"deny\"\n", None).unwrap();
     let eff = soul.effective_modes(&policy(Mode::Ask, Mode::Ask));
     assert_eq!(eff.write, Mode::Deny);
-    assert_eq!(eff.execute, Mode::Ask, "an omitted tier takes the policy's mode");
+    assert_eq!(
+        eff.execute,
+        Mode::Ask,
+        "an omitted tier takes the policy's mode"
+    );
 }
 
 #[test]
@@ -144,15 +163,15 @@ fn malformed_souls_name_file_line_key_and_allowed_values() {
             "id = \"other\"\nprompt = \"p\"\n",
             "mine.toml:1: key `id`: id `other` does not match the file name `mine.toml`",
         ),
-        ("description = \"d\"\n", "mine.toml: missing `prompt` or `prompt_file`"),
+        (
+            "description = \"d\"\n",
+            "mine.toml: missing `prompt` or `prompt_file`",
+        ),
         (
             "prompt_file = \"prompts/nope.md\"\n",
             "mine.toml:1: key `prompt_file`: no built-in prompt `prompts/nope.md`",
         ),
-        (
-            "prompt = \"p\"\n[permissions\n",
-            "mine.toml:2:",
-        ),
+        ("prompt = \"p\"\n[permissions\n", "mine.toml:2:"),
     ];
     for (src, want) in cases {
         let err = parse_str(src, Some(&pol)).unwrap_err().to_string();
@@ -181,10 +200,20 @@ fn user_soul_files_replace_builtins_and_bad_ones_are_reported() {
     let soul = set.get("safe_assistant").unwrap();
     assert_eq!(soul.max_iterations, 3);
     assert_eq!(soul.prompt, "You are mine.");
-    assert_eq!(soul.origin, SoulOrigin::File(souls.join("safe_assistant.toml")));
+    assert_eq!(
+        soul.origin,
+        SoulOrigin::File(souls.join("safe_assistant.toml"))
+    );
     assert_eq!(set.souls.len(), BUILTIN_SOULS.len());
     assert_eq!(set.errors.len(), 1);
-    assert!(set.errors[0].to_string().contains("broken.toml:1: key `prompt`"));
+    assert!(
+        set.errors[0]
+            .to_string()
+            .contains("broken.toml:1: key `prompt`")
+    );
     let err = set.get("broken").unwrap_err().to_string();
-    assert!(err.contains("unknown soul `broken`") && err.contains("broken.toml:1"), "{err}");
+    assert!(
+        err.contains("unknown soul `broken`") && err.contains("broken.toml:1"),
+        "{err}"
+    );
 }
