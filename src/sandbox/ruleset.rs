@@ -6,7 +6,9 @@
 //! recurses into a child that contains a protected path deeper down (`~/.config` minus
 //! `~/.config/familiar`). The invariant: no rule is ever placed on a protected path, on
 //! an ancestor of one, or on a symlink (a rule on a symlink would grant its target,
-//! which the whole tree never did).
+//! which the whole tree never did). The carved directories themselves get `ReadDir`
+//! only, so `ls ~` works: the names beneath them are listable (Landlock rights are
+//! inherited), the contents of protected files are not.
 //!
 //! Cost: one `readdir` per directory on the way to a protected path and one rule per
 //! sibling, a few hundred rules for a home directory under the shipped policy, built in
@@ -34,28 +36,39 @@ pub enum RulesetError {
     Landlock(#[from] landlock::RulesetError),
 }
 
+/// What to grant for one allowed tree.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Expansion {
+    /// Granted whole, with the tree's rights.
+    pub granted: Vec<PathBuf>,
+    /// Directories that contain a protected path: listable only.
+    pub list_only: Vec<PathBuf>,
+}
+
 /// The paths to grant for `root` so that nothing in `protected` is reachable beneath
 /// it. Both sides are compared as given and with symlinks resolved.
-pub fn expand(root: &Path, protected: &[PathBuf]) -> Vec<PathBuf> {
+pub fn expand(root: &Path, protected: &[PathBuf]) -> Expansion {
     let protected: Vec<PathBuf> = protected
         .iter()
         .flat_map(|p| [p.clone(), resolve(p)])
         .collect();
-    let mut out = Vec::new();
-    let Ok(real) = root.canonicalize() else {
-        return out;
-    };
-    expand_into(&real, &protected, &mut out);
+    let mut out = Expansion::default();
+    if let Ok(real) = root.canonicalize() {
+        expand_into(&real, &protected, &mut out);
+    }
     out
 }
 
-fn expand_into(dir: &Path, protected: &[PathBuf], out: &mut Vec<PathBuf>) {
+fn expand_into(dir: &Path, protected: &[PathBuf], out: &mut Expansion) {
     if protected.iter().any(|p| is_under(dir, p)) {
         return;
     }
     if !protected.iter().any(|p| is_under(p, dir)) {
-        out.push(dir.to_owned());
+        out.granted.push(dir.to_owned());
         return;
+    }
+    if dir.is_dir() {
+        out.list_only.push(dir.to_owned());
     }
     // A directory we cannot list cannot be carved up: granting nothing is the safe side.
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -72,7 +85,7 @@ fn expand_into(dir: &Path, protected: &[PathBuf], out: &mut Vec<PathBuf>) {
         if kind.is_dir() {
             expand_into(&path, protected, out);
         } else if !protected.iter().any(|p| is_under(&path, p)) {
-            out.push(path);
+            out.granted.push(path);
         }
     }
 }
@@ -135,16 +148,18 @@ pub fn restrict_self(policy: &SandboxPolicy, abi: Option<u8>) -> Result<Enforcem
         return Ok(Enforcement::for_abi(None));
     };
     let abi = abi_from(v);
-    let read_paths: Vec<PathBuf> = policy
-        .read
-        .iter()
-        .flat_map(|p| expand(p, &policy.protected))
-        .collect();
-    let write_paths: Vec<PathBuf> = policy
-        .write
-        .iter()
-        .flat_map(|p| expand(p, &policy.protected))
-        .collect();
+    let mut read = Expansion::default();
+    for p in &policy.read {
+        let e = expand(p, &policy.protected);
+        read.granted.extend(e.granted);
+        read.list_only.extend(e.list_only);
+    }
+    let mut write = Expansion::default();
+    for p in &policy.write {
+        let e = expand(p, &policy.protected);
+        write.granted.extend(e.granted);
+        read.list_only.extend(e.list_only);
+    }
 
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -155,11 +170,12 @@ pub fn restrict_self(policy: &SandboxPolicy, abi: Option<u8>) -> Result<Enforcem
     if policy.scope_signals && abi >= ABI::V6 {
         ruleset = ruleset.scope(Scope::from_all(abi))?;
     }
-    let read: BitFlags<AccessFs> = AccessFs::from_read(abi);
+    let read_access: BitFlags<AccessFs> = AccessFs::from_read(abi);
     let status = ruleset
         .create()?
-        .add_rules(path_beneath_rules(&read_paths, read))?
-        .add_rules(path_beneath_rules(&write_paths, AccessFs::from_all(abi)))?
+        .add_rules(path_beneath_rules(&read.list_only, AccessFs::ReadDir))?
+        .add_rules(path_beneath_rules(&read.granted, read_access))?
+        .add_rules(path_beneath_rules(&write.granted, AccessFs::from_all(abi)))?
         .restrict_self()?;
 
     let mut enforcement = Enforcement::for_abi(Some(v.min(TARGET_ABI)));
@@ -201,10 +217,9 @@ mod tests {
     fn a_tree_without_protected_paths_is_granted_whole() {
         let t = tree();
         let root = t.path().canonicalize().unwrap();
-        assert_eq!(
-            expand(&root.join("src"), &[root.join(".ssh")]),
-            [root.join("src")]
-        );
+        let e = expand(&root.join("src"), &[root.join(".ssh")]);
+        assert_eq!(e.granted, [root.join("src")]);
+        assert!(e.list_only.is_empty());
     }
 
     #[test]
@@ -212,13 +227,18 @@ mod tests {
         let t = tree();
         let h = t.path().canonicalize().unwrap();
         let protected = [h.join(".ssh"), h.join(".netrc"), h.join(".config/familiar")];
+        let e = expand(&h, &protected);
         assert_eq!(
-            sorted(expand(&h, &protected)),
+            sorted(e.granted),
             sorted(vec![
                 h.join(".bashrc"),
                 h.join(".config/nvim"),
                 h.join("src")
             ])
+        );
+        assert_eq!(
+            sorted(e.list_only),
+            sorted(vec![h.clone(), h.join(".config")])
         );
     }
 
@@ -226,7 +246,10 @@ mod tests {
     fn a_tree_inside_a_protected_path_is_not_granted() {
         let t = tree();
         let h = t.path().canonicalize().unwrap();
-        assert!(expand(&h.join(".ssh"), &[h.join(".ssh")]).is_empty());
+        assert_eq!(
+            expand(&h.join(".ssh"), &[h.join(".ssh")]),
+            Expansion::default()
+        );
     }
 
     #[test]
@@ -234,7 +257,7 @@ mod tests {
         let t = tree();
         let h = t.path().canonicalize().unwrap();
         std::os::unix::fs::symlink(h.join(".ssh"), h.join("keys")).unwrap();
-        let got = expand(&h, &[h.join(".ssh")]);
+        let got = expand(&h, &[h.join(".ssh")]).granted;
         assert!(!got.contains(&h.join("keys")), "{got:?}");
     }
 
@@ -242,7 +265,7 @@ mod tests {
     fn glob_components_in_protected_paths_match() {
         let t = tree();
         let h = t.path().canonicalize().unwrap();
-        let got = expand(&h.join(".config"), &[h.join(".config/fam*")]);
+        let got = expand(&h.join(".config"), &[h.join(".config/fam*")]).granted;
         assert_eq!(got, [h.join(".config/nvim")]);
     }
 }

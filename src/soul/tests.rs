@@ -16,6 +16,10 @@ fn policy(write: Mode, execute: Mode) -> Policy {
         rate_limits: RateLimits::default(),
         global_tool_calls: None,
         approval_timeout: Duration::from_secs(120),
+        description: String::new(),
+        protected_paths: Vec::new(),
+        blocked: Vec::new(),
+        ask: Vec::new(),
     }
 }
 

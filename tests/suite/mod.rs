@@ -1,1 +1,3 @@
 //! One module per area.
+
+mod sandbox;
