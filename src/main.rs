@@ -9,6 +9,11 @@ use familiar::cli::{self, Cli, Command, Exit};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The sandbox helper must stay single-threaded and quiet until it has restricted
+    // itself and exec'd the command: no logging, no runtime.
+    if let Command::SandboxExec { op, argv } = cli.command {
+        return familiar::sandbox::exec::main(op, &argv);
+    }
     // The daemon logs what it does; clients only what went wrong.
     let base = match cli.command {
         Command::Daemon => "info",

@@ -100,6 +100,16 @@ pub enum Command {
     },
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
+    /// Internal: restrict this process with Landlock, then run a command or a file
+    /// operation (the tools' helper; the spec comes in FAMILIAR_SANDBOX_SPEC).
+    #[command(hide = true)]
+    SandboxExec {
+        /// Perform this file operation (request as JSON on stdin) instead of a command.
+        #[arg(long, value_enum)]
+        op: Option<crate::sandbox::FileOpKind>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -203,6 +213,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Approve { .. } => not_yet("approve", "the daemon"),
         Command::Deny { .. } => not_yet("deny", "the daemon"),
         Command::Setup { .. } => not_yet("setup", "the daemon"),
+        // main.rs runs the helper before logging is set up; reaching here is a bug.
+        Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec is handled before dispatch"),
     }
 }
 

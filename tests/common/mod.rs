@@ -3,6 +3,7 @@
 
 pub mod fake_hyprland;
 pub mod llm_server;
+pub mod sandbox;
 
 use std::path::{Path, PathBuf};
 

@@ -3,5 +3,6 @@
 mod agent;
 mod cli;
 mod llm;
+mod sandbox;
 mod snapshot;
 mod store;

@@ -1,1 +1,0 @@
-//! Landlock sandbox (issue: tools and sandbox). Not built yet.

@@ -1,0 +1,291 @@
+//! `familiar sandbox-exec`: the helper that restricts itself and then runs the command
+//! (or performs a file operation) under the restriction.
+//!
+//! The daemon is multi-threaded and must never be restricted, so it re-executes our
+//! binary as this helper, which does everything on its one thread: `setsid()`,
+//! `PR_SET_NO_NEW_PRIVS`, pids cgroup, rlimits, Landlock. It then reports what is
+//! enforced as the first line of its stderr ([`REPORT_PREFIX`] + JSON, written before
+//! the command exists, so it cannot be forged or reordered by it) and either refuses
+//! ([`EXIT_REFUSED`]) or starts the command.
+//!
+//! The invariant: nothing the command starts outlives it. The helper is a child
+//! subreaper, so every orphan (`sleep 1000 &`, `setsid sleep 1000`, double forks) is
+//! re-parented to it; it forks the command instead of exec'ing it, and once the command
+//! exits it SIGKILLs every remaining descendant and reaps until it has no child left.
+//! On SIGTERM (the launcher's timeout or cancel) it passes SIGTERM to every
+//! descendant and SIGKILLs them [`TERM_GRACE_SECS`] later. The helper then exits the
+//! way the command did (same code, or same signal).
+//!
+//! The spec travels in the [`SPEC_ENV`] variable: it is not secret (paths and limits),
+//! needs no extra file descriptor plumbing through tokio's spawn (which would take an
+//! `unsafe` `pre_exec`), and never reaches the command, whose environment is the spec's.
+
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitCode};
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, alarm, getpid};
+use serde::{Deserialize, Serialize};
+
+use super::SandboxPolicy;
+use super::fileops::{self, FileOpKind};
+use super::limits;
+use super::ruleset::{effective_abi, restrict_self};
+use super::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
+
+/// The variable carrying the JSON [`SandboxPolicy`] to the helper.
+pub const SPEC_ENV: &str = "FAMILIAR_SANDBOX_SPEC";
+/// Starts the helper's first stderr line, followed by a JSON [`HelperReport`].
+pub const REPORT_PREFIX: &str = "familiar-sandbox: ";
+/// The spec was unreadable or the restriction could not be set up.
+pub const EXIT_SETUP_FAILED: u8 = 121;
+/// `require_full` and the kernel enforces less.
+pub const EXIT_REFUSED: u8 = 122;
+/// The command could not be started (like a shell's 127).
+pub const EXIT_SPAWN_FAILED: u8 = 127;
+/// Between SIGTERM and SIGKILL for the command's processes. The launcher waits longer
+/// before it SIGKILLs the helper itself, so the helper always gets to clean up.
+pub const TERM_GRACE_SECS: u32 = 1;
+
+/// What the helper tells the launcher before anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelperReport {
+    pub enforcement: Option<Enforcement>,
+    /// The pids cgroup the helper entered, for the launcher to remove.
+    pub cgroup: Option<std::path::PathBuf>,
+    pub outcome: ReportOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportOutcome {
+    Running,
+    Refused,
+    SetupFailed(String),
+}
+
+/// The helper's entry point: `familiar sandbox-exec [--op KIND] [-- ARGV...]`.
+pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
+    let report = |r: &HelperReport| {
+        let line = serde_json::to_string(r).unwrap_or_default();
+        let mut err = std::io::stderr().lock();
+        if let Err(e) = writeln!(err, "{REPORT_PREFIX}{line}") {
+            // Nobody to tell if stderr is gone; the exit code still says it.
+            tracing::debug!("stderr: {e}");
+        }
+    };
+    let fail = |msg: String| {
+        report(&HelperReport {
+            enforcement: None,
+            cgroup: None,
+            outcome: ReportOutcome::SetupFailed(msg),
+        });
+        ExitCode::from(EXIT_SETUP_FAILED)
+    };
+
+    let policy: SandboxPolicy = match std::env::var(SPEC_ENV)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+    {
+        Ok(p) => p,
+        Err(e) => return fail(format!("reading the spec from {SPEC_ENV}: {e}")),
+    };
+    if op.is_none() && argv.is_empty() {
+        return fail("no command given".to_owned());
+    }
+    let forced = std::env::var(TEST_ABI_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok());
+
+    // Already a session leader only if someone ran us by hand from a fresh session.
+    if let Err(e) = nix::unistd::setsid() {
+        tracing::debug!("setsid: {e}");
+    }
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        return fail(format!("PR_SET_NO_NEW_PRIVS: {e}"));
+    }
+    let cgroup = limits::enter_pids_cgroup(policy.limits.max_processes);
+    if let Err(e) = limits::apply_rlimits(&policy.limits) {
+        return fail(e.to_string());
+    }
+    let enforcement = match restrict_self(&policy, effective_abi(forced)) {
+        Ok(e) => e,
+        Err(e) => return fail(e.to_string()),
+    };
+    let refused = policy.require_full && enforcement.status != EnforcementStatus::Full;
+    report(&HelperReport {
+        enforcement: Some(enforcement),
+        cgroup,
+        outcome: if refused {
+            ReportOutcome::Refused
+        } else {
+            ReportOutcome::Running
+        },
+    });
+    if refused {
+        return ExitCode::from(EXIT_REFUSED);
+    }
+    match op {
+        Some(kind) => fileops::main(kind),
+        None => supervise(&policy, argv),
+    }
+}
+
+/// Runs `argv` as our child, then kills and reaps everything it left behind.
+fn supervise(policy: &SandboxPolicy, argv: &[String]) -> ExitCode {
+    let mut signals = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGALRM,
+    ] {
+        signals.add(s);
+    }
+    // Blocked here so `wait` can take them one at a time; std resets the mask in the
+    // child before exec.
+    if let Err(e) = signals.thread_block() {
+        return spawn_failed(&format!("blocking signals: {e}"));
+    }
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        return spawn_failed(&format!("PR_SET_CHILD_SUBREAPER: {e}"));
+    }
+    let Some((program, args)) = argv.split_first() else {
+        return spawn_failed("no command given");
+    };
+    let child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(policy.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&policy.cwd)
+        .spawn();
+    let main = match child {
+        Ok(c) => Pid::from_raw(c.id().cast_signed()),
+        Err(e) => return spawn_failed(&format!("{program}: {e}")),
+    };
+
+    let mut main_status = None;
+    let mut terminating = false;
+    loop {
+        match reap_exited(main) {
+            Reaped::Main(status) => main_status = Some(status),
+            Reaped::Others => {}
+            Reaped::NoChildren => break,
+        }
+        if main_status.is_some() {
+            signal_descendants(Signal::SIGKILL);
+            match waitpid(None, None) {
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(_) => break,
+            }
+        }
+        match signals.wait() {
+            Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP) if !terminating => {
+                terminating = true;
+                signal_descendants(Signal::SIGTERM);
+                alarm::set(TERM_GRACE_SECS);
+            }
+            Ok(Signal::SIGALRM) => signal_descendants(Signal::SIGKILL),
+            Ok(_) | Err(_) => {}
+        }
+    }
+    exit_like(main_status)
+}
+
+enum Reaped {
+    Main(WaitStatus),
+    Others,
+    NoChildren,
+}
+
+/// Reaps every child that has exited, without blocking.
+fn reap_exited(main: Pid) -> Reaped {
+    let mut found = Reaped::Others;
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => return found,
+            Ok(status) if status.pid() == Some(main) => found = Reaped::Main(status),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => {
+                return match found {
+                    Reaped::Main(s) => Reaped::Main(s),
+                    Reaped::Others | Reaped::NoChildren => Reaped::NoChildren,
+                };
+            }
+        }
+    }
+}
+
+/// Sends `signal` to every process below the helper, found by walking `/proc`.
+fn signal_descendants(signal: Signal) {
+    for pid in descendants(getpid()) {
+        if let Err(e) = kill(pid, signal) {
+            // Gone already, or exiting: either way it will be reaped.
+            tracing::trace!("kill {pid}: {e}");
+        }
+    }
+}
+
+fn descendants(root: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(i32, i32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // The command name may contain spaces and parentheses; ppid follows the last ')'.
+            let after = &stat[stat.rfind(')')? + 1..];
+            let ppid = after.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![root.as_raw()];
+    let mut i = 0;
+    while let Some(&parent) = found.get(i) {
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    found.into_iter().skip(1).map(Pid::from_raw).collect()
+}
+
+fn spawn_failed(msg: &str) -> ExitCode {
+    let mut err = std::io::stderr().lock();
+    if let Err(e) = writeln!(err, "familiar sandbox-exec: {msg}") {
+        tracing::debug!("stderr: {e}");
+    }
+    ExitCode::from(EXIT_SPAWN_FAILED)
+}
+
+/// Exits with the command's code, or dies of the command's signal.
+fn exit_like(status: Option<WaitStatus>) -> ExitCode {
+    match status {
+        Some(WaitStatus::Exited(_, code)) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Some(WaitStatus::Signaled(_, signal, _)) => {
+            if let Err(e) = SigSet::all().thread_unblock() {
+                tracing::debug!("unblocking signals: {e}");
+            }
+            // std ignores SIGPIPE in our process: then fall through to the shell's code.
+            if let Err(e) = nix::sys::signal::raise(signal) {
+                tracing::debug!("raise {signal}: {e}");
+            }
+            ExitCode::from(128u8.saturating_add(signal as u8))
+        }
+        Some(_) | None => ExitCode::from(EXIT_SPAWN_FAILED),
+    }
+}
+
+/// The command's exit as the launcher sees it through the helper: `(code, signal)`.
+pub fn split_status(status: std::process::ExitStatus) -> (Option<i32>, Option<i32>) {
+    (status.code(), status.signal())
+}

@@ -1,0 +1,333 @@
+//! File operations performed by the helper itself, after it has restricted itself:
+//! `sandbox-exec --op read|list|write|edit` with the request as JSON on stdin and the
+//! reply as JSON on stdout.
+//!
+//! The invariant: these run under the same Landlock domain as a command would, so a
+//! bug in a path check upstream cannot reach a protected or unlisted file: the kernel
+//! refuses. Writes never go through a final symlink (refused, and the write itself is a
+//! `rename` of a fresh `O_EXCL | O_NOFOLLOW` temp file, which replaces a name and never
+//! follows one), and are atomic: a reader sees the old content or the new, never half.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes `read` returns at most; the reply says when the file was longer.
+pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+/// Entries `list` returns at most.
+pub const MAX_LIST_ENTRIES: usize = 10_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum FileOpKind {
+    Read,
+    List,
+    Write,
+    Edit,
+}
+
+/// One request, as the launcher writes it to the helper's stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum FileOp {
+    /// `offset` is the first line (1-based), `limit` the number of lines.
+    Read {
+        path: PathBuf,
+        offset: Option<usize>,
+        limit: Option<usize>,
+    },
+    List {
+        path: PathBuf,
+    },
+    Write {
+        path: PathBuf,
+        content: String,
+    },
+    /// Replaces the one occurrence of `old` with `new`.
+    Edit {
+        path: PathBuf,
+        old: String,
+        new: String,
+    },
+}
+
+impl FileOp {
+    pub fn kind(&self) -> FileOpKind {
+        match self {
+            FileOp::Read { .. } => FileOpKind::Read,
+            FileOp::List { .. } => FileOpKind::List,
+            FileOp::Write { .. } => FileOpKind::Write,
+            FileOp::Edit { .. } => FileOpKind::Edit,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: EntryKind,
+    pub size: u64,
+}
+
+/// What the helper prints on stdout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileReply {
+    Read {
+        content: String,
+        /// Lines of the file (of the part read, when `truncated`).
+        total_lines: usize,
+        truncated: bool,
+    },
+    List {
+        entries: Vec<DirEntry>,
+        truncated: bool,
+    },
+    Written {
+        bytes: usize,
+    },
+    /// The kernel or the operation said no; `errno` when it was the kernel.
+    Error {
+        errno: Option<i32>,
+        message: String,
+    },
+}
+
+impl FileReply {
+    fn from_io(path: &Path, e: &std::io::Error) -> FileReply {
+        FileReply::Error {
+            errno: e.raw_os_error(),
+            message: format!("{}: {e}", path.display()),
+        }
+    }
+}
+
+/// Reads the request from stdin, performs it, prints the reply; exit 0 on success.
+pub fn main(kind: FileOpKind) -> ExitCode {
+    let mut input = String::new();
+    let reply = match std::io::stdin().read_to_string(&mut input) {
+        Err(e) => FileReply::from_io(Path::new("<stdin>"), &e),
+        Ok(_) => match serde_json::from_str::<FileOp>(&input) {
+            Err(e) => FileReply::Error {
+                errno: None,
+                message: format!("bad request: {e}"),
+            },
+            Ok(op) if op.kind() != kind => FileReply::Error {
+                errno: None,
+                message: format!("request is {:?}, helper was asked for {kind:?}", op.kind()),
+            },
+            Ok(op) => perform(&op),
+        },
+    };
+    let ok = !matches!(reply, FileReply::Error { .. });
+    let line = serde_json::to_string(&reply).unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").is_err() || !ok {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Performs `op` in this process (which must already be restricted).
+pub fn perform(op: &FileOp) -> FileReply {
+    match op {
+        FileOp::Read {
+            path,
+            offset,
+            limit,
+        } => read(path, *offset, *limit),
+        FileOp::List { path } => list(path),
+        FileOp::Write { path, content } => write(path, content.as_bytes()),
+        FileOp::Edit { path, old, new } => edit(path, old, new),
+    }
+}
+
+fn read(path: &Path, offset: Option<usize>, limit: Option<usize>) -> FileReply {
+    let mut bytes = Vec::new();
+    let read =
+        std::fs::File::open(path).and_then(|f| f.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes));
+    if let Err(e) = read {
+        return FileReply::from_io(path, &e);
+    }
+    let truncated = bytes.len() as u64 > MAX_READ_BYTES;
+    bytes.truncate(usize::try_from(MAX_READ_BYTES).unwrap_or(usize::MAX));
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let start = offset.unwrap_or(1).saturating_sub(1).min(lines.len());
+    let end = limit.map_or(lines.len(), |l| start.saturating_add(l).min(lines.len()));
+    FileReply::Read {
+        content: lines[start..end].concat(),
+        total_lines: lines.len(),
+        truncated,
+    }
+}
+
+fn list(path: &Path) -> FileReply {
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) => return FileReply::from_io(path, &e),
+    };
+    let mut out: Vec<DirEntry> = entries
+        .flatten()
+        .map(|e| {
+            let meta = e.path().symlink_metadata();
+            let kind = match &meta {
+                Ok(m) if m.is_symlink() => EntryKind::Symlink,
+                Ok(m) if m.is_dir() => EntryKind::Dir,
+                Ok(m) if m.is_file() => EntryKind::File,
+                Ok(_) | Err(_) => EntryKind::Other,
+            };
+            DirEntry {
+                name: e.file_name().to_string_lossy().into_owned(),
+                kind,
+                size: meta.map_or(0, |m| m.len()),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    let truncated = out.len() > MAX_LIST_ENTRIES;
+    out.truncate(MAX_LIST_ENTRIES);
+    FileReply::List {
+        entries: out,
+        truncated,
+    }
+}
+
+fn write(path: &Path, content: &[u8]) -> FileReply {
+    match write_atomic(path, content) {
+        Ok(()) => FileReply::Written {
+            bytes: content.len(),
+        },
+        Err(e) => FileReply::from_io(path, &e),
+    }
+}
+
+fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    let mode = match path.symlink_metadata() {
+        Ok(m) if m.is_symlink() => {
+            return Err(std::io::Error::other("refusing to write through a symlink"));
+        }
+        Ok(m) => m.permissions().mode() & 0o7777,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0o644,
+        Err(e) => return Err(e),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let tmp = parent.join(format!(
+        ".{}.familiar-{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(mode)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(content).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err()
+        && let Err(e) = std::fs::remove_file(&tmp)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::debug!("removing {}: {e}", tmp.display());
+    }
+    written
+}
+
+fn edit(path: &Path, old: &str, new: &str) -> FileReply {
+    if path.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
+        return FileReply::Error {
+            errno: None,
+            message: format!("{}: refusing to edit through a symlink", path.display()),
+        };
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return FileReply::from_io(path, &e),
+    };
+    let count = if old.is_empty() {
+        0
+    } else {
+        text.matches(old).count()
+    };
+    if count != 1 {
+        return FileReply::Error {
+            errno: None,
+            message: format!(
+                "{}: the text to replace occurs {count} times, it must occur once",
+                path.display()
+            ),
+        };
+    }
+    write(path, text.replacen(old, new, 1).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_slices_lines() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, "a\nb\nc\n").unwrap();
+        assert_eq!(
+            read(&p, Some(2), Some(1)),
+            FileReply::Read {
+                content: "b\n".into(),
+                total_lines: 3,
+                truncated: false
+            }
+        );
+    }
+
+    #[test]
+    fn write_replaces_atomically_and_keeps_the_mode() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, "old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(write(&p, b"new"), FileReply::Written { bytes: 3 });
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_refuses_a_final_symlink_and_leaves_its_target_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let target = t.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("link")).unwrap();
+        let reply = write(&t.path().join("link"), b"x");
+        assert!(matches!(reply, FileReply::Error { .. }), "{reply:?}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    }
+
+    #[test]
+    fn edit_needs_exactly_one_occurrence() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, "x x y").unwrap();
+        assert!(matches!(edit(&p, "x", "z"), FileReply::Error { .. }));
+        assert_eq!(edit(&p, "y", "z"), FileReply::Written { bytes: 5 });
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "x x z");
+    }
+}

@@ -1,0 +1,398 @@
+//! The daemon side: start the helper for one call, feed it, capture its output, bound
+//! it in time and size, and make sure nothing it started is left running.
+//!
+//! The invariant: when [`SandboxLauncher::run`] returns (or its future is dropped),
+//! the helper is dead and reaped, and so is everything the command started: the helper
+//! reaps its subtree itself, the launcher SIGTERMs its whole session/process group on
+//! timeout, cancel or runaway output and SIGKILLs it [`KILL_GRACE`] later, and empties
+//! the helper's pids cgroup when there is one. The output readers keep draining the
+//! pipes past the cap, so the command never blocks on a full pipe.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, SPEC_ENV, TERM_GRACE_SECS};
+use super::fileops::{FileOp, FileReply};
+use super::status::{Enforcement, TEST_ABI_ENV};
+use super::{SandboxError, SandboxPolicy, limits};
+
+/// From SIGTERM to SIGKILL of the helper's group; longer than the helper's own grace
+/// so the helper gets to kill and reap what escaped its group first.
+pub const KILL_GRACE: Duration = Duration::from_secs(TERM_GRACE_SECS as u64 + 2);
+/// After the helper is gone, how long the readers may take to see end-of-file.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// Output past `cap * OVERFLOW_KILL_FACTOR` on one stream kills the command: it is
+/// not going to say anything useful in the part we would keep.
+pub const OVERFLOW_KILL_FACTOR: u64 = 8;
+const READ_CHUNK: usize = 64 * 1024;
+
+/// What one sandboxed command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxOutput {
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command (then `exit_code` is `None`).
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Some output was dropped (see [`super::Limits::output_cap_bytes`]).
+    pub truncated: bool,
+    pub timed_out: bool,
+    pub enforcement: Enforcement,
+}
+
+/// Starts sandboxed calls through a given helper binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLauncher {
+    /// Our own binary (`std::env::current_exe()`); tests pass `CARGO_BIN_EXE_familiar`.
+    pub helper: PathBuf,
+    /// Makes the helper act as if the kernel had this Landlock ABI (tests only; it can
+    /// only lower enforcement, and the reported status says so).
+    #[doc(hidden)]
+    pub abi_override: Option<u8>,
+}
+
+/// Runs `argv` under `policy` with the running binary as helper.
+pub async fn run(
+    policy: &SandboxPolicy,
+    argv: &[String],
+    stdin: Option<Vec<u8>>,
+    cancel: &CancellationToken,
+) -> Result<SandboxOutput, SandboxError> {
+    SandboxLauncher::current()?
+        .run(policy, argv, stdin, cancel)
+        .await
+}
+
+impl SandboxLauncher {
+    pub fn new(helper: impl Into<PathBuf>) -> SandboxLauncher {
+        SandboxLauncher {
+            helper: helper.into(),
+            abi_override: None,
+        }
+    }
+
+    /// The running binary as helper.
+    pub fn current() -> Result<SandboxLauncher, SandboxError> {
+        std::env::current_exe()
+            .map(SandboxLauncher::new)
+            .map_err(SandboxError::CurrentExe)
+    }
+
+    /// Runs `argv` in the sandbox `policy` describes. Errors when the helper could not
+    /// set the sandbox up, refuses (`require_full`), or `cancel` fired; a command that
+    /// fails is an `Ok` with its exit code.
+    pub async fn run(
+        &self,
+        policy: &SandboxPolicy,
+        argv: &[String],
+        stdin: Option<Vec<u8>>,
+        cancel: &CancellationToken,
+    ) -> Result<SandboxOutput, SandboxError> {
+        let mut args = vec!["--".to_owned()];
+        args.extend(argv.iter().cloned());
+        self.execute(policy, args, stdin, cancel).await
+    }
+
+    /// Performs a file operation inside the sandbox `policy` describes.
+    pub async fn file_op(
+        &self,
+        policy: &SandboxPolicy,
+        op: &FileOp,
+        cancel: &CancellationToken,
+    ) -> Result<(FileReply, Enforcement), SandboxError> {
+        let kind = serde_json::to_value(op.kind()).map_err(SandboxError::Spec)?;
+        let kind = kind.as_str().unwrap_or_default().to_owned();
+        let request = serde_json::to_vec(op).map_err(SandboxError::Spec)?;
+        let out = self
+            .execute(policy, vec!["--op".to_owned(), kind], Some(request), cancel)
+            .await?;
+        let reply = serde_json::from_str(out.stdout.trim())
+            .map_err(|e| SandboxError::Reply(format!("{e}: {:?} {:?}", out.stdout, out.stderr)))?;
+        Ok((reply, out.enforcement))
+    }
+
+    async fn execute(
+        &self,
+        policy: &SandboxPolicy,
+        helper_args: Vec<String>,
+        stdin: Option<Vec<u8>>,
+        cancel: &CancellationToken,
+    ) -> Result<SandboxOutput, SandboxError> {
+        let spec = serde_json::to_string(policy).map_err(SandboxError::Spec)?;
+        let mut cmd = Command::new(&self.helper);
+        cmd.arg("sandbox-exec")
+            .args(helper_args)
+            .env_clear()
+            .env(SPEC_ENV, spec)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(abi) = self.abi_override {
+            cmd.env(TEST_ABI_ENV, abi.to_string());
+        }
+        let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+            path: self.helper.clone(),
+            source,
+        })?;
+        let pid = child.id().and_then(|p| i32::try_from(p).ok());
+
+        if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            tokio::spawn(async move {
+                // The command may exit without reading its input: EPIPE is its choice.
+                if let Err(e) = pipe.write_all(&bytes).await {
+                    tracing::debug!("sandbox stdin: {e}");
+                }
+            });
+        }
+        let cap = policy.limits.output_cap_bytes;
+        let overflow = Arc::new(Notify::new());
+        let stdout = Arc::new(Mutex::new(Capped::new(cap)));
+        let stderr = Arc::new(Mutex::new(Capped::new(cap)));
+        let out_task = child
+            .stdout
+            .take()
+            .map(|pipe| tokio::spawn(drain(pipe, stdout.clone(), overflow.clone())));
+        let err_task = child
+            .stderr
+            .take()
+            .map(|pipe| tokio::spawn(drain_stderr(pipe, stderr.clone(), overflow.clone())));
+
+        let mut timed_out = false;
+        let mut cancelled = false;
+        let timeout = tokio::time::sleep(policy.limits.timeout);
+        let status = tokio::select! {
+            status = child.wait() => status,
+            () = timeout => {
+                timed_out = true;
+                terminate(&mut child, pid).await
+            }
+            () = cancel.cancelled() => {
+                cancelled = true;
+                terminate(&mut child, pid).await
+            }
+            () = overflow.notified() => terminate(&mut child, pid).await,
+        }
+        .map_err(SandboxError::Wait)?;
+
+        let report = match err_task {
+            Some(task) => {
+                // Drained in the background: the report line came first, long ago.
+                match tokio::time::timeout(DRAIN_GRACE, task).await {
+                    Ok(Ok(report)) => report,
+                    Ok(Err(_)) | Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        if let Some(cgroup) = report.as_ref().and_then(|r| r.cgroup.clone()) {
+            remove_cgroup(cgroup).await;
+        }
+        if let Some(task) = out_task
+            && tokio::time::timeout(DRAIN_GRACE, task).await.is_err()
+        {
+            tracing::warn!("sandboxed command left its stdout open after exiting");
+        }
+        let (stdout, out_cut) = take(&stdout);
+        let (stderr, err_cut) = take(&stderr);
+
+        let Some(report) = report else {
+            return Err(SandboxError::Helper {
+                status: status.to_string(),
+                stderr,
+            });
+        };
+        let enforcement = report
+            .enforcement
+            .unwrap_or_else(|| Enforcement::for_abi(None));
+        match report.outcome {
+            ReportOutcome::Running => {}
+            ReportOutcome::Refused => return Err(SandboxError::NotEnforced(enforcement)),
+            ReportOutcome::SetupFailed(msg) => return Err(SandboxError::Setup(msg)),
+        }
+        if cancelled {
+            return Err(SandboxError::Cancelled);
+        }
+        let (exit_code, signal) = super::exec::split_status(status);
+        Ok(SandboxOutput {
+            exit_code,
+            signal,
+            stdout,
+            stderr,
+            truncated: out_cut || err_cut,
+            timed_out,
+            enforcement,
+        })
+    }
+}
+
+/// SIGTERM to the helper's group, SIGKILL after [`KILL_GRACE`], then reap.
+async fn terminate(
+    child: &mut Child,
+    pid: Option<i32>,
+) -> std::io::Result<std::process::ExitStatus> {
+    signal_group(child, pid, Signal::SIGTERM);
+    match tokio::time::timeout(KILL_GRACE, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            signal_group(child, pid, Signal::SIGKILL);
+            child.wait().await
+        }
+    }
+}
+
+fn signal_group(child: &mut Child, pid: Option<i32>, signal: Signal) {
+    let Some(p) = pid.map(Pid::from_raw) else {
+        // Already reaped: nothing of it to signal.
+        return;
+    };
+    // Before its setsid() the helper leads no group yet: signal it alone then.
+    if killpg(p, signal).is_err()
+        && let Err(e) = nix::sys::signal::kill(p, signal)
+    {
+        tracing::debug!("signalling the sandbox helper {p}: {e}");
+        if let Err(e) = child.start_kill() {
+            tracing::debug!("killing the sandbox helper: {e}");
+        }
+    }
+}
+
+async fn remove_cgroup(cgroup: PathBuf) {
+    if let Err(e) = tokio::task::spawn_blocking(move || limits::remove_cgroup(&cgroup)).await {
+        tracing::warn!("removing the sandbox cgroup: {e}");
+    }
+}
+
+/// Reads the helper's report line, then drains the rest like stdout.
+async fn drain_stderr(
+    pipe: impl AsyncRead + Unpin,
+    buf: Arc<Mutex<Capped>>,
+    overflow: Arc<Notify>,
+) -> Option<HelperReport> {
+    let mut reader = BufReader::new(pipe);
+    let mut first = Vec::new();
+    if let Err(e) = reader.read_until(b'\n', &mut first).await {
+        tracing::debug!("sandbox stderr: {e}");
+    }
+    let report = std::str::from_utf8(&first)
+        .ok()
+        .and_then(|l| l.strip_prefix(REPORT_PREFIX))
+        .and_then(|json| serde_json::from_str(json.trim_end()).ok());
+    if report.is_none() {
+        lock(&buf).push(&first);
+    }
+    drain(reader, buf, overflow).await;
+    report
+}
+
+async fn drain(mut pipe: impl AsyncRead + Unpin, buf: Arc<Mutex<Capped>>, overflow: Arc<Notify>) {
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) => return,
+            Ok(n) => {
+                let mut b = lock(&buf);
+                b.push(&chunk[..n]);
+                if b.total > (b.half as u64 * 2).saturating_mul(OVERFLOW_KILL_FACTOR) {
+                    overflow.notify_one();
+                }
+            }
+            Err(e) => {
+                tracing::debug!("sandbox output: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn lock(buf: &Mutex<Capped>) -> std::sync::MutexGuard<'_, Capped> {
+    buf.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn take(buf: &Mutex<Capped>) -> (String, bool) {
+    lock(buf).finish()
+}
+
+/// The first and last `cap / 2` bytes of a stream, and how many came in between.
+#[derive(Debug)]
+struct Capped {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    half: usize,
+    total: u64,
+}
+
+impl Capped {
+    fn new(cap: usize) -> Capped {
+        Capped {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            half: cap / 2,
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.half.saturating_sub(self.head.len()).min(bytes.len());
+        self.head.extend_from_slice(&bytes[..room]);
+        bytes = &bytes[room..];
+        if bytes.len() >= self.half {
+            self.tail.clear();
+            bytes = &bytes[bytes.len() - self.half..];
+        }
+        self.tail.extend(bytes);
+        let excess = self.tail.len().saturating_sub(self.half);
+        self.tail.drain(..excess);
+    }
+
+    fn finish(&mut self) -> (String, bool) {
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let omitted = self.total - kept;
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        if omitted > 0 {
+            out.push_str(&format!("\n[… {omitted} bytes omitted …]\n"));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        out.push_str(&String::from_utf8_lossy(&tail));
+        (out, omitted > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_keeps_head_and_tail_and_counts_the_middle() {
+        let mut c = Capped::new(8);
+        c.push(b"abcdefgh");
+        c.push(b"ijklmnop");
+        assert_eq!(
+            c.finish(),
+            ("abcd\n[… 8 bytes omitted …]\nmnop".to_owned(), true)
+        );
+    }
+
+    #[test]
+    fn capped_under_the_cap_is_verbatim() {
+        let mut c = Capped::new(100);
+        c.push(b"hello\n");
+        assert_eq!(c.finish(), ("hello\n".to_owned(), false));
+    }
+}

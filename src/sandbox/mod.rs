@@ -1,0 +1,65 @@
+//! The Landlock sandbox every file-touching or program-running tool goes through.
+//!
+//! The daemon never restricts itself. A call runs in our own binary re-executed as the
+//! hidden `familiar sandbox-exec` helper, which restricts itself on its single thread
+//! and then runs the command or performs the file operation; whatever a path check
+//! upstream missed, the kernel refuses. The invariant: a sandboxed call reaches only
+//! what its [`SandboxPolicy`] grants, minus the protected paths, and leaves no process
+//! behind.
+//!
+//! - [`spec`]: [`SandboxPolicy`] and [`Limits`], built from a soul and a policy.
+//! - [`ruleset`]: protected-path carving and the Landlock ruleset.
+//! - [`exec`]: the helper (`sandbox-exec`): setup, report, supervision.
+//! - [`fileops`]: read/list/write/edit performed inside the sandbox.
+//! - [`limits`]: rlimits and the pids cgroup.
+//! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
+//! - [`status`]: what the kernel enforces ([`probe`]).
+
+pub mod exec;
+pub mod fileops;
+pub mod launcher;
+pub mod limits;
+pub mod ruleset;
+pub mod spec;
+pub mod status;
+
+use std::path::PathBuf;
+
+pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
+pub use launcher::{SandboxLauncher, SandboxOutput, run};
+pub use spec::{Limits, SandboxPolicy};
+pub use status::{Enforcement, EnforcementStatus, probe};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("creating the task workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("finding our own binary to use as sandbox helper: {0}")]
+    CurrentExe(std::io::Error),
+    #[error("starting the sandbox helper {}: {source}", path.display())]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("waiting for the sandbox helper: {0}")]
+    Wait(std::io::Error),
+    #[error("encoding the sandbox spec: {0}")]
+    Spec(serde_json::Error),
+    #[error("the sandbox could not be set up: {0}")]
+    Setup(String),
+    #[error(
+        "the soul requires a fully enforced sandbox, this kernel gives {} (missing: {})",
+        .0.status.as_str(),
+        .0.missing.join(", ")
+    )]
+    NotEnforced(Enforcement),
+    #[error("the sandbox helper ended without a report ({status}): {stderr}")]
+    Helper { status: String, stderr: String },
+    #[error("bad reply from the sandbox helper: {0}")]
+    Reply(String),
+    #[error("cancelled")]
+    Cancelled,
+}

@@ -1,0 +1,262 @@
+//! The sandbox spec: what one sandboxed call may touch, as the daemon hands it to the
+//! `familiar sandbox-exec` helper.
+//!
+//! The invariant: a [`SandboxPolicy`] only ever grants what the soul's `[sandbox]`
+//! table, the task workspace and the start-up baseline below name. Protected paths are
+//! carried along so the helper can carve them out of readable trees; nothing here is
+//! trusted by the kernel until the helper turns it into a Landlock ruleset.
+//!
+//! The read baseline is what a dynamically linked program needs to start and answer
+//! the usual questions, and nothing else:
+//! - `/usr`, `/bin`, `/sbin`, `/lib`, `/lib64`, `/lib32`: programs and their libraries
+//!   (on merged-/usr systems the top-level ones are symlinks into `/usr`).
+//! - `/etc/ld.so.cache`, `/etc/ld.so.conf`, `/etc/ld.so.conf.d`: the dynamic loader.
+//! - `/etc/alternatives`: Debian's `update-alternatives` links (`awk`, `editor`).
+//! - `/etc/localtime`: `date` and log timestamps in local time.
+//! - `/etc/nsswitch.conf`, `/etc/passwd`, `/etc/group`: user and group names for `id`,
+//!   `ls -l`, `whoami` (no password hashes: those are in `/etc/shadow`).
+//! - `/dev/null`, `/dev/zero`, `/dev/urandom`, `/dev/random`: what shells and
+//!   runtimes open unasked. `/dev/tty` is left out: a tool has no terminal.
+//! - `/proc`: read-only. Landlock rules hold inodes, and `/proc/<pid>` inodes are made
+//!   on lookup for each process, so a rule on `/proc/self` would only ever cover the
+//!   helper's own pid; the rule has to sit on `/proc` itself. What that exposes is
+//!   bounded by the kernel: `environ`, `mem`, `fd/` and the like of processes outside
+//!   the sandbox need ptrace access, which Landlock denies across domains; `cmdline` and
+//!   `stat` of other processes stay visible, as they are to `ps`.
+//! - `/sys/devices/system/cpu`: `nproc` and thread pools sizing themselves.
+//!
+//! Writable: the soul's `write` trees, the task workspace (created here, because
+//! Landlock rules need an inode and `path_beneath_rules` silently skips a missing path)
+//! and `/dev/null`. `TMPDIR` points into the workspace, since `/tmp` is not writable.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Policy;
+use crate::soul::Soul;
+
+use super::SandboxError;
+
+/// Read-only trees every sandboxed program gets (see the module doc for each).
+pub const BASELINE_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/urandom",
+    "/dev/random",
+    "/proc",
+    "/sys/devices/system/cpu",
+];
+
+/// Writable besides the soul's trees and the workspace.
+pub const BASELINE_WRITE: &[&str] = &["/dev/null"];
+
+/// Environment variables copied from the daemon into the command's environment. Nothing
+/// else crosses: API keys, tokens and session sockets stay with the daemon.
+pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ"];
+
+/// Prefixes of variables copied as well (locale categories).
+pub const ENV_ALLOWLIST_PREFIXES: &[&str] = &["LC_"];
+
+/// Used when the daemon has no `PATH` of its own (systemd gives one, `env -i` does not).
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Per stream (stdout, stderr): the head and the tail are kept, half each.
+pub const DEFAULT_OUTPUT_CAP_BYTES: usize = 128 * 1024;
+/// Processes (threads count too) the command may have at once.
+pub const DEFAULT_MAX_PROCESSES: u64 = 256;
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 1024 * 1024 * 1024;
+pub const DEFAULT_CPU_SECONDS: u64 = 120;
+
+/// Resource bounds of one sandboxed call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Wall clock, enforced by the launcher (SIGTERM, then SIGKILL to the group).
+    #[serde(with = "millis")]
+    pub timeout: Duration,
+    /// Per stream; past it the middle is dropped, far past it the command is killed.
+    pub output_cap_bytes: usize,
+    /// A pids cgroup where one can be made, and `RLIMIT_NPROC` on top of the user's
+    /// current count (root ignores `RLIMIT_NPROC`, hence the cgroup).
+    pub max_processes: u64,
+    /// `RLIMIT_FSIZE`, bytes.
+    pub max_file_size: u64,
+    /// `RLIMIT_CPU`, seconds of CPU time per process.
+    pub cpu_seconds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: DEFAULT_TIMEOUT,
+            output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
+            max_processes: DEFAULT_MAX_PROCESSES,
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+            cpu_seconds: DEFAULT_CPU_SECONDS,
+        }
+    }
+}
+
+/// Everything the helper needs to restrict itself and run one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    /// Readable trees (absolute). Missing ones are skipped.
+    pub read: Vec<PathBuf>,
+    /// Readable and writable trees (absolute).
+    pub write: Vec<PathBuf>,
+    /// Carved out of every tree above, whatever it is named as.
+    pub protected: Vec<PathBuf>,
+    /// TCP connect and bind allowed.
+    pub network: bool,
+    /// Signals and abstract unix sockets scoped to the sandbox (Landlock ABI 6).
+    pub scope_signals: bool,
+    /// Refuse to run the command unless every restriction is enforced.
+    pub require_full: bool,
+    pub limits: Limits,
+    /// The command's whole environment.
+    pub env: Vec<(String, String)>,
+    /// The command's working directory.
+    pub cwd: PathBuf,
+}
+
+impl SandboxPolicy {
+    /// The policy for one call of a task run by `soul` under `policy`, creating the
+    /// workspace if needed. The environment is the allowlisted part of the daemon's.
+    pub fn for_task(
+        soul: &Soul,
+        policy: &Policy,
+        workspace: &Path,
+        home: &Path,
+    ) -> Result<SandboxPolicy, SandboxError> {
+        std::fs::create_dir_all(workspace).map_err(|source| SandboxError::Workspace {
+            path: workspace.to_owned(),
+            source,
+        })?;
+        let read = BASELINE_READ
+            .iter()
+            .map(PathBuf::from)
+            .chain(soul.sandbox.read.iter().cloned())
+            .collect();
+        let write = BASELINE_WRITE
+            .iter()
+            .map(PathBuf::from)
+            .chain(soul.sandbox.write.iter().cloned())
+            .chain([workspace.to_owned()])
+            .collect();
+        Ok(SandboxPolicy {
+            read,
+            write,
+            protected: policy.protected_paths.clone(),
+            network: soul.sandbox.network,
+            scope_signals: true,
+            require_full: soul.sandbox.require,
+            limits: Limits::default(),
+            env: allowed_env(std::env::vars(), home, workspace),
+            cwd: workspace.to_owned(),
+        })
+    }
+}
+
+/// The command's environment: the allowlisted variables of `vars`, `HOME` set to
+/// `home`, `TMPDIR` to the workspace, and a `PATH` even when the daemon has none.
+pub fn allowed_env(
+    vars: impl IntoIterator<Item = (String, String)>,
+    home: &Path,
+    workspace: &Path,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vars
+        .into_iter()
+        .filter(|(k, _)| {
+            k != "HOME"
+                && (ENV_ALLOWLIST.contains(&k.as_str())
+                    || ENV_ALLOWLIST_PREFIXES.iter().any(|p| k.starts_with(p)))
+        })
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push(("HOME".into(), home.display().to_string()));
+    env.push(("TMPDIR".into(), workspace.display().to_string()));
+    env.sort();
+    env
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_keeps_only_the_allowlist() {
+        let vars = [
+            ("PATH", "/usr/bin"),
+            ("OPENAI_API_KEY", "secret"),
+            ("LC_TIME", "C"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/1000/bus"),
+            ("HOME", "/elsewhere"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let env = allowed_env(vars, Path::new("/home/u"), Path::new("/w"));
+        let want: Vec<(String, String)> = [
+            ("HOME", "/home/u"),
+            ("LC_TIME", "C"),
+            ("PATH", "/usr/bin"),
+            ("TMPDIR", "/w"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+        assert_eq!(env, want);
+    }
+
+    #[test]
+    fn env_gets_a_path_when_the_daemon_has_none() {
+        let env = allowed_env([], Path::new("/h"), Path::new("/w"));
+        assert!(env.contains(&("PATH".to_owned(), DEFAULT_PATH.to_owned())));
+    }
+
+    #[test]
+    fn spec_round_trips_through_json() {
+        let spec = SandboxPolicy {
+            read: vec!["/usr".into()],
+            write: vec!["/w".into()],
+            protected: vec!["/h/.ssh".into()],
+            network: false,
+            scope_signals: true,
+            require_full: true,
+            limits: Limits::default(),
+            env: vec![("PATH".into(), "/bin".into())],
+            cwd: "/w".into(),
+        };
+        let json = serde_json::to_string(&spec).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxPolicy>(&json).unwrap(), spec);
+    }
+}

@@ -1,0 +1,444 @@
+//! The sandbox against the real kernel: every test asserts what the kernel answered
+//! (EACCES, EPERM, no file, refused connection, dead pids), not that a check ran.
+
+// Test helpers: a failed setup step should panic right where it failed.
+#![allow(clippy::unwrap_used, clippy::print_stderr)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use familiar::sandbox::{EnforcementStatus, FileOp, FileReply, SandboxError};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::sandbox::{
+    SECRET, SandboxHome, alive, exists, landlock_available, launcher, pids, run, sh,
+};
+
+const EACCES: i32 = 13;
+
+/// Processes whose working directory is `dir` (everything a sandboxed command starts
+/// runs in the workspace unless it moves).
+fn processes_in(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            (std::fs::read_link(e.path().join("cwd")).ok()? == dir).then_some(pid)
+        })
+        .collect()
+}
+
+/// Blocks until the sandboxed command writes a line to the fifo `path`.
+async fn wait_for_fifo(path: &Path) -> String {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut s = String::new();
+        std::fs::File::open(path)
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    })
+    .await
+    .unwrap()
+}
+
+/// A helper run without the launcher leaves its pids cgroup for us to remove.
+fn remove_reported_cgroup(stderr: &[u8]) {
+    let stderr = String::from_utf8_lossy(stderr);
+    let report = stderr.lines().next().unwrap();
+    let json = report
+        .strip_prefix(familiar::sandbox::exec::REPORT_PREFIX)
+        .unwrap();
+    let report: familiar::sandbox::exec::HelperReport = serde_json::from_str(json).unwrap();
+    if let Some(cgroup) = report.cgroup {
+        familiar::sandbox::limits::remove_cgroup(&cgroup);
+    }
+}
+
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+#[tokio::test]
+async fn writes_outside_the_workspace_are_refused_by_the_kernel() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    let outside = std::env::temp_dir().join(format!("familiar-sbx-{}", std::process::id()));
+    let o = outside.display().to_string();
+
+    let out = sh(&p, &format!("echo x > {o}")).await;
+    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    let py = format!("open('{o}', 'w')");
+    let out = run(&p, &["/usr/bin/python3", "-c", &py]).await;
+    assert!(out.stderr.contains("PermissionError"), "{out:?}");
+    std::fs::write(h.ws("src"), "data").unwrap();
+    let out = run(&p, &["cp", "src", &o]).await;
+    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    let out = sh(&p, &format!("echo x > {}/new", h.home.display())).await;
+    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    assert!(!exists(&outside));
+    assert!(!exists(&h.home.join("new")));
+
+    let out = sh(&p, "echo inside > made && cat made").await;
+    assert_eq!((out.exit_code, out.stdout.as_str()), (Some(0), "inside\n"));
+    assert_eq!(out.enforcement.status, EnforcementStatus::Full);
+}
+
+#[tokio::test]
+async fn protected_paths_are_unreadable_even_when_home_is_readable() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    std::os::unix::fs::symlink(&h.secret, h.ws("link")).unwrap();
+    let s = h.secret.display();
+    let dotdot = format!("{}/../home/.ssh/id_ed25519", h.workspace.display());
+
+    // The rest of home is readable, and home itself listable.
+    let out = sh(&p, "cat ~/notes.txt && ls -a ~").await;
+    assert!(out.stdout.contains("public notes"), "{out:?}");
+    assert!(out.stdout.contains(".ssh"), "{out:?}");
+
+    for script in [
+        format!("cat {s}"),
+        "cat link".to_owned(),
+        format!("cat {dotdot}"),
+        "cat ~/.ssh/*".to_owned(),
+    ] {
+        let out = sh(&p, &script).await;
+        assert!(!out.stdout.contains(SECRET), "{script}: {out:?}");
+        assert!(
+            out.stderr.contains("Permission denied"),
+            "{script}: {out:?}"
+        );
+    }
+
+    let op = FileOp::Read {
+        path: h.secret.clone(),
+        offset: None,
+        limit: None,
+    };
+    let (reply, _) = launcher()
+        .file_op(&p, &op, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            reply,
+            FileReply::Error {
+                errno: Some(EACCES),
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+}
+
+#[tokio::test]
+async fn workspace_files_cannot_be_linked_or_renamed_out() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    std::fs::write(h.ws("f"), "data").unwrap();
+    let home = h.home.display();
+    for script in [
+        format!("ln f {home}/hard"),
+        format!("mv f {home}/moved"),
+        format!("ln {} stolen", h.secret.display()),
+    ] {
+        let out = sh(&p, &script).await;
+        assert_ne!(out.exit_code, Some(0), "{script}: {out:?}");
+        assert!(
+            out.stderr.contains("Permission denied")
+                || out.stderr.contains("Invalid cross-device link"),
+            "{script}: {out:?}"
+        );
+    }
+    assert!(!exists(&h.home.join("hard")) && !exists(&h.home.join("moved")));
+    assert!(!exists(&h.ws("stolen")));
+    assert!(exists(&h.ws("f")));
+}
+
+#[tokio::test]
+async fn a_symlink_flipped_during_reads_never_yields_the_secret() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    std::fs::write(h.ws("harmless"), "harmless\n").unwrap();
+    std::os::unix::fs::symlink(h.ws("harmless"), h.ws("link")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (stop, ws, secret) = (stop.clone(), h.workspace.clone(), h.secret.clone());
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let target = if flips.is_multiple_of(2) {
+                    secret.clone()
+                } else {
+                    ws.join("harmless")
+                };
+                std::os::unix::fs::symlink(&target, ws.join("link.new")).unwrap();
+                std::fs::rename(ws.join("link.new"), ws.join("link")).unwrap();
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let script = "i=0; while [ $i -lt 500 ]; do cat link; i=$((i+1)); done";
+    let out = sh(&p, script).await;
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    assert!(flips > 1);
+    assert!(!out.stdout.contains(SECRET), "the secret leaked");
+    assert!(out.stdout.contains("harmless"), "{out:?}");
+}
+
+#[tokio::test]
+async fn tcp_connect_follows_the_network_switch() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
+
+    let out = run(&h.policy(false, false), &["bash", "-c", &script]).await;
+    assert!(!out.stdout.contains("connected"), "{out:?}");
+    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+
+    let out = run(&h.policy(true, false), &["bash", "-c", &script]).await;
+    assert_eq!(out.stdout, "connected\n", "{out:?}");
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_contained_and_cleaned_up() {
+    if !landlock_available() {
+        return;
+    }
+    if nix::unistd::Uid::effective().is_root()
+        && !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
+    {
+        eprintln!("\n!!! SKIPPED: root ignores RLIMIT_NPROC and there is no pids cgroup !!!\n");
+        return;
+    }
+    let h = SandboxHome::new();
+    let mut p = h.policy(false, false);
+    p.limits.max_processes = 64;
+    p.limits.timeout = std::time::Duration::from_secs(5);
+    mkfifo(&h.ws("fifo"));
+    let task =
+        tokio::spawn(async move { sh(&p, "echo started > fifo; b(){ b | b & }; b; wait").await });
+    assert_eq!(wait_for_fifo(&h.ws("fifo")).await, "started\n");
+    // This process can still fork while the bomb runs.
+    assert!(
+        std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success()
+    );
+    task.await.unwrap();
+    assert_eq!(processes_in(&h.workspace), Vec::<i32>::new());
+}
+
+#[tokio::test]
+async fn endless_output_is_capped_and_the_command_killed() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let mut p = h.policy(false, false);
+    p.limits.output_cap_bytes = 4096;
+    for argv in [&["yes"][..], &["cat", "/dev/urandom"]] {
+        let out = run(&p, argv).await;
+        assert!(out.truncated, "{argv:?}");
+        assert!(out.stdout.contains("bytes omitted"), "{argv:?}");
+        assert!(out.stdout.len() < 4 * 4096, "{argv:?}");
+        assert!(out.signal.is_some(), "{argv:?}: {:?}", out.exit_code);
+        assert!(!out.timed_out);
+    }
+}
+
+#[tokio::test]
+async fn nothing_the_command_started_survives_it() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    let script =
+        "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; (sleep 1000 & echo $!); echo $$";
+    let out = sh(&p, script).await;
+    let started = pids(&out.stdout);
+    assert_eq!(started.len(), 4, "{out:?}");
+    for pid in started {
+        assert!(!alive(pid), "{pid} survived");
+    }
+}
+
+#[tokio::test]
+async fn cancelling_kills_the_whole_tree() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    mkfifo(&h.ws("fifo"));
+    let cancel = CancellationToken::new();
+    let task = {
+        let cancel = cancel.clone();
+        let argv: Vec<String> = [
+            "sh",
+            "-c",
+            "sleep 1000 & echo $! > pids; setsid sleep 1000 & echo $! >> pids; \
+             echo started > fifo; wait",
+        ]
+        .map(String::from)
+        .into();
+        tokio::spawn(async move { launcher().run(&p, &argv, None, &cancel).await })
+    };
+    assert_eq!(wait_for_fifo(&h.ws("fifo")).await, "started\n");
+    cancel.cancel();
+    assert!(matches!(task.await.unwrap(), Err(SandboxError::Cancelled)));
+    let started = pids(&std::fs::read_to_string(h.ws("pids")).unwrap());
+    assert_eq!(started.len(), 2);
+    for pid in started {
+        assert!(!alive(pid), "{pid} survived");
+    }
+}
+
+#[tokio::test]
+async fn processes_outside_the_sandbox_cannot_be_signalled() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    let pid = victim.id().to_string();
+    let out = run(&h.policy(false, false), &["kill", "-TERM", &pid]).await;
+    let still_alive = alive(victim.id().cast_signed());
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert!(out.stderr.contains("Operation not permitted"), "{out:?}");
+    assert!(still_alive);
+}
+
+#[tokio::test]
+async fn the_daemons_environment_does_not_reach_the_command() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    // The helper's own environment (here with a key in it) is never passed on.
+    let spec = serde_json::to_string(&p).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_familiar"))
+        .args(["sandbox-exec", "--", "env"])
+        .env("OPENAI_API_KEY", "secret")
+        .env(familiar::sandbox::exec::SPEC_ENV, spec)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    remove_reported_cgroup(&out.stderr);
+    assert!(out.status.success() && stdout.contains("HOME="), "{out:?}");
+    assert!(!stdout.contains("OPENAI_API_KEY"), "{stdout}");
+    // Through the launcher, only allowlisted names appear.
+    let out = run(&p, &["env"]).await;
+    for line in out.stdout.lines() {
+        let name = line.split('=').next().unwrap();
+        let allowed = familiar::sandbox::spec::ENV_ALLOWLIST.contains(&name)
+            || name.starts_with("LC_")
+            || name == "TMPDIR";
+        assert!(allowed, "{line}");
+    }
+}
+
+#[tokio::test]
+async fn a_lower_abi_is_partial_and_refused_when_full_is_required() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let mut l = launcher();
+    l.abi_override = Some(3);
+    let cancel = CancellationToken::new();
+    let out = l
+        .run(&h.policy(false, false), &["true".to_owned()], None, &cancel)
+        .await
+        .unwrap();
+    assert_eq!(out.enforcement.status, EnforcementStatus::Partial);
+    assert_eq!(out.enforcement.abi, Some(3));
+
+    let argv = ["touch".to_owned(), "ran".to_owned()];
+    let err = l
+        .run(&h.policy(false, true), &argv, None, &cancel)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SandboxError::NotEnforced(ref e) if e.status == EnforcementStatus::Partial),
+        "{err:?}"
+    );
+    assert!(!exists(&h.ws("ran")), "the command ran");
+}
+
+#[tokio::test]
+async fn file_ops_write_inside_and_are_refused_outside() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    let cancel = CancellationToken::new();
+    let write = |path: std::path::PathBuf| FileOp::Write {
+        path,
+        content: "hello\n".into(),
+    };
+    let (reply, _) = launcher()
+        .file_op(&p, &write(h.ws("a.txt")), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(reply, FileReply::Written { bytes: 6 });
+    assert_eq!(std::fs::read_to_string(h.ws("a.txt")).unwrap(), "hello\n");
+
+    let (reply, _) = launcher()
+        .file_op(&p, &write(h.home.join("b.txt")), &cancel)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            reply,
+            FileReply::Error {
+                errno: Some(EACCES),
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    assert!(!exists(&h.home.join("b.txt")));
+
+    let list = FileOp::List {
+        path: h.workspace.clone(),
+    };
+    let (reply, _) = launcher().file_op(&p, &list, &cancel).await.unwrap();
+    let FileReply::List { entries, .. } = reply else {
+        panic!("{reply:?}");
+    };
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["a.txt"]);
+}
