@@ -58,11 +58,12 @@ impl LlmFactory for Llm {
 
 fn tool_reply(i: usize) -> Reply {
     Reply::sse(sse(vec![
+        // Different arguments each turn, or loop detection would (rightly) stop the task.
         oa_tool_call(
             0,
             &format!("c{i}"),
             "read_file",
-            "{\"path\": \"notes.txt\"}",
+            &format!("{{\"path\": \"notes.txt\", \"offset\": {}}}", i % 20 + 1),
         ),
         oa_finish("tool_calls"),
         oa_usage(1000, 20),
@@ -152,6 +153,10 @@ async fn bench() {
                 Arc::new(MetricsHook { metrics }),
             ],
             llm: Arc::new(Llm(Arc::clone(&config), env.clone())),
+            launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
+                "CARGO_BIN_EXE_familiar"
+            ))),
+            enforcement: familiar::sandbox::probe(),
         });
         let spec = TaskSpec {
             task_id: TaskId::generate(),

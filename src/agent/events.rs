@@ -54,6 +54,8 @@ pub enum EventPayload {
         model: String,
         workspace: String,
         max_iterations: u32,
+        /// What the kernel enforces for this task's tools: `abi`, `status`, `missing`.
+        sandbox: serde_json::Value,
     },
     IterationStarted {
         iteration: u32,

@@ -42,6 +42,7 @@ use crate::llm::{
 };
 use crate::policy::{self, Call, Decision, Outcome, PathContext, Policy, StepName};
 use crate::ratelimit::{RateLimiters, Scope};
+use crate::sandbox::{Enforcement, EnforcementStatus, SandboxLauncher, SandboxPolicy};
 use crate::snapshot::Snapshotter;
 use crate::soul::Soul;
 use crate::store::{
@@ -98,6 +99,10 @@ pub struct Runtime {
     pub snapshotter: Arc<Mutex<Snapshotter>>,
     pub hooks: Vec<Arc<dyn Hooks>>,
     pub llm: Arc<dyn LlmFactory>,
+    /// Starts the sandboxed helper for tools.
+    pub launcher: Arc<SandboxLauncher>,
+    /// What the kernel enforces ([`crate::sandbox::probe`], taken once).
+    pub enforcement: Enforcement,
 }
 
 /// One task to run.
@@ -134,6 +139,8 @@ pub enum TaskError {
     Store(#[from] StoreError),
     #[error("the session `{0}` does not exist")]
     UnknownSession(SessionId),
+    #[error("{0}")]
+    Sandbox(String),
 }
 
 enum State {
@@ -161,7 +168,10 @@ pub async fn run_task(
     cancel: CancellationToken,
 ) -> Result<TaskOutcome, TaskError> {
     let mut task = Task::start(rt, spec, bus, cancel).await?;
-    let mut state = State::CheckLimits;
+    let mut state = match task.refusal.take() {
+        Some(why) => State::Finish(TaskStatus::Denied, why),
+        None => State::CheckLimits,
+    };
     let (status, result) = loop {
         state = match state {
             State::CheckLimits => task.check_limits(),
@@ -203,6 +213,10 @@ struct Task {
     full_compactions: u32,
     /// Notes to add to the next user turn (loop warnings, continuations).
     notes: Vec<String>,
+    sandbox: Arc<SandboxPolicy>,
+    /// Why the task may not run at all (a soul that requires a sandbox the kernel
+    /// cannot fully give).
+    refusal: Option<String>,
 }
 
 impl Task {
@@ -246,6 +260,18 @@ impl Task {
             Some(w) => w.clone(),
             None => store.ensure_workspace(&session_id)?,
         };
+        let home = rt.config.paths.home.clone();
+        let sandbox = SandboxPolicy::for_task(&spec.soul, &rt.policy, &workspace, &home)
+            .map_err(|e| TaskError::Sandbox(e.to_string()))?;
+        let refusal = (spec.soul.sandbox.require && rt.enforcement.status != EnforcementStatus::Full)
+            .then(|| {
+                format!(
+                    "soul `{}` requires a fully enforced sandbox (sandbox.require = true), but this kernel gives {} enforcement (missing: {})",
+                    spec.soul.id,
+                    rt.enforcement.status.as_str(),
+                    rt.enforcement.missing.join(", ")
+                )
+            });
         let max_iterations = spec
             .max_iterations
             .map_or(spec.soul.max_iterations, |m| {
@@ -326,6 +352,8 @@ impl Task {
             length_continuations: 0,
             full_compactions: 0,
             notes: Vec::new(),
+            sandbox: Arc::new(sandbox),
+            refusal,
             spec,
         };
         task.emit(EventPayload::TaskStarted {
@@ -335,6 +363,7 @@ impl Task {
             model: task.model.clone(),
             workspace: task.workspace.display().to_string(),
             max_iterations,
+            sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
         })
         .await;
         Ok(task)
@@ -559,6 +588,8 @@ impl Task {
                 home: self.rt.config.paths.home.clone(),
                 snapshotter: Arc::clone(&self.rt.snapshotter),
                 cancel: iter_cancel.clone(),
+                sandbox: Arc::clone(&self.sandbox),
+                launcher: Arc::clone(&self.rt.launcher),
             },
             events: events_tx,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
@@ -961,12 +992,19 @@ impl Task {
             reason,
         })
         .await;
-        let trail = verdict
+        let mut trail = verdict
             .steps
             .iter()
             .map(|s| format!("{}={}", s.name.as_str(), s.outcome.as_str()))
             .collect::<Vec<_>>()
             .join(", ");
+        trail.push_str(&format!(
+            ", sandbox={}",
+            self.rt.enforcement.status.as_str()
+        ));
+        if let Some(abi) = self.rt.enforcement.abi {
+            trail.push_str(&format!(" (landlock abi {abi})"));
+        }
         (gate, trail)
     }
 

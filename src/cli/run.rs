@@ -23,6 +23,7 @@ use crate::config::{Config, ProcessEnv};
 use crate::ids::{SessionId, TaskId};
 use crate::policy;
 use crate::ratelimit::RateLimiters;
+use crate::sandbox::SandboxLauncher;
 use crate::snapshot::Snapshotter;
 use crate::soul::SoulSet;
 use crate::store::{Store, TaskStatus};
@@ -126,6 +127,8 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         approvals,
         metrics,
         snapshotter: Arc::new(Mutex::new(snapshotter)),
+        launcher: Arc::new(SandboxLauncher::current()?),
+        enforcement: crate::sandbox::probe(),
     });
     let spec = TaskSpec {
         task_id: TaskId::generate(),

@@ -1,19 +1,20 @@
-//! File tools: `read_file` and `list_dir`.
+//! File tools: `read_file`, `list_dir`, `write_file`, `edit_file`.
 //!
-//! They run in the daemon's process for now, after the policy check (protected paths,
-//! tier modes); the sandbox issue moves them into the Landlock-confined helper so that
-//! the kernel, not this code, is what keeps them inside the soul's paths. Output is
-//! bounded here: a tool never returns more than [`MAX_READ_BYTES`].
-
-use std::io::Read;
+//! Every file access happens in the sandboxed helper (`familiar sandbox-exec --op`),
+//! under the task's Landlock rules: the policy check before it gives the model a clear
+//! reason, but what keeps a tool inside the soul's paths is the kernel, even if a path
+//! check had a bug. Writes are atomic and never follow a final symlink. Output is
+//! bounded: a tool never returns more than [`MAX_READ_BYTES`].
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Tool, ToolContext, ToolError, ToolInfo, opt_u64, str_arg};
+use crate::sandbox::SandboxError;
+use crate::sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
 
-/// Largest slice of a file `read_file` returns.
+/// Largest slice of a file `read_file` returns to the model.
 pub const MAX_READ_BYTES: usize = 256 * 1024;
 /// Lines returned when the call gives no `limit`.
 pub const DEFAULT_READ_LINES: u64 = 400;
@@ -21,6 +22,30 @@ pub const DEFAULT_READ_LINES: u64 = 400;
 pub const MAX_DIR_ENTRIES: usize = 500;
 
 pub struct ReadFile;
+
+/// Runs a file operation in the task's sandbox and turns a refusal into an error the
+/// model can read (the kernel's errno included, so "Permission denied" is visible as
+/// such).
+pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply, ToolError> {
+    let (reply, _enforcement) = ctx
+        .launcher
+        .file_op(&ctx.sandbox, &op, &ctx.cancel)
+        .await
+        .map_err(|e| match e {
+            SandboxError::Cancelled => ToolError::model("cancelled: the task was stopped"),
+            other => ToolError::Fatal(format!("the sandbox failed: {other}")),
+        })?;
+    match reply {
+        FileReply::Error { errno, message } => Err(ToolError::model(match errno {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                format!("{message} (outside what this soul's sandbox allows)")
+            }
+            Some(libc::EISDIR) => format!("{message}: it is a directory, use list_dir"),
+            Some(_) | None => message,
+        })),
+        other => Ok(other),
+    }
+}
 
 impl Tool for ReadFile {
     fn info(&self) -> &'static ToolInfo {
@@ -53,73 +78,67 @@ impl Tool for ReadFile {
     ) -> BoxFuture<'static, Result<String, ToolError>> {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
-            let offset = opt_u64(&args, "offset")?.unwrap_or(1).max(1);
+            let offset = opt_u64(&args, "offset")?.unwrap_or(1).max(1) as usize;
             let limit = opt_u64(&args, "limit")?
                 .unwrap_or(DEFAULT_READ_LINES)
-                .max(1);
-            tokio::task::spawn_blocking(move || read_lines(&path, offset, limit))
-                .await
-                .map_err(|e| ToolError::Fatal(format!("read_file worker failed: {e}")))?
+                .max(1) as usize;
+            let op = FileOp::Read {
+                path: path.clone(),
+                offset: Some(offset),
+                limit: Some(limit),
+            };
+            match sandboxed(&ctx, op).await? {
+                FileReply::Read {
+                    content,
+                    total_lines,
+                    truncated,
+                } => format_lines(&path, &content, offset, total_lines, truncated),
+                other => Err(ToolError::Fatal(format!(
+                    "unexpected reply to read: {other:?}"
+                ))),
+            }
         }
         .boxed()
     }
 }
 
-fn read_lines(path: &std::path::Path, offset: u64, limit: u64) -> Result<String, ToolError> {
+/// Numbered lines with a header that says which part of the file this is.
+fn format_lines(
+    path: &std::path::Path,
+    content: &str,
+    offset: usize,
+    total: usize,
+    truncated: bool,
+) -> Result<String, ToolError> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| ToolError::model(format!("{shown}: {e}")))?;
-    if meta.is_dir() {
+    if content.bytes().take(8192).any(|b| b == 0) {
         return Err(ToolError::model(format!(
-            "{shown} is a directory: use list_dir"
+            "{shown} looks like a binary file; read_file only shows text"
         )));
     }
-    let file = std::fs::File::open(path).map_err(|e| ToolError::model(format!("{shown}: {e}")))?;
-    // Read at most a bounded prefix: a 10 GB log must not be loaded to show 400 lines.
-    let mut buf = Vec::new();
-    file.take((MAX_READ_BYTES * 16) as u64)
-        .read_to_end(&mut buf)
-        .map_err(|e| ToolError::model(format!("{shown}: {e}")))?;
-    if buf.iter().take(8192).any(|&b| b == 0) {
-        return Err(ToolError::model(format!(
-            "{shown} looks like a binary file ({} bytes); read_file only shows text",
-            meta.len()
-        )));
-    }
-    let text = String::from_utf8_lossy(&buf);
-    let mut out = String::new();
-    let mut last = 0;
-    let mut truncated = false;
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .skip((offset - 1) as usize)
-        .take(limit as usize)
-    {
-        if out.len() + line.len() > MAX_READ_BYTES {
-            truncated = true;
-            break;
-        }
-        out.push_str(&format!("{:>6}\t{line}\n", i + 1));
-        last = i + 1;
-    }
-    let total_known = buf.len() as u64 == meta.len();
-    let total = if total_known {
-        text.lines().count().to_string()
+    let total = if truncated {
+        format!("more than {total}")
     } else {
-        "more than shown".to_owned()
+        total.to_string()
     };
-    if out.is_empty() {
+    if content.is_empty() {
         return Ok(format!(
             "{shown}: no lines at offset {offset} (file has {total} lines)"
         ));
     }
-    let mut header = format!("{shown}: lines {offset}-{last} of {total}");
-    if truncated {
-        header.push_str(&format!(
-            " (cut at {MAX_READ_BYTES} bytes: use offset/limit)"
-        ));
+    let mut out = String::with_capacity(content.len() + content.len() / 8);
+    let mut last = offset;
+    for (i, line) in content.lines().enumerate() {
+        if out.len() + line.len() > MAX_READ_BYTES {
+            out.push_str(&format!(
+                "[cut at {MAX_READ_BYTES} bytes: use offset/limit]\n"
+            ));
+            break;
+        }
+        last = offset + i;
+        out.push_str(&format!("{last:>6}\t{line}\n"));
     }
-    Ok(format!("{header}\n{out}"))
+    Ok(format!("{shown}: lines {offset}-{last} of {total}\n{out}"))
 }
 
 pub struct ListDir;
@@ -150,43 +169,144 @@ impl Tool for ListDir {
     ) -> BoxFuture<'static, Result<String, ToolError>> {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
-            tokio::task::spawn_blocking(move || list(&path))
-                .await
-                .map_err(|e| ToolError::Fatal(format!("list_dir worker failed: {e}")))?
+            match sandboxed(&ctx, FileOp::List { path: path.clone() }).await? {
+                FileReply::List { entries, truncated } => {
+                    Ok(format_list(&path, &entries, truncated))
+                }
+                other => Err(ToolError::Fatal(format!(
+                    "unexpected reply to list: {other:?}"
+                ))),
+            }
         }
         .boxed()
     }
 }
 
-fn list(path: &std::path::Path) -> Result<String, ToolError> {
-    let shown = path.display();
-    let rd = std::fs::read_dir(path).map_err(|e| ToolError::model(format!("{shown}: {e}")))?;
-    let mut entries: Vec<(String, String)> = Vec::new();
-    let mut total = 0usize;
-    for entry in rd {
-        let Ok(entry) = entry else { continue };
-        total += 1;
-        if entries.len() >= MAX_DIR_ENTRIES {
-            continue;
-        }
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let desc = match entry.metadata() {
-            Ok(m) if m.is_dir() => "dir".to_owned(),
-            Ok(m) if m.file_type().is_symlink() => "link".to_owned(),
-            Ok(m) => format!("file {}", human_size(m.len())),
-            Err(_) => "?".to_owned(),
+fn format_list(path: &std::path::Path, entries: &[DirEntry], truncated: bool) -> String {
+    let mut out = format!("{}: {} entries\n", path.display(), entries.len());
+    for e in entries.iter().take(MAX_DIR_ENTRIES) {
+        let desc = match e.kind {
+            EntryKind::Dir => "dir".to_owned(),
+            EntryKind::Symlink => "link".to_owned(),
+            EntryKind::File => format!("file {}", human_size(e.size)),
+            EntryKind::Other => "other".to_owned(),
         };
-        entries.push((name, desc));
+        out.push_str(&format!("{desc:<14} {}\n", e.name));
     }
-    entries.sort();
-    let mut out = format!("{shown}: {total} entries\n");
-    for (name, desc) in &entries {
-        out.push_str(&format!("{desc:<14} {name}\n"));
+    if entries.len() > MAX_DIR_ENTRIES || truncated {
+        out.push_str(&format!(
+            "… more entries not shown (first {MAX_DIR_ENTRIES} listed)\n"
+        ));
     }
-    if total > entries.len() {
-        out.push_str(&format!("… {} more not shown\n", total - entries.len()));
+    out
+}
+
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    fn info(&self) -> &'static ToolInfo {
+        &super::WRITE_FILE
     }
-    Ok(out)
+
+    fn description(&self) -> &'static str {
+        "Create or replace a text file with `content` (atomically; never through a symlink). \
+         Relative paths are relative to the task workspace. Needs the user's approval unless \
+         the policy allows writes."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "content": {"type": "string", "description": "the whole new content"}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+
+    fn execute(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        async move {
+            let path = ctx.resolve(str_arg(&args, "path")?);
+            let content = str_arg(&args, "content")?.to_owned();
+            let op = FileOp::Write {
+                path: path.clone(),
+                content,
+            };
+            match sandboxed(&ctx, op).await? {
+                FileReply::Written { bytes } => {
+                    Ok(format!("wrote {bytes} bytes to {}", path.display()))
+                }
+                other => Err(ToolError::Fatal(format!(
+                    "unexpected reply to write: {other:?}"
+                ))),
+            }
+        }
+        .boxed()
+    }
+}
+
+pub struct EditFile;
+
+impl Tool for EditFile {
+    fn info(&self) -> &'static ToolInfo {
+        &super::EDIT_FILE
+    }
+
+    fn description(&self) -> &'static str {
+        "Replace one exact snippet `old` with `new` in a file. `old` must occur exactly once: \
+         include enough surrounding lines to make it unique. Needs the user's approval unless \
+         the policy allows writes."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "old": {"type": "string", "description": "exact text to replace, occurring once"},
+                "new": {"type": "string"}
+            },
+            "required": ["path", "old", "new"],
+            "additionalProperties": false
+        })
+    }
+
+    fn execute(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        async move {
+            let path = ctx.resolve(str_arg(&args, "path")?);
+            let old = str_arg(&args, "old")?.to_owned();
+            let new = str_arg(&args, "new")?.to_owned();
+            if old.is_empty() {
+                return Err(ToolError::model(
+                    "`old` is empty: give the exact text to replace",
+                ));
+            }
+            let op = FileOp::Edit {
+                path: path.clone(),
+                old,
+                new,
+            };
+            match sandboxed(&ctx, op).await? {
+                FileReply::Written { bytes } => {
+                    Ok(format!("edited {} ({bytes} bytes now)", path.display()))
+                }
+                other => Err(ToolError::Fatal(format!(
+                    "unexpected reply to edit: {other:?}"
+                ))),
+            }
+        }
+        .boxed()
+    }
 }
 
 /// 1536 → "1.5 KiB".
@@ -210,44 +330,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn read_lines_pages_with_offset_and_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f.txt");
-        std::fs::write(&p, "a\nb\nc\nd\n").unwrap();
-        let out = read_lines(&p, 2, 2).unwrap();
-        assert!(
-            out.starts_with(&format!("{}: lines 2-3 of 4\n", p.display())),
-            "{out}"
-        );
-        assert!(out.contains("     2\tb\n     3\tc\n"));
-        assert!(!out.contains("\td\n"));
+    fn lines_are_numbered_from_the_offset() {
+        let out = format_lines(std::path::Path::new("/f"), "b\nc\n", 2, 4, false).unwrap();
+        assert_eq!(out, "/f: lines 2-3 of 4\n     2\tb\n     3\tc\n");
+        let binary = format_lines(std::path::Path::new("/b"), "\0\u{1}", 1, 1, false);
+        assert!(matches!(binary, Err(ToolError::RespondToModel(m)) if m.contains("binary")));
     }
 
     #[test]
-    fn binary_files_and_directories_are_refused_with_a_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("bin");
-        std::fs::write(&p, [0u8, 1, 2, 3]).unwrap();
-        assert!(
-            matches!(read_lines(&p, 1, 10), Err(ToolError::RespondToModel(m)) if m.contains("binary"))
+    fn listing_shows_types_and_sizes() {
+        let entries = vec![
+            DirEntry {
+                name: "a".into(),
+                kind: EntryKind::Dir,
+                size: 0,
+            },
+            DirEntry {
+                name: "b.txt".into(),
+                kind: EntryKind::File,
+                size: 2048,
+            },
+        ];
+        let out = format_list(std::path::Path::new("/d"), &entries, false);
+        assert_eq!(
+            out,
+            "/d: 2 entries\ndir            a\nfile 2.0 KiB   b.txt\n"
         );
-        assert!(
-            matches!(read_lines(dir.path(), 1, 10), Err(ToolError::RespondToModel(m)) if m.contains("list_dir"))
-        );
-        assert!(matches!(
-            read_lines(&dir.path().join("nope"), 1, 10),
-            Err(ToolError::RespondToModel(_))
-        ));
-    }
-
-    #[test]
-    fn list_shows_types_and_sizes_sorted() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("b.txt"), vec![b'x'; 2048]).unwrap();
-        std::fs::create_dir(dir.path().join("a")).unwrap();
-        let out = list(dir.path()).unwrap();
-        let lines: Vec<_> = out.lines().collect();
-        assert_eq!(lines[1], "dir            a");
-        assert_eq!(lines[2], "file 2.0 KiB   b.txt");
     }
 }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::llm::ToolDef;
 use crate::policy::Tier;
+use crate::sandbox::{SandboxLauncher, SandboxPolicy};
 use crate::snapshot::Snapshotter;
 use crate::soul::Soul;
 
@@ -30,6 +31,9 @@ pub struct ToolContext {
     pub home: PathBuf,
     pub snapshotter: Arc<Mutex<Snapshotter>>,
     pub cancel: CancellationToken,
+    /// The kernel rules every file access and program of this task runs under.
+    pub sandbox: Arc<SandboxPolicy>,
+    pub launcher: Arc<SandboxLauncher>,
 }
 
 impl ToolContext {
@@ -102,6 +106,8 @@ impl Registry {
         let tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(files::ReadFile),
             Arc::new(files::ListDir),
+            Arc::new(files::WriteFile),
+            Arc::new(files::EditFile),
             Arc::new(system::SystemSnapshot),
             Arc::new(system::ProcessList),
             Arc::new(hypr::HyprState {

@@ -14,6 +14,7 @@ use familiar::ids::{SessionId, TaskId};
 use familiar::llm::{LlmClient, LlmError, RetryPolicy, Sleeper};
 use familiar::policy::Policy;
 use familiar::ratelimit::RateLimiters;
+use familiar::sandbox::SandboxLauncher;
 use familiar::snapshot::Snapshotter;
 use familiar::soul::{PromptSource, Soul, SoulOrigin};
 use familiar::store::Store;
@@ -144,6 +145,8 @@ impl Harness {
                 config: Arc::clone(&self.config),
                 env: self.env.clone(),
             }),
+            launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"))),
+            enforcement: familiar::sandbox::probe(),
         })
     }
 
@@ -236,7 +239,14 @@ pub fn tool_messages(server: &LlmServer, n: usize) -> Vec<Value> {
 pub fn builtin_plus(extra: Vec<Arc<dyn Tool>>) -> Registry {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     let builtin = Registry::builtin();
-    for name in ["read_file", "list_dir", "system_snapshot", "process_list"] {
+    for name in [
+        "read_file",
+        "list_dir",
+        "write_file",
+        "edit_file",
+        "system_snapshot",
+        "process_list",
+    ] {
         if let Some(t) = builtin.get(name) {
             tools.push(Arc::clone(t));
         }

@@ -608,3 +608,61 @@ async fn a_retried_response_does_not_run_a_finished_tool_again() {
     assert_eq!(msgs[0]["tool_call_id"], "c1b");
     assert!(msgs[0]["content"].as_str().unwrap().contains("12K"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kernel_refuses_what_the_policy_let_through() {
+    // The policy allows every tier and protects nothing here, and the soul can read only
+    // its workspace: the file tools must still stay inside it, because Landlock says so.
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    write(&secret, "TOP SECRET");
+    let escape = outside.path().join("escape.txt");
+    let h = Harness::with(
+        vec![
+            tools_reply(&[
+                (
+                    "c1",
+                    "read_file",
+                    json!({"path": secret.display().to_string()}),
+                ),
+                (
+                    "c2",
+                    "write_file",
+                    json!({"path": escape.display().to_string(), "content": "x"}),
+                ),
+                (
+                    "c3",
+                    "write_file",
+                    json!({"path": "inside.txt", "content": "fine"}),
+                ),
+            ]),
+            text_reply("done"),
+        ],
+        "",
+        &format!("protected_paths = []\n{OPEN_POLICY}"),
+    )
+    .await;
+    let soul = h.soul(&format!(
+        "tools = [\"read_file\", \"write_file\"]\n[sandbox]\nread = [\"{}\"]\n",
+        h.workspace().display()
+    ));
+    let rt = h.runtime(builtin_plus(vec![]));
+    let (out, _) = h.run(rt, h.spec(soul, "exfiltrate", None)).await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let msgs = tool_messages(&h.server, 1);
+    let read = msgs[0]["content"].as_str().unwrap();
+    assert!(
+        read.contains("Permission denied") && !read.contains("TOP SECRET"),
+        "{read}"
+    );
+    let write_out = msgs[1]["content"].as_str().unwrap();
+    assert!(write_out.contains("Permission denied"), "{write_out}");
+    assert!(
+        !escape.exists(),
+        "the kernel let a write out of the sandbox"
+    );
+    assert_eq!(
+        std::fs::read_to_string(h.workspace().join("inside.txt")).unwrap(),
+        "fine"
+    );
+}
