@@ -34,14 +34,39 @@ use familiar::ratelimit::RateLimiters;
 use familiar::snapshot::Snapshotter;
 use familiar::soul::{PromptSource, Soul, SoulOrigin};
 use familiar::store::{Context, Store};
-use familiar::tools::Registry;
+use familiar::tools::{Registry, Tool, ToolContext, ToolError, ToolInfo};
+use futures::FutureExt;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use llm_server::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const ITERATIONS: usize = 40;
 const RUNS: usize = 7;
+
+/// `read_file` answered in-process, so the loop's own cost is what is measured (the
+/// sandboxed helper's cost is measured on its own below).
+struct InProcessRead;
+
+impl Tool for InProcessRead {
+    fn info(&self) -> &'static ToolInfo {
+        &familiar::tools::READ_FILE
+    }
+    fn description(&self) -> &'static str {
+        "read"
+    }
+    fn schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn execute(
+        &self,
+        _: serde_json::Value,
+        _: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        async { Ok("     1\ta small file\n".repeat(20)) }.boxed()
+    }
+}
 
 struct Llm(Arc<Config>, BTreeMap<String, String>);
 
@@ -141,7 +166,7 @@ async fn bench() {
             config: Arc::clone(&config),
             policy: Arc::clone(&policy),
             store: Arc::clone(&store),
-            tools: Arc::new(Registry::builtin()),
+            tools: Arc::new(Registry::with(vec![Arc::new(InProcessRead)])),
             limiters: Arc::new(RateLimiters::new()),
             approvals: ApprovalBroker::new(Duration::from_secs(60)),
             metrics: Arc::clone(&metrics),
@@ -288,6 +313,36 @@ async fn bench() {
         })
         .collect();
 
+    // One sandboxed call: spawn the helper, build and apply the Landlock rules, exec,
+    // reap. With this home's protected paths carved out of the readable tree.
+    let launcher = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"));
+    let sb =
+        familiar::sandbox::SandboxPolicy::for_task(&soul, &policy, &work, home.path()).unwrap();
+    let cancel = CancellationToken::new();
+    let mut true_times = Vec::new();
+    let mut read_times = Vec::new();
+    for i in 0..120 {
+        let t = Instant::now();
+        let out = launcher
+            .run(&sb, &["/bin/true".to_owned()], None, &cancel)
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(0));
+        if i >= 20 {
+            true_times.push(t.elapsed());
+        }
+        let t = Instant::now();
+        let op = familiar::sandbox::fileops::FileOp::Read {
+            path: work.join("notes.txt"),
+            offset: None,
+            limit: None,
+        };
+        launcher.file_op(&sb, &op, &cancel).await.unwrap();
+        if i >= 20 {
+            read_times.push(t.elapsed());
+        }
+    }
+
     println!(
         "loop overhead ({ITERATIONS} read_file iterations + answer, {RUNS} runs, median / p95)"
     );
@@ -314,4 +369,7 @@ async fn bench() {
     row("policy decide (shell pipeline)", shell_times);
     row("system prompt build", prompt_times);
     row("context save, 80 messages (2 fsyncs)", save_times);
+    println!("sandboxed tool call (spawn + Landlock rules + exec + reap, 100 runs)");
+    row("/bin/true through sandbox-exec", true_times);
+    row("read_file file op through sandbox-exec", read_times);
 }
