@@ -1,7 +1,7 @@
 //! Benchmark: the agent loop's own cost per iteration (DESIGN §10), against an instant
 //! loopback model.
 //!
-//! Run: `cargo bench --bench loop_overhead`. A task of 40 iterations, each calling
+//! Run: `cargo bench --bench loop_overhead`. A task of 20 iterations, each calling
 //! `read_file` on a small file, then a final answer. Reported:
 //! - the whole iteration (model round trip over loopback + SSE decode + snapshot +
 //!   policy + dispatch + tool + persist);
@@ -42,8 +42,9 @@ use llm_server::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-const ITERATIONS: usize = 40;
-const RUNS: usize = 7;
+// Below 25 so the history stays under the full-compaction threshold (50 messages).
+const ITERATIONS: usize = 20;
+const RUNS: usize = 9;
 
 /// `read_file` answered in-process, so the loop's own cost is what is measured (the
 /// sandboxed helper's cost is measured on its own below).

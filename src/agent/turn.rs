@@ -176,10 +176,15 @@ pub async fn run_task(
         state = match state {
             State::CheckLimits => task.check_limits(),
             State::CallModel => task.call_model().await,
-            State::AfterTurn(turn) => task.after_turn(turn).await,
+            State::AfterTurn(turn) => {
+                let next = task.after_turn(turn).await;
+                // Once per iteration, with the turn's messages, plan and usage in it;
+                // `finish` persists the last one.
+                task.persist();
+                next
+            }
             State::Finish(status, result) => break (status, result),
         };
-        task.persist();
     };
     Ok(task.finish(status, result).await)
 }
