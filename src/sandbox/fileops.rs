@@ -1,5 +1,5 @@
 //! File operations performed by the helper itself, after it has restricted itself:
-//! `sandbox-exec --op read|list|write|edit` with the request as JSON on stdin and the
+//! `sandbox-exec --op read|list|write|edit|search` with the request as JSON on stdin and the
 //! reply as JSON on stdout.
 //!
 //! The invariant: these run under the same Landlock domain as a command would, so a
@@ -7,6 +7,9 @@
 //! refuses. Writes never go through a final symlink (refused, and the write itself is a
 //! `rename` of a fresh `O_EXCL | O_NOFOLLOW` temp file, which replaces a name and never
 //! follows one), and are atomic: a reader sees the old content or the new, never half.
+//! A search never follows a symlink, never opens anything but a regular file (a fifo
+//! would block it), and is bounded in matches, files and bytes per file; what the
+//! kernel refuses is skipped and counted, never fatal.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -20,6 +23,18 @@ use serde::{Deserialize, Serialize};
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
 /// Entries `list` returns at most.
 pub const MAX_LIST_ENTRIES: usize = 10_000;
+/// A search stops after this many matching lines.
+pub const MAX_SEARCH_MATCHES: usize = 200;
+/// A search stops after looking at this many files.
+pub const MAX_SEARCH_FILES: usize = 20_000;
+/// Larger files are skipped by a search (logs and data, not what the model wants).
+pub const MAX_SEARCH_FILE_BYTES: u64 = 2 * 1024 * 1024;
+/// A matching line is cut to this many characters.
+pub const MAX_SEARCH_LINE_CHARS: usize = 300;
+/// Unreadable paths a search names (the rest are only counted).
+pub const MAX_SEARCH_UNREADABLE_SHOWN: usize = 10;
+/// Compiled size of a search regex; the daemon checks the same bound first.
+pub const SEARCH_REGEX_SIZE_LIMIT: usize = 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -28,6 +43,7 @@ pub enum FileOpKind {
     List,
     Write,
     Edit,
+    Search,
 }
 
 /// One request, as the launcher writes it to the helper's stdin.
@@ -53,6 +69,13 @@ pub enum FileOp {
         old: String,
         new: String,
     },
+    /// Lines matching the regex `pattern` in the files under `path` whose name matches
+    /// the shell glob `glob`.
+    Search {
+        path: PathBuf,
+        pattern: String,
+        glob: Option<String>,
+    },
 }
 
 impl FileOp {
@@ -62,6 +85,7 @@ impl FileOp {
             FileOp::List { .. } => FileOpKind::List,
             FileOp::Write { .. } => FileOpKind::Write,
             FileOp::Edit { .. } => FileOpKind::Edit,
+            FileOp::Search { .. } => FileOpKind::Search,
         }
     }
 }
@@ -73,6 +97,24 @@ pub enum EntryKind {
     Dir,
     Symlink,
     Other,
+}
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchMatch {
+    pub path: PathBuf,
+    /// 1-based.
+    pub line: usize,
+    /// Cut to [`MAX_SEARCH_LINE_CHARS`] characters.
+    pub text: String,
+}
+
+/// Why a search stopped before the end of the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchStop {
+    MatchLimit,
+    FileLimit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +141,18 @@ pub enum FileReply {
     Written {
         bytes: usize,
     },
+    Search {
+        matches: Vec<SearchMatch>,
+        /// Regular files whose name matched the glob and that were looked at.
+        files_searched: usize,
+        /// Binary files and files over [`MAX_SEARCH_FILE_BYTES`].
+        skipped_files: usize,
+        /// Directories and files the kernel refused (or that vanished meanwhile).
+        unreadable: usize,
+        /// The first [`MAX_SEARCH_UNREADABLE_SHOWN`] of them, with the error.
+        unreadable_examples: Vec<String>,
+        stopped: Option<SearchStop>,
+    },
     /// The kernel or the operation said no; `errno` when it was the kernel.
     Error {
         errno: Option<i32>,
@@ -107,7 +161,7 @@ pub enum FileReply {
 }
 
 impl FileReply {
-    fn from_io(path: &Path, e: &std::io::Error) -> FileReply {
+    pub(crate) fn from_io(path: &Path, e: &std::io::Error) -> FileReply {
         FileReply::Error {
             errno: e.raw_os_error(),
             message: format!("{}: {e}", path.display()),
@@ -152,6 +206,11 @@ pub fn perform(op: &FileOp) -> FileReply {
         FileOp::List { path } => list(path),
         FileOp::Write { path, content } => write(path, content.as_bytes()),
         FileOp::Edit { path, old, new } => edit(path, old, new),
+        FileOp::Search {
+            path,
+            pattern,
+            glob,
+        } => super::search::search(path, pattern, glob.as_deref()),
     }
 }
 

@@ -10,7 +10,8 @@
 //! - [`spec`]: [`SandboxPolicy`] and [`Limits`], built from a soul and a policy.
 //! - [`ruleset`]: protected-path carving and the Landlock ruleset.
 //! - [`exec`]: the helper (`sandbox-exec`): setup, report, supervision.
-//! - [`fileops`]: read/list/write/edit performed inside the sandbox.
+//! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
+//! - [`search`]: the bounded tree walk behind `search_files`.
 //! - [`limits`]: rlimits and the pids cgroup.
 //! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
 //! - [`status`]: what the kernel enforces ([`probe`]).
@@ -20,12 +21,13 @@ pub mod fileops;
 pub mod launcher;
 pub mod limits;
 pub mod ruleset;
+pub mod search;
 pub mod spec;
 pub mod status;
 
 use std::path::PathBuf;
 
-pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
+pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply, SearchMatch, SearchStop};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
 pub use spec::{Limits, SandboxPolicy};
 pub use status::{Enforcement, EnforcementStatus, probe};

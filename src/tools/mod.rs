@@ -6,8 +6,14 @@
 //! Errors say who receives them: [`ToolError::RespondToModel`] goes back to the model
 //! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
+mod disk;
 mod files;
 pub mod hypr;
+pub mod journal;
+pub mod open;
+mod process;
+mod search;
+mod shell;
 mod system;
 
 use std::collections::BTreeMap;
@@ -108,6 +114,12 @@ impl Registry {
             Arc::new(files::ListDir),
             Arc::new(files::WriteFile),
             Arc::new(files::EditFile),
+            Arc::new(search::SearchFiles),
+            Arc::new(disk::DiskUsage),
+            Arc::new(journal::Journal::detect()),
+            Arc::new(shell::Shell),
+            Arc::new(process::KillProcess),
+            Arc::new(open::Open::detect()),
             Arc::new(system::SystemSnapshot),
             Arc::new(system::ProcessList),
             Arc::new(hypr::HyprState {

@@ -6,3 +6,4 @@ mod llm;
 mod sandbox;
 mod snapshot;
 mod store;
+mod tools;

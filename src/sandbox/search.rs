@@ -1,0 +1,262 @@
+//! `search_files` performed by the helper: a regex over the text files of a tree.
+//!
+//! The invariant: the walk never follows a symlink (neither to a directory nor to a
+//! file), never opens anything but a regular file (a fifo would block it), reads at
+//! most [`MAX_SEARCH_FILE_BYTES`] of a file and stops at [`MAX_SEARCH_MATCHES`]
+//! matches or [`MAX_SEARCH_FILES`] files. What the kernel refuses (the sandbox's
+//! EACCES on a protected subtree) is skipped and counted, never fatal: the model
+//! learns that part of the tree was not searched, and why.
+
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use super::fileops::{
+    FileReply, MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_LINE_CHARS, MAX_SEARCH_MATCHES,
+    MAX_SEARCH_UNREADABLE_SHOWN, SEARCH_REGEX_SIZE_LIMIT, SearchMatch, SearchStop,
+};
+
+/// Compiles a search pattern with the bounds the helper uses.
+pub fn search_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(SEARCH_REGEX_SIZE_LIMIT)
+        .build()
+}
+
+/// Walks `root` depth-first in name order, without following symlinks.
+pub(crate) fn search(root: &Path, pattern: &str, glob: Option<&str>) -> FileReply {
+    let re = match search_regex(pattern) {
+        Ok(re) => re,
+        Err(e) => {
+            return FileReply::Error {
+                errno: None,
+                message: format!("bad pattern: {e}"),
+            };
+        }
+    };
+    let meta = match root.symlink_metadata() {
+        Ok(m) => m,
+        Err(e) => return FileReply::from_io(root, &e),
+    };
+    let mut s = Search {
+        re,
+        glob,
+        matches: Vec::new(),
+        files_searched: 0,
+        skipped_files: 0,
+        unreadable: 0,
+        unreadable_examples: Vec::new(),
+        stopped: None,
+    };
+    if meta.is_dir() {
+        if let Err(e) = std::fs::read_dir(root) {
+            // The root itself refused is an answer, not a skipped entry.
+            return FileReply::from_io(root, &e);
+        }
+        s.walk(root);
+    } else if meta.is_file() {
+        s.file(root, meta.len());
+    }
+    FileReply::Search {
+        matches: s.matches,
+        files_searched: s.files_searched,
+        skipped_files: s.skipped_files,
+        unreadable: s.unreadable,
+        unreadable_examples: s.unreadable_examples,
+        stopped: s.stopped,
+    }
+}
+
+struct Search<'a> {
+    re: regex::Regex,
+    glob: Option<&'a str>,
+    matches: Vec<SearchMatch>,
+    files_searched: usize,
+    skipped_files: usize,
+    unreadable: usize,
+    unreadable_examples: Vec<String>,
+    stopped: Option<SearchStop>,
+}
+
+impl Search<'_> {
+    fn refused(&mut self, path: &Path, e: &std::io::Error) {
+        self.unreadable += 1;
+        if self.unreadable_examples.len() < MAX_SEARCH_UNREADABLE_SHOWN {
+            self.unreadable_examples
+                .push(format!("{}: {e}", path.display()));
+        }
+    }
+
+    fn walk(&mut self, root: &Path) {
+        // Directories still to visit, last first: a stack keeps memory to the tree's
+        // breadth, not its size.
+        let mut stack = vec![root.to_owned()];
+        while let Some(dir) = stack.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.refused(&dir, &e);
+                    continue;
+                }
+            };
+            let mut entries: Vec<_> = entries.flatten().collect();
+            entries.sort_by_key(|e| e.file_name());
+            let mut subdirs = Vec::new();
+            for entry in entries {
+                if self.stopped.is_some() {
+                    return;
+                }
+                // `DirEntry::file_type` is the entry itself: symlinks stay symlinks.
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let path = entry.path();
+                if kind.is_dir() {
+                    subdirs.push(path);
+                } else if kind.is_file()
+                    && self.glob.is_none_or(|g| {
+                        crate::policy::paths::glob_match(g, &entry.file_name().to_string_lossy())
+                    })
+                {
+                    match entry.metadata() {
+                        Ok(m) => self.file(&path, m.len()),
+                        Err(e) => self.refused(&path, &e),
+                    }
+                }
+            }
+            stack.extend(subdirs.into_iter().rev());
+        }
+    }
+
+    fn file(&mut self, path: &Path, len: u64) {
+        if self.files_searched >= MAX_SEARCH_FILES {
+            self.stopped = Some(SearchStop::FileLimit);
+            return;
+        }
+        self.files_searched += 1;
+        if len > MAX_SEARCH_FILE_BYTES {
+            self.skipped_files += 1;
+            return;
+        }
+        let mut bytes = Vec::new();
+        let read = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|f| f.take(MAX_SEARCH_FILE_BYTES).read_to_end(&mut bytes));
+        if let Err(e) = read {
+            self.refused(path, &e);
+            return;
+        }
+        if bytes.iter().take(8192).any(|b| *b == 0) {
+            self.skipped_files += 1;
+            return;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        for (i, line) in text.lines().enumerate() {
+            if !self.re.is_match(line) {
+                continue;
+            }
+            let mut text: String = line.chars().take(MAX_SEARCH_LINE_CHARS).collect();
+            if text.len() < line.len() {
+                text.push('…');
+            }
+            self.matches.push(SearchMatch {
+                path: path.to_owned(),
+                line: i + 1,
+                text,
+            });
+            if self.matches.len() >= MAX_SEARCH_MATCHES {
+                self.stopped = Some(SearchStop::MatchLimit);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn search_reply(root: &Path, pattern: &str, glob: Option<&str>) -> FileReply {
+        search(root, pattern, glob)
+    }
+
+    #[test]
+    fn search_finds_lines_in_name_order_and_honours_the_glob() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("sub")).unwrap();
+        std::fs::write(t.path().join("b.rs"), "fn main() {}\nlet x = 1;\n").unwrap();
+        std::fs::write(t.path().join("a.txt"), "fn in text\n").unwrap();
+        std::fs::write(t.path().join("sub/c.rs"), "no\nfn helper()\n").unwrap();
+        let FileReply::Search {
+            matches,
+            files_searched,
+            stopped,
+            ..
+        } = search_reply(t.path(), r"^fn ", Some("*.rs"))
+        else {
+            panic!("not a search reply");
+        };
+        let got: Vec<_> = matches
+            .iter()
+            .map(|m| (m.path.strip_prefix(t.path()).unwrap().to_owned(), m.line))
+            .collect();
+        assert_eq!(
+            got,
+            [(PathBuf::from("b.rs"), 1), (PathBuf::from("sub/c.rs"), 2)]
+        );
+        assert_eq!(files_searched, 2);
+        assert_eq!(stopped, None);
+    }
+
+    #[test]
+    fn search_skips_binary_files_and_does_not_follow_symlinks() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "needle\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), t.path().join("f")).unwrap();
+        std::fs::write(t.path().join("bin"), b"needle\0\x01").unwrap();
+        let reply = search_reply(t.path(), "needle", None);
+        let FileReply::Search {
+            matches,
+            skipped_files,
+            ..
+        } = reply
+        else {
+            panic!("not a search reply");
+        };
+        assert!(matches.is_empty(), "{matches:?}");
+        assert_eq!(skipped_files, 1);
+    }
+
+    #[test]
+    fn search_stops_at_the_match_limit_and_cuts_long_lines() {
+        let t = tempfile::tempdir().unwrap();
+        let long = "x".repeat(1000);
+        let text = format!("{long}\n").repeat(MAX_SEARCH_MATCHES + 5);
+        std::fs::write(t.path().join("f"), text).unwrap();
+        let FileReply::Search {
+            matches, stopped, ..
+        } = search_reply(t.path(), "x", None)
+        else {
+            panic!("not a search reply");
+        };
+        assert_eq!(matches.len(), MAX_SEARCH_MATCHES);
+        assert_eq!(stopped, Some(SearchStop::MatchLimit));
+        assert_eq!(matches[0].text.chars().count(), MAX_SEARCH_LINE_CHARS + 1);
+    }
+
+    #[test]
+    fn search_with_a_bad_pattern_says_so() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            search_reply(t.path(), "(", None),
+            FileReply::Error { errno: None, .. }
+        ));
+    }
+}
