@@ -33,6 +33,7 @@ pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply
         .await
         .map_err(|e| match e {
             SandboxError::Cancelled => ToolError::model("cancelled: the task was stopped"),
+            e @ SandboxError::NotEnforced(_) => ToolError::model(format!("refused: {e}")),
             other => ToolError::Fatal(format!("the sandbox failed: {other}")),
         })?;
     match reply {

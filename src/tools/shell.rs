@@ -79,6 +79,14 @@ impl Tool for Shell {
             let mut policy = (*ctx.sandbox).clone();
             if let Some(cwd) = args.get("cwd").and_then(Value::as_str) {
                 policy.cwd = ctx.resolve(cwd);
+                // Said here because the helper could only report "sh: not found" after
+                // failing to enter it. (Whether it may be entered is the kernel's call.)
+                if !policy.cwd.is_dir() {
+                    return Err(ToolError::model(format!(
+                        "cwd {} is not an existing directory",
+                        policy.cwd.display()
+                    )));
+                }
             }
             policy.limits.timeout = Duration::from_secs(timeout);
             let argv = ["sh", "-c", command].map(str::to_owned);
