@@ -397,11 +397,18 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
                 }
                 ContentBlock::ToolResult {
                     content, is_error, ..
-                } => format!(
-                    "← {}{}",
-                    if *is_error { "error: " } else { "" },
-                    first_line(content, 80)
-                ),
+                } => {
+                    // Show the output itself, not the <tool_output …> wrapper line.
+                    let body = match content.split_once('\n') {
+                        Some((head, rest)) if head.starts_with("<tool_output") => rest,
+                        Some(_) | None => content.as_str(),
+                    };
+                    format!(
+                        "← {}{}",
+                        if *is_error { "error: " } else { "" },
+                        first_line(body, 80)
+                    )
+                }
             };
             writeln!(out, "  {who:>9}: {line}")?;
         }

@@ -93,11 +93,30 @@ async fn familiar_run_exits_4_at_max_iterations_and_human_output_goes_to_the_rig
         stderr.contains("— max_iterations after 2 steps"),
         "{stderr}"
     );
-    // The session is on disk and listed.
+    // The session is on disk, listed, and shown with its plan.
+    let session = stderr
+        .split("(session ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap()
+        .to_owned();
     let mut cmd = home.familiar();
     cmd.arg("sessions");
     let out = run(cmd).await;
-    assert!(String::from_utf8_lossy(&out.stdout).contains("short"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&session));
+    let mut cmd = home.familiar();
+    cmd.args(["sessions", "show", &session]);
+    let out = run(cmd).await;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("[max_iterations] loop"), "{shown}");
+    assert!(shown.contains("- [failed] list_dir: /0"), "{shown}");
+    assert!(shown.contains("← error: /0:"), "{shown}");
+    let mut cmd = home.familiar();
+    cmd.args(["sessions", "--json", "show", &session]);
+    let out = run(cmd).await;
+    let ctx: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ctx["tasks"][0]["status"], "max_iterations");
+    assert_eq!(ctx["version"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
