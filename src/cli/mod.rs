@@ -194,7 +194,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)
         }
-        Command::Daemon => not_yet("daemon", "the daemon"),
+        Command::Daemon => daemon(&cli.config),
         Command::Run(args) => run::run(&cli.config, args, out),
         Command::Ask(_) => not_yet("ask", "the daemon"),
         Command::Status(_) => not_yet("status", "the daemon"),
@@ -211,4 +211,9 @@ fn not_yet(cmd: &str, arrives_with: &str) -> anyhow::Result<Exit> {
     anyhow::bail!(
         "`familiar {cmd}` is not available yet in this build: it arrives with {arrives_with}"
     )
+}
+
+fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {
+    crate::daemon::run(config.as_deref())?;
+    Ok(Exit::Completed)
 }

@@ -1,6 +1,6 @@
 //! The agent loop against the scripted loopback model: real files, real store, real
 //! tools, no timing assertions (tests wait for events).
 
-mod harness;
+pub mod harness;
 mod loop_behaviour;
 mod run_cli;

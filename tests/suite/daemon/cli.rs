@@ -1,0 +1,1 @@
+//! The client commands against the daemon on a private bus.
