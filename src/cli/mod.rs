@@ -5,6 +5,8 @@
 //! errors exit 2. Output goes through `writeln!` on a locked stdout so a closed pipe
 //! (`familiar souls | head -1`) ends the command quietly instead of panicking.
 
+mod ask;
+mod client;
 mod local;
 mod output;
 mod run;
@@ -196,12 +198,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         }
         Command::Daemon => daemon(&cli.config),
         Command::Run(args) => run::run(&cli.config, args, out),
-        Command::Ask(_) => not_yet("ask", "the daemon"),
-        Command::Status(_) => not_yet("status", "the daemon"),
-        Command::Tasks(_) => not_yet("tasks", "the daemon"),
-        Command::Cancel { .. } => not_yet("cancel", "the daemon"),
-        Command::Approve { .. } => not_yet("approve", "the daemon"),
-        Command::Deny { .. } => not_yet("deny", "the daemon"),
+        // The daemon reads its own config; clients only talk to it.
+        Command::Ask(args) => ask::ask(args, out),
+        Command::Status(JsonFlag { json }) => client::status(json, &mut out),
+        Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
+        Command::Cancel { task_id } => client::cancel(&task_id),
+        Command::Approve { request_id } => client::respond(&request_id, true),
+        Command::Deny { request_id } => client::respond(&request_id, false),
         Command::Setup { .. } => not_yet("setup", "the daemon"),
     }
 }
