@@ -10,6 +10,7 @@ mod client;
 mod local;
 mod output;
 mod run;
+mod setup;
 
 use std::path::PathBuf;
 
@@ -205,15 +206,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Cancel { task_id } => client::cancel(&task_id),
         Command::Approve { request_id } => client::respond(&request_id, true),
         Command::Deny { request_id } => client::respond(&request_id, false),
-        Command::Setup { .. } => not_yet("setup", "the daemon"),
+        Command::Setup { dry_run } => setup::setup(dry_run, &mut out),
     }
-}
-
-/// Commands whose issue has not landed: a usage error (exit 2) that says so.
-fn not_yet(cmd: &str, arrives_with: &str) -> anyhow::Result<Exit> {
-    anyhow::bail!(
-        "`familiar {cmd}` is not available yet in this build: it arrives with {arrives_with}"
-    )
 }
 
 fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {

@@ -6,6 +6,7 @@
 mod cli;
 mod notifications;
 mod service;
+mod systemd;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
