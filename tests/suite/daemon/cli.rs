@@ -9,7 +9,12 @@ use crate::common::TestHome;
 
 /// Runs `familiar ARGS` against `bus` off the runtime's threads (the daemon under test
 /// runs on them).
-async fn familiar(home: &TestHome, bus: &TestBus, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(super) async fn familiar(
+    home: &TestHome,
+    bus: &TestBus,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = home.familiar();
     cmd.env("DBUS_SESSION_BUS_ADDRESS", &bus.address).args(args);
     for (k, v) in env {

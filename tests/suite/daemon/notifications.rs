@@ -178,3 +178,24 @@ async fn a_closed_notification_is_not_an_approval() {
     );
     assert_eq!(w.finished(&task).await.0, "completed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_notify_shows_the_result_as_a_notification() {
+    let (f, mut server) = fixture(vec![text_reply("disk is 40% full")]).await;
+    let out = super::cli::familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--notify", "--soul", "test", "how full is my disk?"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, summary, actions) = server.next_shown().await;
+    assert_eq!(summary, "familiar: completed");
+    assert!(actions.is_empty(), "a result needs no answer: {actions:?}");
+}
