@@ -69,7 +69,6 @@ pub struct Shared {
     /// The daemon's own uid; callers must match it.
     pub uid: u32,
     pub submit_rate: RateSpec,
-    pub started: Instant,
 }
 
 /// A validated `Submit`.
@@ -159,7 +158,6 @@ impl Daemon {
             shutting_down: AtomicBool::new(false),
             uid: current_uid(),
             submit_rate: options.submit_rate,
-            started: Instant::now(),
         });
         let conn = builder
             .serve_at(dbus::PATH, Agent::new(tx.clone(), Arc::clone(&shared)))
@@ -244,6 +242,9 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         .build()?;
     tokio.block_on(async move {
         let sd = options.sd_notify;
+        // Handlers first: a SIGTERM right after READY=1 must stop us gracefully, not
+        // hit the default action.
+        let stop = stop_signals()?;
         let daemon = Daemon::start(
             rt,
             Arc::new(souls),
@@ -263,7 +264,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        wait_for_stop().await?;
+        wait_for_stop(stop).await;
         tracing::info!("stopping: cancelling running tasks");
         notify(sd, &[sd_notify::NotifyState::Stopping]);
         daemon.shutdown().await;
@@ -271,15 +272,21 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
     })
 }
 
-async fn wait_for_stop() -> std::io::Result<()> {
+type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+fn stop_signals() -> std::io::Result<StopSignals> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
+    Ok((
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+    ))
+}
+
+async fn wait_for_stop((mut term, mut int): StopSignals) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    Ok(())
 }
 
 /// Sends to systemd when it listens; a failure is logged, never fatal.

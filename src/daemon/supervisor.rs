@@ -300,7 +300,7 @@ impl Supervisor {
                 Usage::default(),
             ),
         };
-        tracing::info!(task_id = %f.task_id, %status, "task finished");
+        tracing::info!(task_id = %f.task_id, %status, result = %result, "task finished");
         self.record_end(&f.task_id, status, &result, usage).await;
     }
 
@@ -430,7 +430,13 @@ impl Supervisor {
     }
 }
 
-/// Creates the context of a new session under its lock, so `run_task` continues it.
+/// Creates the context of a new session, so `run_task` continues it.
+///
+/// Without the session lock, on purpose: the id is fresh and only `run_task` will lock
+/// it. Taking the lock here and releasing it would open a window in which a process
+/// spawned meanwhile (between its fork and exec) still shares the lock's open file, so
+/// `run_task`'s own `try_lock` fails with a spurious SessionBusy. (It did, in the
+/// parallel daemon tests; in the daemon, tool processes of other tasks do the same.)
 fn create_session(
     rt: &crate::agent::Runtime,
     spec: &TaskSpec,
@@ -439,7 +445,6 @@ fn create_session(
     let Some(id) = spec.session.as_ref().filter(|_| new_session) else {
         return Ok(());
     };
-    let _lock = rt.store.lock_session(id)?;
     rt.store.save_context(&Context::new(
         id.clone(),
         spec.soul.id.clone(),

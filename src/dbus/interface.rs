@@ -32,11 +32,18 @@ pub const LIST_PROMPT_CHARS: usize = 80;
 pub struct Agent {
     pub(crate) tx: mpsc::Sender<Op>,
     pub(crate) shared: Arc<Shared>,
+    /// The bus driver, made once: a proxy per call would add a match rule and a
+    /// property-cache task per call.
+    bus_driver: tokio::sync::OnceCell<zbus::fdo::DBusProxy<'static>>,
 }
 
 impl Agent {
     pub fn new(tx: mpsc::Sender<Op>, shared: Arc<Shared>) -> Agent {
-        Agent { tx, shared }
+        Agent {
+            tx,
+            shared,
+            bus_driver: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// The caller's unique name, after checking it runs as our user.
@@ -46,7 +53,15 @@ impl Agent {
         let Some(sender) = hdr.sender() else {
             return Ok("p2p".to_owned());
         };
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let dbus = self
+            .bus_driver
+            .get_or_try_init(|| async {
+                zbus::fdo::DBusProxy::builder(conn)
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
+                    .await
+            })
+            .await?;
         let uid = dbus
             .get_connection_unix_user(sender.clone().into())
             .await

@@ -117,6 +117,12 @@ impl Fixture {
         policy: &str,
         options: DaemonOptions,
     ) -> Fixture {
+        // The daemon's log goes to the test's captured output (shown when it fails).
+        tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("familiar=debug")
+            .try_init()
+            .ok();
         let bus = TestBus::start();
         let harness = Harness::with(script, config_extra, policy).await;
         let mut souls = SoulSet::default();
