@@ -73,6 +73,23 @@ impl Agent {
         Ok(sender.to_string())
     }
 
+    /// [`Agent::caller`] for property reads. No header means the daemon itself is
+    /// reading the value for `PropertiesChanged`.
+    async fn property_caller(
+        &self,
+        hdr: Option<Header<'_>>,
+        conn: &Connection,
+    ) -> zbus::fdo::Result<()> {
+        let Some(hdr) = hdr else {
+            return Ok(());
+        };
+        match self.caller(&hdr, conn).await {
+            Ok(_) => Ok(()),
+            Err(Error::ZBus(zbus::Error::FDO(e))) => Err(*e),
+            Err(e) => Err(zbus::fdo::Error::AccessDenied(e.to_string())),
+        }
+    }
+
     /// Sends an op and waits for the owner's answer.
     async fn ask<T>(&self, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, Error> {
         let (reply, rx) = oneshot::channel();
@@ -351,18 +368,33 @@ impl Agent {
     }
 
     #[zbus(property(emits_changed_signal = "const"))]
-    fn version(&self) -> String {
-        env!("CARGO_PKG_VERSION").to_owned()
+    async fn version(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.property_caller(hdr, conn).await?;
+        Ok(env!("CARGO_PKG_VERSION").to_owned())
     }
 
     #[zbus(property)]
-    fn active_tasks(&self) -> u32 {
-        self.shared.active.load(Ordering::SeqCst)
+    async fn active_tasks(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<u32> {
+        self.property_caller(hdr, conn).await?;
+        Ok(self.shared.active.load(Ordering::SeqCst))
     }
 
     #[zbus(property)]
-    fn metrics(&self) -> HashMap<String, u64> {
-        self.shared.rt.metrics.snapshot().into_iter().collect()
+    async fn metrics(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<HashMap<String, u64>> {
+        self.property_caller(hdr, conn).await?;
+        Ok(self.shared.rt.metrics.snapshot().into_iter().collect())
     }
 
     /// Every loop event of every task (DESIGN §5).
