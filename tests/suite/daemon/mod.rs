@@ -40,6 +40,12 @@ pub struct TestBus {
 impl TestBus {
     pub fn start() -> TestBus {
         let dir = tempfile::tempdir().unwrap();
+        // Reachable by other users: the test of the uid check connects as `nobody`.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let config = dir.path().join("bus.conf");
         std::fs::write(
             &config,
@@ -51,6 +57,7 @@ impl TestBus {
   <listen>unix:path={}/bus</listen>
   <auth>EXTERNAL</auth>
   <policy context="default">
+    <allow user="*"/>
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
     <allow own="*"/>

@@ -403,3 +403,40 @@ async fn tasks_a_crash_left_running_are_marked_interrupted_at_start() {
     assert_eq!(ctx.tasks[0].status, TaskStatus::Interrupted);
     assert_eq!(familiar::daemon::mark_interrupted(store), 0, "idempotent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_of_another_user_are_refused() {
+    if !std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n")
+    {
+        // Changing uid needs root; the check itself is exercised by every other test.
+        return;
+    }
+    let f = Fixture::new(vec![]).await;
+    let address = f.bus.address.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "busctl"])
+            .args([
+                "--address",
+                &address,
+                "call",
+                "dev.familiar.Agent1",
+                "/dev/familiar/Agent1",
+            ])
+            .args(["dev.familiar.Agent1", "Submit", "ssa{sv}", "", "hi", "0"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("familiar serves only its own user"), "{err}");
+    assert!(
+        f.proxy.list_tasks().await.unwrap().is_empty(),
+        "nothing was submitted"
+    );
+}
