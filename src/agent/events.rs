@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::ids::{SessionId, TaskId};
@@ -43,8 +43,23 @@ impl Event {
     }
 }
 
-/// The event kinds of DESIGN §5 with their payloads.
-#[derive(Debug, Clone, Serialize)]
+impl EventPayload {
+    /// The payload of a `TaskEvent(task_id, kind, payload_json)` signal.
+    pub fn from_signal(kind: &str, payload_json: &str) -> Result<EventPayload, serde_json::Error> {
+        let mut v: serde_json::Value = serde_json::from_str(payload_json)?;
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert(
+                "kind".to_owned(),
+                serde_json::Value::String(kind.to_owned()),
+            );
+        }
+        serde_json::from_value(v)
+    }
+}
+
+/// The event kinds of DESIGN §5 with their payloads. Deserialisable so a D-Bus client
+/// (`familiar ask`) rebuilds events from `TaskEvent(kind, payload_json)`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventPayload {
     TaskStarted {
@@ -233,6 +248,14 @@ mod tests {
             serde_json::json!({"kind": "text_delta", "text": "hi", "task_id": "t-1", "session_id": "s-1"})
         );
         assert_eq!(event("hi").payload_json(), r#"{"text":"hi"}"#);
+    }
+
+    #[test]
+    fn a_signal_payload_rebuilds_the_event() {
+        let e = event("hi");
+        let back = EventPayload::from_signal(e.kind(), &e.payload_json()).unwrap();
+        assert_eq!(back.kind(), "text_delta");
+        assert!(matches!(back, EventPayload::TextDelta { text } if text == "hi"));
     }
 
     #[tokio::test]

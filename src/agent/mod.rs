@@ -12,6 +12,8 @@ pub mod loop_detect;
 pub mod metrics;
 pub mod plan;
 pub mod prompt;
+pub mod runtime;
 pub mod turn;
 
+pub use runtime::RuntimeError;
 pub use turn::{ConfigLlmFactory, LlmFactory, Runtime, TaskError, TaskOutcome, TaskSpec, run_task};

@@ -5,9 +5,12 @@
 //! errors exit 2. Output goes through `writeln!` on a locked stdout so a closed pipe
 //! (`familiar souls | head -1`) ends the command quietly instead of panicking.
 
+mod ask;
+mod client;
 mod local;
 mod output;
 mod run;
+mod setup;
 
 use std::path::PathBuf;
 
@@ -204,23 +207,22 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)
         }
-        Command::Daemon => not_yet("daemon", "the daemon"),
+        Command::Daemon => daemon(&cli.config),
         Command::Run(args) => run::run(&cli.config, args, out),
-        Command::Ask(_) => not_yet("ask", "the daemon"),
-        Command::Status(_) => not_yet("status", "the daemon"),
-        Command::Tasks(_) => not_yet("tasks", "the daemon"),
-        Command::Cancel { .. } => not_yet("cancel", "the daemon"),
-        Command::Approve { .. } => not_yet("approve", "the daemon"),
-        Command::Deny { .. } => not_yet("deny", "the daemon"),
-        Command::Setup { .. } => not_yet("setup", "the daemon"),
+        // The daemon reads its own config; clients only talk to it.
+        Command::Ask(args) => ask::ask(args, out),
+        Command::Status(JsonFlag { json }) => client::status(json, &mut out),
+        Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
+        Command::Cancel { task_id } => client::cancel(&task_id),
+        Command::Approve { request_id } => client::respond(&request_id, true),
+        Command::Deny { request_id } => client::respond(&request_id, false),
+        Command::Setup { dry_run } => setup::setup(dry_run, &mut out),
         // main.rs runs the helper before logging is set up; reaching here is a bug.
         Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec is handled before dispatch"),
     }
 }
 
-/// Commands whose issue has not landed: a usage error (exit 2) that says so.
-fn not_yet(cmd: &str, arrives_with: &str) -> anyhow::Result<Exit> {
-    anyhow::bail!(
-        "`familiar {cmd}` is not available yet in this build: it arrives with {arrives_with}"
-    )
+fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {
+    crate::daemon::run(config.as_deref())?;
+    Ok(Exit::Completed)
 }

@@ -8,26 +8,20 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{Exit, Out, TaskArgs};
 use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
-use crate::agent::hooks::{AuditHook, MetricsHook};
-use crate::agent::metrics::Metrics;
-use crate::agent::{ConfigLlmFactory, Runtime, TaskError, TaskSpec, run_task};
-use crate::approval::{ApprovalBroker, TtyFrontend};
+use crate::agent::{Runtime, TaskError, TaskSpec, run_task};
+use crate::approval::TtyFrontend;
 use crate::config::{Config, ProcessEnv};
 use crate::ids::{SessionId, TaskId};
 use crate::policy;
-use crate::ratelimit::RateLimiters;
-use crate::sandbox::SandboxLauncher;
-use crate::snapshot::Snapshotter;
 use crate::soul::SoulSet;
-use crate::store::{Store, TaskStatus};
-use crate::tools::Registry;
+use crate::store::TaskStatus;
 
 /// The exit code for a finish status (DESIGN §2).
 pub fn exit_for(status: TaskStatus) -> Exit {
@@ -97,39 +91,11 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         .map(resolve_workspace)
         .transpose()?;
 
-    let store = Arc::new(Store::open(&config.paths.data_dir).with_context(|| {
-        format!(
-            "cannot open the data dir {}",
-            config.paths.data_dir.display()
-        )
-    })?);
-    let snapshotter = Snapshotter::new().context("cannot read the system state")?;
-    let metrics = Arc::new(Metrics::default());
-    let approvals = ApprovalBroker::new(policy.approval_timeout);
-    approvals.add_frontend(Arc::new(TtyFrontend::detect()));
-    let rt = Arc::new(Runtime {
-        llm: Arc::new(ConfigLlmFactory {
-            config: Arc::clone(&config),
-        }),
-        hooks: vec![
-            Arc::new(AuditHook {
-                store: Arc::clone(&store),
-            }),
-            Arc::new(MetricsHook {
-                metrics: Arc::clone(&metrics),
-            }),
-        ],
-        config,
-        policy,
-        store,
-        tools: Arc::new(Registry::builtin()),
-        limiters: Arc::new(RateLimiters::new()),
-        approvals,
-        metrics,
-        snapshotter: Arc::new(Mutex::new(snapshotter)),
-        launcher: Arc::new(SandboxLauncher::current()?),
-        enforcement: crate::sandbox::probe(),
-    });
+    let data_dir = config.paths.data_dir.clone();
+    let rt = Runtime::from_config(config, policy)
+        .with_context(|| format!("cannot set up the task in {}", data_dir.display()))?;
+    rt.approvals.add_frontend(Arc::new(TtyFrontend::detect()));
+    let rt = Arc::new(rt);
     let spec = TaskSpec {
         task_id: TaskId::generate(),
         soul,
@@ -176,7 +142,8 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
     })
 }
 
-async fn print_events(
+/// Prints a task's events as `familiar run` and `familiar ask` show them.
+pub async fn print_events(
     mut rx: tokio::sync::mpsc::Receiver<Arc<Event>>,
     mut out: Out,
     json: bool,

@@ -262,16 +262,6 @@ fn completions_are_generated() {
 }
 
 #[test]
-fn commands_of_pieces_not_built_yet_exit_2_and_say_so() {
-    let home = TestHome::new();
-    home.familiar()
-        .args(["ask", "hello"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("not available yet"));
-}
-
-#[test]
 fn usage_errors_exit_2() {
     let home = TestHome::new();
     home.familiar().arg("frobnicate").assert().code(2);

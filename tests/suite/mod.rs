@@ -2,6 +2,7 @@
 
 mod agent;
 mod cli;
+mod daemon;
 mod llm;
 mod sandbox;
 mod snapshot;

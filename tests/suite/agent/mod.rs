@@ -2,6 +2,6 @@
 //! tools, no timing assertions (tests wait for events).
 
 mod desktop_tools;
-pub(crate) mod harness;
+pub mod harness;
 mod loop_behaviour;
 mod run_cli;

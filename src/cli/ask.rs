@@ -1,0 +1,274 @@
+//! `familiar ask`: submit a task to the daemon over D-Bus and follow it to the end.
+//!
+//! Invariant: the signal subscriptions exist before `Submit` is sent, so no event of
+//! the task can be missed; the exit code is the task's (DESIGN §2). It is on a
+//! keybinding, so it builds no agent runtime: one bus connection, one thread.
+
+use std::collections::HashMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use zbus::Variant;
+
+use super::client::{Failure, block_on, classify, connect};
+use super::run::{exit_for, print_events, read_prompt, resolve_workspace};
+use super::{AskArgs, Exit, Out};
+use crate::agent::events::{EVENT_BUFFER, Event, EventPayload};
+use crate::ids::{SessionId, TaskId};
+use crate::llm::Usage;
+use crate::store::TaskStatus;
+
+/// Menus tried for `--dmenu` when `$FAMILIAR_DMENU` is not set, in order.
+const MENUS: &[(&str, &[&str])] = &[
+    ("fuzzel", &["--dmenu", "--prompt", "familiar> "]),
+    ("wofi", &["--dmenu", "--prompt", "familiar"]),
+    ("rofi", &["-dmenu", "-p", "familiar"]),
+    ("bemenu", &["-p", "familiar"]),
+];
+
+/// Characters of the result shown in a `--notify` notification.
+const NOTIFY_BODY_CHARS: usize = 400;
+
+pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
+    let prompt = if args.dmenu {
+        match dmenu()? {
+            Some(p) => p,
+            // The menu was dismissed: nothing was asked.
+            None => return Ok(Exit::Completed),
+        }
+    } else {
+        read_prompt(&args.task.prompt)?
+    };
+    let workspace = args
+        .task
+        .workspace
+        .as_deref()
+        .map(resolve_workspace)
+        .transpose()?;
+    let origin = if args.dmenu {
+        "dmenu"
+    } else if std::env::var_os("INVOCATION_ID").is_some() {
+        // Started by systemd (the maintenance timer's service).
+        "timer"
+    } else {
+        "cli"
+    };
+    let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+    options.insert("origin", Variant::from(origin));
+    if let Some(s) = &args.task.session {
+        options.insert("session", Variant::from(s.as_str()));
+    }
+    let ws;
+    if let Some(w) = &workspace {
+        ws = w.display().to_string();
+        options.insert("workspace", Variant::from(ws.as_str()));
+    }
+    let soul = args.task.soul.clone().unwrap_or_default();
+    let interactive = std::io::stdin().is_terminal() && !args.task.json;
+
+    block_on(async move {
+        let (_conn, proxy) = match connect().await {
+            Ok(v) => v,
+            Err(f) => return f.report(),
+        };
+        let streams = async {
+            Ok::<_, zbus::Error>((
+                proxy.receive_task_event().await?,
+                proxy.receive_task_finished().await?,
+                proxy.receive_approval_requested().await?,
+            ))
+        };
+        let (mut events, mut finished, mut approvals) = match streams.await {
+            Ok(s) => s,
+            Err(e) => return classify(e).report(),
+        };
+        let (task, session) = match proxy.submit(&soul, &prompt, options).await {
+            Ok(v) => v,
+            Err(e) => return classify(e).report(),
+        };
+        if args.detach {
+            if args.task.json {
+                out.json_line(&serde_json::json!({"task_id": task, "session_id": session}))?;
+            } else {
+                writeln!(out, "{task} {session}")?;
+            }
+            return Ok(Exit::Completed);
+        }
+        let task_id = TaskId::new(&task).context("the daemon sent a malformed task id")?;
+        let session_id =
+            SessionId::new(&session).context("the daemon sent a malformed session id")?;
+        let json = args.task.json;
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let printer = tokio::spawn(print_events(rx, out, json));
+        let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
+        let mut saw_finish = false;
+        let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+        let mut cancelled = false;
+        let (status, result) = loop {
+            tokio::select! {
+                // Events before the finish: one reader feeds both streams in bus
+                // order, so draining events first keeps task_finished last.
+                biased;
+                Some(sig) = events.next() => {
+                    let Ok(a) = sig.args() else { continue };
+                    if a.task_id != task {
+                        continue;
+                    }
+                    let payload = match EventPayload::from_signal(&a.kind, &a.payload_json) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::debug!("skipping an event this client does not know ({}): {e}", a.kind);
+                            continue;
+                        }
+                    };
+                    saw_finish |= matches!(payload, EventPayload::TaskFinished { .. });
+                    let event = Arc::new(Event { payload, task_id: task_id.clone(), session_id: session_id.clone() });
+                    if tx.send(event).await.is_err() {
+                        // The printer stopped (closed stdout): keep following for the exit code.
+                        tracing::debug!("the output printer stopped");
+                    }
+                }
+                Some(sig) = finished.next() => {
+                    let Ok(a) = sig.args() else { continue };
+                    if a.task_id == task {
+                        break (a.status.clone(), a.result.clone());
+                    }
+                }
+                Some(sig) = approvals.next() => {
+                    let Ok(a) = sig.args() else { continue };
+                    if a.task_id == task && interactive {
+                        ask_on_tty(a.request_id.clone(), a.tool.clone(), a.summary.clone(), a.tier.clone(), answers_tx.clone());
+                    }
+                }
+                Some((request, approve)) = answers.recv() => {
+                    if let Err(e) = proxy.respond(&request, approve).await {
+                        // Answered elsewhere first (a notification, `familiar approve`).
+                        tracing::debug!("approval answer not taken: {e}");
+                    }
+                }
+                r = &mut ctrl_c, if !cancelled => {
+                    cancelled = true;
+                    if r.is_ok() {
+                        writeln!(std::io::stderr().lock(), "familiar: cancelling task {task}…")?;
+                        if let Err(e) = proxy.cancel(&task).await {
+                            return classify(e).report();
+                        }
+                    }
+                }
+                else => return Failure::unreachable("the daemon went away while the task ran").report(),
+            }
+        };
+        let status: TaskStatus = serde_json::from_value(serde_json::Value::String(status.clone()))
+            .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
+        if !saw_finish {
+            // Our event subscription fell behind and was dropped: still say how it ended.
+            let payload = EventPayload::TaskFinished {
+                status,
+                result: result.clone(),
+                usage: Usage::default(),
+                iterations: 0,
+            };
+            let event = Arc::new(Event {
+                payload,
+                task_id,
+                session_id,
+            });
+            if tx.send(event).await.is_err() {
+                tracing::debug!("the output printer stopped");
+            }
+        }
+        drop(tx);
+        printer.await.context("the output printer failed")??;
+        if args.notify {
+            let body: String = result.chars().take(NOTIFY_BODY_CHARS).collect();
+            let summary = format!("familiar: {status}");
+            if let Err(e) = crate::dbus::notifications::show_result(&summary, &body).await {
+                writeln!(
+                    std::io::stderr().lock(),
+                    "familiar: cannot show a notification: {e}"
+                )?;
+            }
+        }
+        Ok(exit_for(status))
+    })?
+}
+
+/// Asks on the terminal from a thread of its own (a blocking read that may never
+/// finish when the request is answered elsewhere; the process does not wait for it).
+fn ask_on_tty(
+    request: String,
+    tool: String,
+    summary: String,
+    tier: String,
+    answers: mpsc::Sender<(String, bool)>,
+) {
+    std::thread::spawn(move || {
+        let Ok(tty) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+        else {
+            return;
+        };
+        let mut w = &tty;
+        let asked = write!(
+            w,
+            "\n┌ familiar asks to run {tool} ({tier} tier)\n│ {summary}\n└ allow? [y]es / [N]o: "
+        )
+        .and_then(|()| w.flush());
+        if asked.is_err() {
+            return;
+        }
+        let mut line = String::new();
+        if std::io::BufReader::new(&tty).read_line(&mut line).is_err() {
+            return;
+        }
+        let approve = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+        if answers.blocking_send((request, approve)).is_err() {
+            tracing::debug!("the task ended before the answer");
+        }
+    });
+}
+
+/// Reads a prompt with a dmenu-style program; `None` when it was dismissed.
+fn dmenu() -> anyhow::Result<Option<String>> {
+    let cmd: Vec<String> = match std::env::var("FAMILIAR_DMENU") {
+        Ok(s) if !s.trim().is_empty() => {
+            shell_words::split(&s).context("cannot parse $FAMILIAR_DMENU")?
+        }
+        Ok(_) | Err(_) => {
+            let found = MENUS.iter().find(|(bin, _)| in_path(bin));
+            let Some((bin, args)) = found else {
+                anyhow::bail!(
+                    "--dmenu found none of fuzzel, wofi, rofi, bemenu in PATH; install one or set FAMILIAR_DMENU to a command that prints the prompt"
+                );
+            };
+            std::iter::once(*bin)
+                .chain(args.iter().copied())
+                .map(str::to_owned)
+                .collect()
+        }
+    };
+    let Some((bin, rest)) = cmd.split_first() else {
+        anyhow::bail!("$FAMILIAR_DMENU is empty");
+    };
+    let output = Command::new(bin)
+        .args(rest)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run the menu `{bin}`"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let prompt = text.lines().next().unwrap_or_default().trim().to_owned();
+    Ok((!prompt.is_empty()).then_some(prompt))
+}
+
+fn in_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|dir: PathBuf| dir.join(bin).is_file()))
+}

@@ -1,0 +1,193 @@
+//! The daemon's command-line clients: `status`, `tasks`, `cancel`, `approve`, `deny`,
+//! and the connection and error mapping `ask` shares with them.
+//!
+//! Invariant: a daemon that cannot be reached is exit 3 with a sentence naming how to
+//! start it; a typed daemon error is shown with its own message (exit 2 for bad
+//! arguments, 1 otherwise). Nothing here builds a runtime: these start fast.
+
+use std::io::Write;
+
+use zbus::Connection;
+
+use super::{Exit, Out};
+use crate::dbus::proxy::{Agent1Proxy, method_error};
+
+/// What to tell a person when the daemon is not there.
+pub const HOW_TO_START: &str = "the familiar daemon is not running and D-Bus activation is not installed: run `familiar setup` once (installs the user units and the activation file), or start it now with `systemctl --user start familiar` (or `familiar daemon` in a terminal)";
+
+/// A call that did not get the answer it wanted: the exit code and the sentence.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn unreachable(detail: impl std::fmt::Display) -> Failure {
+        Failure {
+            exit: Exit::Unreachable,
+            message: format!("{HOW_TO_START} ({detail})"),
+        }
+    }
+
+    /// Prints the message on stderr and yields the exit code.
+    pub fn report(self) -> anyhow::Result<Exit> {
+        writeln!(std::io::stderr().lock(), "familiar: {}", self.message)?;
+        Ok(self.exit)
+    }
+}
+
+/// Maps a failed call to its exit code and a message.
+pub fn classify(e: zbus::Error) -> Failure {
+    let Some((name, message)) = method_error(&e) else {
+        return Failure::unreachable(e);
+    };
+    let short = name.rsplit('.').next().unwrap_or_default().to_owned();
+    let exit = match name.as_str() {
+        "org.freedesktop.DBus.Error.ServiceUnknown"
+        | "org.freedesktop.DBus.Error.NameHasNoOwner"
+        | "org.freedesktop.DBus.Error.NoReply"
+        | "org.freedesktop.DBus.Error.Disconnected" => {
+            return Failure::unreachable(message);
+        }
+        n if n.starts_with("org.freedesktop.DBus.Error.Spawn") => {
+            return Failure::unreachable(format!("activation failed: {message}"));
+        }
+        n if n == format!("{}.ShuttingDown", crate::dbus::ERROR_PREFIX) => Exit::Unreachable,
+        n if n == format!("{}.InvalidArgument", crate::dbus::ERROR_PREFIX)
+            || n == format!("{}.UnknownSoul", crate::dbus::ERROR_PREFIX)
+            || n == format!("{}.UnknownSession", crate::dbus::ERROR_PREFIX) =>
+        {
+            Exit::Usage
+        }
+        _ => Exit::Failed,
+    };
+    Failure {
+        exit,
+        message: format!("{message} [{short}]"),
+    }
+}
+
+/// The session bus and the daemon's proxy.
+pub async fn connect() -> Result<(Connection, Agent1Proxy<'static>), Failure> {
+    let conn = Connection::session()
+        .await
+        .map_err(|e| Failure::unreachable(format!("no session bus: {e}")))?;
+    let proxy = Agent1Proxy::new(&conn).await.map_err(classify)?;
+    Ok((conn, proxy))
+}
+
+/// A small runtime for a client command: one thread, nothing more.
+pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(rt.block_on(f))
+}
+
+/// Runs `f` with a connected proxy; failures become their exit codes.
+fn with_proxy<T>(
+    f: impl AsyncFnOnce(&Connection, &Agent1Proxy<'static>) -> Result<T, zbus::Error>,
+) -> anyhow::Result<Result<T, Failure>> {
+    block_on(async move {
+        let (conn, proxy) = connect().await?;
+        f(&conn, &proxy).await.map_err(classify)
+    })
+}
+
+pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let got = with_proxy(async |conn, p| {
+        let version = p.version().await?;
+        let active = p.active_tasks().await?;
+        let metrics = p.metrics().await?;
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let pid = dbus
+            .get_connection_unix_process_id(crate::dbus::NAME.try_into()?)
+            .await
+            .ok();
+        Ok((version, active, metrics, pid))
+    })?;
+    let (version, active, metrics, pid) = match got {
+        Ok(v) => v,
+        Err(f) => return f.report(),
+    };
+    let uptime = pid.and_then(process_uptime_secs);
+    let metrics: std::collections::BTreeMap<_, _> = metrics.into_iter().collect();
+    if json {
+        out.json_line(&serde_json::json!({
+            "version": version,
+            "pid": pid,
+            "uptime_secs": uptime,
+            "active_tasks": active,
+            "metrics": metrics,
+        }))?;
+        return Ok(Exit::Completed);
+    }
+    writeln!(out, "familiar daemon {version}")?;
+    if let Some(pid) = pid {
+        match uptime {
+            Some(s) => writeln!(
+                out,
+                "pid {pid}, up {}",
+                humantime::format_duration(std::time::Duration::from_secs(s))
+            )?,
+            None => writeln!(out, "pid {pid}")?,
+        }
+    }
+    writeln!(out, "active tasks: {active}")?;
+    for (k, v) in &metrics {
+        writeln!(out, "  {k:<20} {v}")?;
+    }
+    Ok(Exit::Completed)
+}
+
+/// Seconds since `pid` started, from /proc (start time is in clock ticks since boot;
+/// USER_HZ is 100 on every Linux ABI).
+fn process_uptime_secs(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may contain spaces, closed by the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let start_ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let boot = std::fs::read_to_string("/proc/uptime").ok()?;
+    let since_boot: f64 = boot.split_whitespace().next()?.parse().ok()?;
+    Some((since_boot as u64).saturating_sub(start_ticks / 100))
+}
+
+pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let list = match with_proxy(async |_, p| p.list_tasks().await)? {
+        Ok(l) => l,
+        Err(f) => return f.report(),
+    };
+    if json {
+        for (id, soul, status, prompt) in &list {
+            out.json_line(
+                &serde_json::json!({"id": id, "soul": soul, "status": status, "prompt": prompt}),
+            )?;
+        }
+        return Ok(Exit::Completed);
+    }
+    if list.is_empty() {
+        writeln!(out, "no tasks since the daemon started")?;
+        return Ok(Exit::Completed);
+    }
+    writeln!(out, "{:<16} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
+    for (id, soul, status, prompt) in &list {
+        let prompt = prompt.replace('\n', " ");
+        writeln!(out, "{id:<16} {soul:<18} {status:<16} {prompt}")?;
+    }
+    Ok(Exit::Completed)
+}
+
+pub fn cancel(task_id: &str) -> anyhow::Result<Exit> {
+    match with_proxy(async |_, p| p.cancel(task_id).await)? {
+        Ok(()) => Ok(Exit::Completed),
+        Err(f) => f.report(),
+    }
+}
+
+pub fn respond(request_id: &str, approve: bool) -> anyhow::Result<Exit> {
+    match with_proxy(async |_, p| p.respond(request_id, approve).await)? {
+        Ok(()) => Ok(Exit::Completed),
+        Err(f) => f.report(),
+    }
+}

@@ -1,0 +1,163 @@
+//! `familiar setup [--dry-run]`: install the systemd user units and the D-Bus
+//! activation file for this user, pointing at the running binary, and say what was
+//! done.
+//!
+//! Invariant: only files under `$XDG_DATA_HOME/systemd/user` and
+//! `$XDG_DATA_HOME/dbus-1/services` are written, and nothing at all with `--dry-run`;
+//! a missing user manager is reported, not fatal (the files are still right).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
+
+use super::{Exit, Out};
+
+/// The shipped units; `ExecStart=` names this placeholder, replaced by the binary.
+const UNITS: &[(&str, &str)] = &[
+    (
+        "familiar.service",
+        include_str!("../../systemd/familiar.service"),
+    ),
+    (
+        "familiar-maintenance.service",
+        include_str!("../../systemd/familiar-maintenance.service"),
+    ),
+    (
+        "familiar-maintenance.timer",
+        include_str!("../../systemd/familiar-maintenance.timer"),
+    ),
+];
+const UNIT_PLACEHOLDER: &str = "%h/.cargo/bin/familiar";
+const ACTIVATION_FILE: (&str, &str) = (
+    "dev.familiar.Agent1.service",
+    include_str!("../../systemd/dev.familiar.Agent1.service"),
+);
+const ACTIVATION_PLACEHOLDER: &str = "/usr/bin/familiar";
+
+/// One file setup installs.
+struct Planned {
+    path: PathBuf,
+    contents: String,
+}
+
+pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .context("cannot find the path of this familiar binary")?;
+    let exe_str = exe
+        .to_str()
+        .filter(|s| !s.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\'))
+        .with_context(|| {
+            format!(
+                "the binary's path {} has spaces, quotes or backslashes; install familiar somewhere plainer (e.g. ~/.local/bin)",
+                exe.display()
+            )
+        })?;
+    let data_home = data_home()?;
+    let unit_dir = data_home.join("systemd/user");
+    let dbus_dir = data_home.join("dbus-1/services");
+    // `%` starts a specifier in unit files.
+    let in_unit = exe_str.replace('%', "%%");
+    let mut plan: Vec<Planned> = UNITS
+        .iter()
+        .map(|(name, text)| Planned {
+            path: unit_dir.join(name),
+            contents: text.replace(UNIT_PLACEHOLDER, &in_unit),
+        })
+        .collect();
+    plan.push(Planned {
+        path: dbus_dir.join(ACTIVATION_FILE.0),
+        contents: ACTIVATION_FILE.1.replace(ACTIVATION_PLACEHOLDER, exe_str),
+    });
+    let commands: [&[&str]; 2] = [
+        &["systemctl", "--user", "daemon-reload"],
+        &[
+            "systemctl",
+            "--user",
+            "enable",
+            "--now",
+            "familiar-maintenance.timer",
+        ],
+    ];
+
+    if dry_run {
+        writeln!(
+            out,
+            "familiar setup --dry-run: would install, for {exe_str}:"
+        )?;
+        for p in &plan {
+            writeln!(out, "  {} ({})", p.path.display(), state(p))?;
+        }
+        writeln!(out, "and run:")?;
+        for c in commands {
+            writeln!(out, "  {}", c.join(" "))?;
+        }
+        return Ok(Exit::Completed);
+    }
+
+    for dir in [&unit_dir, &dbus_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    for p in &plan {
+        let what = state(p);
+        if what != "unchanged" {
+            std::fs::write(&p.path, &p.contents)
+                .with_context(|| format!("cannot write {}", p.path.display()))?;
+        }
+        writeln!(out, "{what}: {}", p.path.display())?;
+    }
+    let mut manager_ok = true;
+    for c in commands {
+        match Command::new(c[0]).args(&c[1..]).output() {
+            Ok(o) if o.status.success() => writeln!(out, "ran: {}", c.join(" "))?,
+            Ok(o) => {
+                manager_ok = false;
+                let err = String::from_utf8_lossy(&o.stderr);
+                writeln!(out, "could not run `{}`: {}", c.join(" "), err.trim())?;
+            }
+            Err(e) => {
+                manager_ok = false;
+                writeln!(out, "could not run `{}`: {e}", c.join(" "))?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "\nThe daemon now starts on first use (`familiar ask …` activates it over D-Bus);\nstart it now with `systemctl --user start familiar`, follow it with `journalctl --user -u familiar -f`."
+    )?;
+    if !manager_ok {
+        writeln!(
+            out,
+            "No systemd user manager answered: run the commands above once you are in your\ndesktop session (D-Bus activation works without them)."
+        )?;
+    }
+    writeln!(
+        out,
+        "Hyprland: add `exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE`\nand `bind = SUPER, A, exec, familiar ask --dmenu --notify` (see docs/systemd.md)."
+    )?;
+    Ok(Exit::Completed)
+}
+
+fn state(p: &Planned) -> &'static str {
+    match std::fs::read_to_string(&p.path) {
+        Ok(old) if old == p.contents => "unchanged",
+        Ok(_) => "updated",
+        Err(_) => "new",
+    }
+}
+
+/// `$XDG_DATA_HOME`, or `~/.local/share`.
+fn data_home() -> anyhow::Result<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from)
+        && d.is_absolute()
+    {
+        return Ok(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .context("HOME is not set to an absolute path")?;
+    Ok(Path::new(&home).join(".local/share"))
+}

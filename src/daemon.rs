@@ -1,1 +1,0 @@
-//! The daemon supervisor (issue: the daemon). Not built yet.

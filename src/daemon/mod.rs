@@ -1,0 +1,372 @@
+//! `familiar daemon`: the session-bus service that runs agent tasks.
+//!
+//! Start-up order is the contract's (DESIGN §9, STYLE "Concurrency"): load config,
+//! policy and souls; mark tasks a crash left `running` as `interrupted`; serve the
+//! object; only then take the bus name; then `READY=1`. One owner task
+//! ([`supervisor`]) holds every piece of mutable task state; the D-Bus object forwards
+//! [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
+//! its partial context) and exits once they have finished.
+
+mod supervisor;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use zbus::Connection;
+use zbus::object_server::SignalEmitter;
+
+use crate::agent::{Runtime, RuntimeError};
+use crate::approval::{ApprovalBroker, ApprovalRequest, Frontend};
+use crate::config::{Config, ProcessEnv};
+use crate::dbus::interface::Agent;
+use crate::dbus::{self, Error};
+use crate::error::ConfigError;
+use crate::ids::{RequestId, SessionId, TaskId};
+use crate::policy::{self, RateSpec};
+use crate::soul::{Soul, SoulSet};
+use crate::store::Store;
+
+/// Ops waiting for the owner; D-Bus callers wait (backpressure) when it is full.
+pub const OP_BUFFER: usize = 64;
+/// Finished tasks the daemon remembers for `GetTask` and `ListTasks`.
+pub const MAX_FINISHED: usize = 256;
+/// `Submit`s one caller may make (the governor `Scope::Submit` limit).
+pub const DEFAULT_SUBMIT_RATE: &str = "30/min";
+/// How long shutdown waits for cancelled tasks to persist before exiting anyway
+/// (below the unit's `TimeoutStopSec=30`).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(
+        "cannot serve {name} on the session bus: {source} (is another `familiar daemon` running? `systemctl --user status familiar`)",
+        name = dbus::NAME
+    )]
+    Bus {
+        #[source]
+        source: zbus::Error,
+    },
+    #[error("cannot start the async runtime: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// State the D-Bus object reads without asking the owner.
+pub struct Shared {
+    pub rt: Arc<Runtime>,
+    pub souls: Arc<SoulSet>,
+    /// Queued plus running tasks (the `ActiveTasks` property).
+    pub active: AtomicU32,
+    pub shutting_down: AtomicBool,
+    /// The daemon's own uid; callers must match it.
+    pub uid: u32,
+    pub submit_rate: RateSpec,
+}
+
+/// A validated `Submit`.
+#[derive(Debug)]
+pub struct SubmitRequest {
+    pub soul: Arc<Soul>,
+    pub prompt: String,
+    pub session: Option<SessionId>,
+    pub workspace: Option<std::path::PathBuf>,
+    pub origin: String,
+    pub max_iterations: Option<u32>,
+    /// The caller's unique bus name (the rate-limit key).
+    pub caller: String,
+}
+
+/// What the owner task is asked to do.
+pub enum Op {
+    Submit {
+        req: SubmitRequest,
+        reply: oneshot::Sender<Result<(TaskId, SessionId), Error>>,
+    },
+    Cancel {
+        id: TaskId,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    GetTask {
+        id: TaskId,
+        reply: oneshot::Sender<Result<String, Error>>,
+    },
+    ListTasks {
+        reply: oneshot::Sender<Vec<(String, String, String, String)>>,
+    },
+    /// A task's runner is done (its events are all forwarded).
+    Finished(supervisor::Finished),
+    /// Stop accepting, cancel everything, return once no task runs.
+    Shutdown,
+}
+
+/// Knobs tests turn; `familiar daemon` uses the defaults.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub submit_rate: RateSpec,
+    /// Ping the systemd watchdog this often (half of `WatchdogSec`).
+    pub watchdog: Option<Duration>,
+    /// Tell systemd about readiness and status (`NOTIFY_SOCKET`).
+    pub sd_notify: bool,
+    /// Offer approvals as desktop notifications.
+    pub notifications: bool,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            submit_rate: DEFAULT_SUBMIT_RATE.parse().unwrap_or(RateSpec {
+                count: std::num::NonZeroU32::MIN,
+                per: Duration::from_secs(2),
+            }),
+            watchdog: None,
+            sd_notify: false,
+            notifications: true,
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    conn: Connection,
+    tx: mpsc::Sender<Op>,
+    owner: JoinHandle<()>,
+    pub shared: Arc<Shared>,
+}
+
+impl Daemon {
+    /// Serves the object on the connection `builder` makes, then takes the name
+    /// (`builder` is a `session()` or `address(..)` builder).
+    pub async fn start(
+        rt: Arc<Runtime>,
+        souls: Arc<SoulSet>,
+        builder: zbus::connection::Builder<'static>,
+        options: DaemonOptions,
+    ) -> Result<Daemon, DaemonError> {
+        let (tx, rx) = mpsc::channel(OP_BUFFER);
+        let shared = Arc::new(Shared {
+            rt: Arc::clone(&rt),
+            souls,
+            active: AtomicU32::new(0),
+            shutting_down: AtomicBool::new(false),
+            uid: current_uid(),
+            submit_rate: options.submit_rate,
+        });
+        let conn = builder
+            .serve_at(dbus::PATH, Agent::new(tx.clone(), Arc::clone(&shared)))
+            .name(dbus::NAME)
+            .build()
+            .await
+            .map_err(|source| DaemonError::Bus { source })?;
+        let emitter = SignalEmitter::new(&conn, dbus::PATH)
+            .map_err(|source| DaemonError::Bus { source })?
+            .into_owned();
+        rt.approvals.add_frontend(Arc::new(SignalFrontend {
+            emitter: emitter.clone(),
+        }));
+        if options.notifications {
+            rt.approvals
+                .add_frontend(Arc::new(dbus::notifications::NotificationFrontend::new(
+                    conn.clone(),
+                )));
+        }
+        let owner = tokio::spawn(supervisor::run(
+            supervisor::Supervisor::new(Arc::clone(&shared), conn.clone(), emitter, tx.clone()),
+            rx,
+            options,
+        ));
+        Ok(Daemon {
+            conn,
+            tx,
+            owner,
+            shared,
+        })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Stops accepting tasks, cancels the running ones and waits (up to
+    /// [`SHUTDOWN_GRACE`]) until they have persisted and finished.
+    pub async fn shutdown(self) {
+        if self.tx.send(Op::Shutdown).await.is_err() {
+            tracing::debug!("the supervisor had already stopped");
+        }
+        match tokio::time::timeout(SHUTDOWN_GRACE, self.owner).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!("the supervisor failed: {e}"),
+            Err(_) => tracing::warn!(
+                "tasks did not stop within {}s of being cancelled; exiting anyway (their last step is saved)",
+                SHUTDOWN_GRACE.as_secs()
+            ),
+        }
+        // Release the name before the process goes, so an activation can start anew.
+        if let Err(e) = self.conn.release_name(dbus::NAME).await {
+            tracing::debug!("releasing {}: {e}", dbus::NAME);
+        }
+    }
+}
+
+/// `familiar daemon`: runs until SIGTERM or SIGINT.
+pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
+    let started = Instant::now();
+    let config = Arc::new(Config::load(config_path, &ProcessEnv)?);
+    let policy = Arc::new(policy::load(&config.policy, &config.paths)?);
+    let souls = SoulSet::load(&config.paths, &policy)?;
+    for err in &souls.errors {
+        tracing::warn!("skipping soul file: {err}");
+    }
+    let rt = Arc::new(Runtime::from_config(config, policy)?);
+    let repaired = mark_interrupted(&rt.store);
+    if repaired > 0 {
+        tracing::warn!(
+            "marked {repaired} task(s) left running by a previous daemon as interrupted"
+        );
+    }
+    let options = DaemonOptions {
+        watchdog: sd_notify::watchdog_enabled().map(|d| d / 2),
+        sd_notify: std::env::var_os("NOTIFY_SOCKET").is_some(),
+        ..DaemonOptions::default()
+    };
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    tokio.block_on(async move {
+        let sd = options.sd_notify;
+        // Handlers first: a SIGTERM right after READY=1 must stop us gracefully, not
+        // hit the default action.
+        let stop = stop_signals()?;
+        let daemon = Daemon::start(
+            rt,
+            Arc::new(souls),
+            zbus::connection::Builder::session(),
+            options,
+        )
+        .await?;
+        notify(
+            sd,
+            &[
+                sd_notify::NotifyState::Ready,
+                sd_notify::NotifyState::Status("idle"),
+            ],
+        );
+        tracing::info!(
+            "serving {} (ready in {} ms)",
+            dbus::NAME,
+            started.elapsed().as_millis()
+        );
+        wait_for_stop(stop).await;
+        tracing::info!("stopping: cancelling running tasks");
+        notify(sd, &[sd_notify::NotifyState::Stopping]);
+        daemon.shutdown().await;
+        Ok(())
+    })
+}
+
+type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+fn stop_signals() -> std::io::Result<StopSignals> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Ok((
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+    ))
+}
+
+async fn wait_for_stop((mut term, mut int): StopSignals) {
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Sends to systemd when it listens; a failure is logged, never fatal.
+pub(crate) fn notify(enabled: bool, state: &[sd_notify::NotifyState<'_>]) {
+    if enabled && let Err(e) = sd_notify::notify(state) {
+        tracing::warn!("cannot notify systemd: {e}");
+    }
+}
+
+/// Marks tasks of every session not locked by a live process as interrupted.
+pub fn mark_interrupted(store: &Store) -> usize {
+    let sessions = match store.list_sessions() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot list sessions to repair them: {e}");
+            return 0;
+        }
+    };
+    let mut total = 0;
+    for s in sessions {
+        // Locked means a live `familiar run` owns it: its tasks are really running.
+        let Ok(_lock) = store.lock_session(&s.id) else {
+            continue;
+        };
+        match store.load_context(&s.id) {
+            Ok(Some(mut ctx)) => {
+                let n = ctx.mark_interrupted();
+                if n > 0 {
+                    match store.save_context(&ctx) {
+                        Ok(()) => total += n,
+                        Err(e) => {
+                            tracing::warn!(session_id = %s.id, "cannot save the repaired session: {e}")
+                        }
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(session_id = %s.id, "cannot load the session to repair it: {e}")
+            }
+        }
+    }
+    total
+}
+
+fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // Our own /proc entry belongs to our uid; avoids unsafe libc::getuid.
+    std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+}
+
+/// Announces approval requests as the `ApprovalRequested` signal; `familiar ask` and
+/// any desktop client answer with `Respond`.
+struct SignalFrontend {
+    emitter: SignalEmitter<'static>,
+}
+
+impl Frontend for SignalFrontend {
+    fn present(&self, r: &ApprovalRequest, _broker: &ApprovalBroker) -> bool {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let emitter = self.emitter.clone();
+        let (task, request, tool, summary, tier) = (
+            r.task_id.to_string(),
+            r.request_id.to_string(),
+            r.tool.clone(),
+            r.summary.clone(),
+            r.tier.to_string(),
+        );
+        handle.spawn(async move {
+            if let Err(e) =
+                Agent::approval_requested(&emitter, &task, &request, &tool, &summary, &tier).await
+            {
+                tracing::warn!(task_id = %task, "cannot emit ApprovalRequested: {e}");
+            }
+        });
+        // Whoever listens answers with Respond; if nobody does, the timeout denies.
+        true
+    }
+
+    fn withdraw(&self, _request_id: &RequestId) {}
+}

@@ -1,0 +1,476 @@
+//! The owner of every task's state: the queue, the bounded pool, the session
+//! exclusivity and cancellation.
+//!
+//! Invariants, kept by this one task and nobody else:
+//! - at most `config.daemon.max_concurrent_tasks` tasks run; the rest wait in FIFO
+//!   order, at most `queue_limit` of them;
+//! - at most one queued-or-running task per session;
+//! - every task that was accepted ends with exactly one `TaskFinished` signal, emitted
+//!   after all of its `TaskEvent`s.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use zbus::Connection;
+use zbus::object_server::SignalEmitter;
+
+use super::{DaemonOptions, MAX_FINISHED, Op, Shared, SubmitRequest, notify};
+use crate::agent::events::{Delivery, Event, EventBus};
+use crate::agent::{TaskError, TaskOutcome, TaskSpec, run_task};
+use crate::dbus::interface::{Agent, LIST_PROMPT_CHARS};
+use crate::dbus::{self, Error};
+use crate::ids::{SessionId, TaskId};
+use crate::llm::Usage;
+use crate::soul::Soul;
+use crate::store::{Context, StoreError, TaskStatus};
+
+/// A runner's report: how its task ended.
+pub struct Finished {
+    task_id: TaskId,
+    outcome: Result<TaskOutcome, TaskError>,
+}
+
+struct Entry {
+    session_id: SessionId,
+    /// No context file exists yet: the runner creates it.
+    new_session: bool,
+    soul: Arc<Soul>,
+    prompt: String,
+    origin: String,
+    workspace: Option<std::path::PathBuf>,
+    max_iterations: Option<u32>,
+    status: TaskStatus,
+    result: Option<String>,
+    usage: Usage,
+    cancel: CancellationToken,
+}
+
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    conn: Connection,
+    emitter: SignalEmitter<'static>,
+    tx: mpsc::Sender<Op>,
+    tasks: HashMap<TaskId, Entry>,
+    /// Every known task, oldest first (for listing and for forgetting old ones).
+    order: VecDeque<TaskId>,
+    queue: VecDeque<TaskId>,
+    running: usize,
+    busy_sessions: HashSet<SessionId>,
+    shutting_down: bool,
+    sd_notify: bool,
+}
+
+/// Runs the owner until shutdown has drained every task.
+pub async fn run(mut sup: Supervisor, mut rx: mpsc::Receiver<Op>, options: DaemonOptions) {
+    sup.sd_notify = options.sd_notify;
+    // Pinged from this loop, so systemd restarts a daemon whose owner is stuck.
+    let mut watchdog = options.watchdog.map(tokio::time::interval);
+    loop {
+        let op = tokio::select! {
+            op = rx.recv() => op,
+            _ = async {
+                match watchdog.as_mut() {
+                    Some(w) => w.tick().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                notify(sup.sd_notify, &[sd_notify::NotifyState::Watchdog]);
+                continue;
+            }
+        };
+        let Some(op) = op else { break };
+        sup.handle(op).await;
+        if sup.shutting_down && sup.running == 0 {
+            break;
+        }
+    }
+}
+
+impl Supervisor {
+    pub fn new(
+        shared: Arc<Shared>,
+        conn: Connection,
+        emitter: SignalEmitter<'static>,
+        tx: mpsc::Sender<Op>,
+    ) -> Supervisor {
+        Supervisor {
+            shared,
+            conn,
+            emitter,
+            tx,
+            tasks: HashMap::new(),
+            order: VecDeque::new(),
+            queue: VecDeque::new(),
+            running: 0,
+            busy_sessions: HashSet::new(),
+            shutting_down: false,
+            sd_notify: false,
+        }
+    }
+
+    async fn handle(&mut self, op: Op) {
+        match op {
+            Op::Submit { req, reply } => {
+                let answer = self.submit(req);
+                send_reply(reply, answer);
+                self.schedule();
+                self.publish_counts().await;
+            }
+            Op::Cancel { id, reply } => {
+                let answer = self.cancel(&id).await;
+                send_reply(reply, answer);
+                self.publish_counts().await;
+            }
+            Op::GetTask { id, reply } => self.get_task(&id, reply),
+            Op::ListTasks { reply } => {
+                let list = self
+                    .order
+                    .iter()
+                    .filter_map(|id| self.tasks.get(id).map(|e| (id, e)))
+                    .map(|(id, e)| {
+                        (
+                            id.to_string(),
+                            e.soul.id.to_string(),
+                            e.status.as_str().to_owned(),
+                            e.prompt.chars().take(LIST_PROMPT_CHARS).collect(),
+                        )
+                    })
+                    .collect();
+                send_reply(reply, list);
+            }
+            Op::Finished(f) => {
+                self.finished(f).await;
+                self.schedule();
+                self.publish_counts().await;
+            }
+            Op::Shutdown => {
+                self.shutting_down = true;
+                self.shared.shutting_down.store(true, Ordering::SeqCst);
+                let queued: Vec<TaskId> = self.queue.drain(..).collect();
+                for id in queued {
+                    self.finish_unstarted(
+                        &id,
+                        TaskStatus::Cancelled,
+                        "cancelled: familiar is shutting down",
+                    )
+                    .await;
+                }
+                for e in self.tasks.values() {
+                    if e.status == TaskStatus::Running {
+                        e.cancel.cancel();
+                    }
+                }
+                self.publish_counts().await;
+            }
+        }
+    }
+
+    fn submit(&mut self, req: SubmitRequest) -> Result<(TaskId, SessionId), Error> {
+        if self.shutting_down {
+            return Err(Error::ShuttingDown(
+                "familiar is shutting down; submit again once it is back".to_owned(),
+            ));
+        }
+        let limits = &self.shared.rt.config.daemon;
+        if self.queue.len() >= limits.queue_limit as usize
+            && self.running >= limits.max_concurrent_tasks as usize
+        {
+            return Err(Error::RateLimited(format!(
+                "the queue is full ({} tasks waiting, {} running); wait for some to finish or cancel one (`familiar tasks`)",
+                self.queue.len(),
+                self.running
+            )));
+        }
+        let (session_id, new_session) = match req.session {
+            Some(id) => (id, false),
+            None => (SessionId::generate(), true),
+        };
+        if self.busy_sessions.contains(&session_id) {
+            return Err(Error::SessionBusy(format!(
+                "session {session_id} already has a task queued or running; wait for its TaskFinished or cancel it"
+            )));
+        }
+        // Checked after busy: a session whose first task has not started yet has no
+        // file, and is busy, not unknown.
+        if !new_session && !self.shared.rt.store.context_path(&session_id).exists() {
+            return Err(Error::UnknownSession(format!(
+                "no session `{session_id}`; `familiar sessions` lists them, or leave `session` out to start a new one"
+            )));
+        }
+        let task_id = TaskId::generate();
+        tracing::info!(task_id = %task_id, session_id = %session_id, soul = %req.soul.id, origin = %req.origin, caller = %req.caller, "task submitted");
+        self.busy_sessions.insert(session_id.clone());
+        self.tasks.insert(
+            task_id.clone(),
+            Entry {
+                session_id: session_id.clone(),
+                new_session,
+                soul: req.soul,
+                prompt: req.prompt,
+                origin: req.origin,
+                workspace: req.workspace,
+                max_iterations: req.max_iterations,
+                status: TaskStatus::Queued,
+                result: None,
+                usage: Usage::default(),
+                cancel: CancellationToken::new(),
+            },
+        );
+        self.order.push_back(task_id.clone());
+        self.queue.push_back(task_id.clone());
+        self.forget_old();
+        Ok((task_id, session_id))
+    }
+
+    /// Starts queued tasks while the pool has room.
+    fn schedule(&mut self) {
+        let max = self.shared.rt.config.daemon.max_concurrent_tasks as usize;
+        while self.running < max && !self.shutting_down {
+            let Some(id) = self.queue.pop_front() else {
+                break;
+            };
+            self.start(id);
+        }
+    }
+
+    fn start(&mut self, task_id: TaskId) {
+        let Some(e) = self.tasks.get_mut(&task_id) else {
+            return;
+        };
+        e.status = TaskStatus::Running;
+        self.running += 1;
+        let spec = TaskSpec {
+            task_id: task_id.clone(),
+            soul: Arc::clone(&e.soul),
+            prompt: e.prompt.clone(),
+            session: Some(e.session_id.clone()),
+            workspace: e.workspace.clone(),
+            origin: e.origin.clone(),
+            max_iterations: e.max_iterations,
+        };
+        let new_session = e.new_session;
+        let cancel = e.cancel.clone();
+        let rt = Arc::clone(&self.shared.rt);
+        let emitter = self.emitter.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let mut bus = EventBus::new();
+            let rx = bus.subscribe(Delivery::DropWhenFull);
+            let forwarder = tokio::spawn(forward_events(emitter, rx));
+            let outcome = match create_session(&rt, &spec, new_session) {
+                Ok(()) => run_task(rt, spec, bus, cancel).await,
+                Err(e) => Err(e.into()),
+            };
+            // The bus is gone with the task: the forwarder drains and ends, so every
+            // TaskEvent is on the wire before the owner emits TaskFinished.
+            if let Err(e) = forwarder.await {
+                tracing::error!(task_id = %task_id, "the event forwarder failed: {e}");
+            }
+            if tx
+                .send(Op::Finished(Finished {
+                    task_id: task_id.clone(),
+                    outcome,
+                }))
+                .await
+                .is_err()
+            {
+                tracing::error!(task_id = %task_id, "the supervisor is gone; the task's end is not reported");
+            }
+        });
+    }
+
+    async fn finished(&mut self, f: Finished) {
+        self.running = self.running.saturating_sub(1);
+        let (status, result, usage) = match f.outcome {
+            Ok(o) => (o.status, o.result, o.usage),
+            Err(TaskError::Store(StoreError::SessionBusy(id))) => (
+                TaskStatus::Failed,
+                format!(
+                    "session {id} is busy in another process (a `familiar run`?); try again when it is done"
+                ),
+                Usage::default(),
+            ),
+            Err(e) => (
+                TaskStatus::Failed,
+                format!("the task could not start: {e}"),
+                Usage::default(),
+            ),
+        };
+        tracing::info!(task_id = %f.task_id, %status, result = %result, "task finished");
+        self.record_end(&f.task_id, status, &result, usage).await;
+    }
+
+    async fn cancel(&mut self, id: &TaskId) -> Result<(), Error> {
+        let Some(e) = self.tasks.get(id) else {
+            return Err(unknown_task(id));
+        };
+        match e.status {
+            TaskStatus::Queued => {
+                self.queue.retain(|q| q != id);
+                self.finish_unstarted(id, TaskStatus::Cancelled, "cancelled before it started")
+                    .await;
+                Ok(())
+            }
+            TaskStatus::Running => {
+                e.cancel.cancel();
+                Ok(())
+            }
+            // Cancelling a finished task changes nothing; saying so is not an error.
+            TaskStatus::Completed
+            | TaskStatus::Failed
+            | TaskStatus::Cancelled
+            | TaskStatus::MaxIterations
+            | TaskStatus::BudgetExceeded
+            | TaskStatus::Timeout
+            | TaskStatus::LoopDetected
+            | TaskStatus::Denied
+            | TaskStatus::Interrupted => Ok(()),
+        }
+    }
+
+    async fn finish_unstarted(&mut self, id: &TaskId, status: TaskStatus, result: &str) {
+        self.record_end(id, status, result, Usage::default()).await;
+    }
+
+    async fn record_end(&mut self, id: &TaskId, status: TaskStatus, result: &str, usage: Usage) {
+        if let Some(e) = self.tasks.get_mut(id) {
+            e.status = status;
+            e.result = Some(result.to_owned());
+            e.usage = usage;
+            self.busy_sessions.remove(&e.session_id);
+        }
+        if let Err(e) =
+            Agent::task_finished(&self.emitter, id.as_str(), status.as_str(), result).await
+        {
+            tracing::warn!(task_id = %id, "cannot emit TaskFinished: {e}");
+        }
+    }
+
+    fn get_task(&self, id: &TaskId, reply: oneshot::Sender<Result<String, Error>>) {
+        let Some(e) = self.tasks.get(id) else {
+            send_reply(reply, Err(unknown_task(id)));
+            return;
+        };
+        let mut v = json!({
+            "id": id,
+            "session_id": e.session_id,
+            "soul": e.soul.id,
+            "status": e.status,
+            "prompt": e.prompt,
+            "origin": e.origin,
+            "plan": null,
+            "usage": e.usage,
+            "result": e.result,
+        });
+        let store = Arc::clone(&self.shared.rt.store);
+        let (session, task) = (e.session_id.clone(), id.clone());
+        // The plan lives in the session context, which the loop persists each step;
+        // read it off the owner's thread.
+        tokio::task::spawn_blocking(move || {
+            if let Ok(Some(ctx)) = store.load_context(&session)
+                && let Some(t) = ctx.tasks.iter().find(|t| t.task_id == task)
+            {
+                v["plan"] = serde_json::to_value(&t.plan).unwrap_or_default();
+                if v["usage"] == json!(Usage::default()) {
+                    v["usage"] = serde_json::to_value(t.usage).unwrap_or_default();
+                }
+            }
+            send_reply(reply, Ok(v.to_string()));
+        });
+    }
+
+    /// Forgets the oldest finished tasks past [`MAX_FINISHED`].
+    fn forget_old(&mut self) {
+        let mut finished = self
+            .order
+            .iter()
+            .filter(|id| self.tasks.get(id).is_some_and(|e| e.status.is_finished()))
+            .count();
+        let tasks = &mut self.tasks;
+        self.order.retain(|id| {
+            if finished > MAX_FINISHED && tasks.get(id).is_some_and(|e| e.status.is_finished()) {
+                tasks.remove(id);
+                finished -= 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Updates `ActiveTasks`, `Metrics` and the systemd status line.
+    async fn publish_counts(&self) {
+        let active = (self.running + self.queue.len()) as u32;
+        let before = self.shared.active.swap(active, Ordering::SeqCst);
+        let status = format!("{} running, {} queued", self.running, self.queue.len());
+        notify(self.sd_notify, &[sd_notify::NotifyState::Status(&status)]);
+        match self
+            .conn
+            .object_server()
+            .interface::<_, Agent>(dbus::PATH)
+            .await
+        {
+            Ok(iface) => {
+                let agent = iface.get().await;
+                if before != active
+                    && let Err(e) = agent.active_tasks_changed(iface.signal_emitter()).await
+                {
+                    tracing::warn!("cannot emit PropertiesChanged(ActiveTasks): {e}");
+                }
+                if let Err(e) = agent.metrics_changed(iface.signal_emitter()).await {
+                    tracing::warn!("cannot emit PropertiesChanged(Metrics): {e}");
+                }
+            }
+            Err(e) => tracing::warn!("the served object is gone: {e}"),
+        }
+    }
+}
+
+/// Creates the context of a new session, so `run_task` continues it.
+///
+/// Without the session lock, on purpose: the id is fresh and only `run_task` will lock
+/// it. Taking the lock here and releasing it would open a window in which a process
+/// spawned meanwhile (between its fork and exec) still shares the lock's open file, so
+/// `run_task`'s own `try_lock` fails with a spurious SessionBusy. (It did, in the
+/// parallel daemon tests; in the daemon, tool processes of other tasks do the same.)
+fn create_session(
+    rt: &crate::agent::Runtime,
+    spec: &TaskSpec,
+    new_session: bool,
+) -> Result<(), StoreError> {
+    let Some(id) = spec.session.as_ref().filter(|_| new_session) else {
+        return Ok(());
+    };
+    rt.store.save_context(&Context::new(
+        id.clone(),
+        spec.soul.id.clone(),
+        &spec.prompt,
+    ))
+}
+
+async fn forward_events(emitter: SignalEmitter<'static>, mut rx: mpsc::Receiver<Arc<Event>>) {
+    while let Some(ev) = rx.recv().await {
+        if let Err(e) =
+            Agent::task_event(&emitter, ev.task_id.as_str(), ev.kind(), &ev.payload_json()).await
+        {
+            tracing::warn!(task_id = %ev.task_id, "cannot emit TaskEvent: {e}");
+        }
+    }
+}
+
+fn unknown_task(id: &TaskId) -> Error {
+    Error::UnknownTask(format!(
+        "no task `{id}` (finished long ago, or never submitted); `familiar tasks` lists the daemon's tasks"
+    ))
+}
+
+/// A caller that hung up before the answer is not an error of ours.
+fn send_reply<T>(reply: oneshot::Sender<T>, value: T) {
+    if reply.send(value).is_err() {
+        tracing::debug!("the caller went away before the answer");
+    }
+}

@@ -1,0 +1,428 @@
+//! The `dev.familiar.Agent1` service object.
+//!
+//! Invariant: this struct owns no task state. It checks the caller (same Unix user),
+//! validates arguments into typed values, and forwards to the supervisor's single owner
+//! task through a bounded channel ([`Op`]); every method answers at once, and long
+//! work is reported through the signals declared here.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{mpsc, oneshot};
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, OwnedVariant, interface};
+
+use super::Error;
+use crate::approval::Answer;
+use crate::daemon::{Op, Shared, SubmitRequest};
+use crate::ids::{RequestId, SessionId, TaskId};
+use crate::ratelimit::Scope;
+
+/// Longest prompt `Submit` takes (the same cap `familiar run` puts on stdin).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+/// Longest `origin` label.
+pub const MAX_ORIGIN_CHARS: usize = 64;
+/// Characters of a prompt `ListTasks` shows.
+pub const LIST_PROMPT_CHARS: usize = 80;
+
+/// The served object.
+pub struct Agent {
+    pub(crate) tx: mpsc::Sender<Op>,
+    pub(crate) shared: Arc<Shared>,
+    /// The bus driver, made once: a proxy per call would add a match rule and a
+    /// property-cache task per call.
+    bus_driver: tokio::sync::OnceCell<zbus::fdo::DBusProxy<'static>>,
+}
+
+impl Agent {
+    pub fn new(tx: mpsc::Sender<Op>, shared: Arc<Shared>) -> Agent {
+        Agent {
+            tx,
+            shared,
+            bus_driver: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The caller's unique name, after checking it runs as our user.
+    async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<String, Error> {
+        // A peer-to-peer connection has no bus to ask; its peer was authenticated by
+        // the socket it came through (only tests build those).
+        let Some(sender) = hdr.sender() else {
+            return Ok("p2p".to_owned());
+        };
+        let dbus = self
+            .bus_driver
+            .get_or_try_init(|| async {
+                zbus::fdo::DBusProxy::builder(conn)
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
+                    .await
+            })
+            .await?;
+        let uid = dbus
+            .get_connection_unix_user(sender.clone().into())
+            .await
+            .map_err(zbus::Error::from)?;
+        if uid != self.shared.uid {
+            tracing::warn!(caller = %sender, uid, "refusing a call from another user");
+            return Err(Error::access_denied(uid, self.shared.uid));
+        }
+        Ok(sender.to_string())
+    }
+
+    /// [`Agent::caller`] for property reads. No header means the daemon itself is
+    /// reading the value for `PropertiesChanged`.
+    async fn property_caller(
+        &self,
+        hdr: Option<Header<'_>>,
+        conn: &Connection,
+    ) -> zbus::fdo::Result<()> {
+        let Some(hdr) = hdr else {
+            return Ok(());
+        };
+        match self.caller(&hdr, conn).await {
+            Ok(_) => Ok(()),
+            Err(Error::ZBus(zbus::Error::FDO(e))) => Err(*e),
+            Err(e) => Err(zbus::fdo::Error::AccessDenied(e.to_string())),
+        }
+    }
+
+    /// Sends an op and waits for the owner's answer.
+    async fn ask<T>(&self, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, Error> {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(op(reply)).await.is_err() {
+            return Err(shutting_down());
+        }
+        rx.await.map_err(|_| shutting_down())
+    }
+
+    fn parse_submit(
+        &self,
+        soul: &str,
+        prompt: String,
+        options: HashMap<String, OwnedVariant>,
+        caller: String,
+    ) -> Result<SubmitRequest, Error> {
+        let souls = &self.shared.souls;
+        let soul_id = if soul.is_empty() {
+            self.shared.rt.config.default_soul.as_str()
+        } else {
+            soul
+        };
+        let soul = souls
+            .get(soul_id)
+            .map_err(|e| Error::UnknownSoul(format!("{e} (see `familiar souls`)")))?;
+        if prompt.len() > MAX_PROMPT_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}: put large inputs in a file and name it in the prompt",
+                prompt.len()
+            )));
+        }
+        let prompt = prompt.trim().to_owned();
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the prompt is empty: say what the task is".to_owned(),
+            ));
+        }
+        let mut req = SubmitRequest {
+            soul: Arc::new(soul.clone()),
+            prompt,
+            session: None,
+            workspace: None,
+            origin: "dbus".to_owned(),
+            max_iterations: None,
+            caller,
+        };
+        for (key, value) in options {
+            match key.as_str() {
+                "session" => {
+                    let s = string_option(&key, value)?;
+                    let id = SessionId::new(s.clone())
+                        .map_err(|e| Error::InvalidArgument(format!("option `session`: {e}")))?;
+                    req.session = Some(id);
+                }
+                "origin" => {
+                    let s = string_option(&key, value)?;
+                    if s.is_empty() || s.chars().count() > MAX_ORIGIN_CHARS {
+                        return Err(Error::InvalidArgument(format!(
+                            "option `origin` must be 1 to {MAX_ORIGIN_CHARS} characters (cli, hyprland, timer, …)"
+                        )));
+                    }
+                    req.origin = s;
+                }
+                "workspace" => {
+                    let s = string_option(&key, value)?;
+                    let path = PathBuf::from(&s);
+                    if !path.is_absolute() {
+                        return Err(Error::InvalidArgument(format!(
+                            "option `workspace` must be an absolute path, got `{s}`"
+                        )));
+                    }
+                    if !path.is_dir() {
+                        return Err(Error::InvalidArgument(format!(
+                            "option `workspace`: {s} is not an existing directory"
+                        )));
+                    }
+                    req.workspace = Some(path);
+                }
+                "max_iterations" => {
+                    let n = u32::try_from(value).map_err(|_| wrong_type(&key, "u (uint32)"))?;
+                    if n == 0 {
+                        return Err(Error::InvalidArgument(
+                            "option `max_iterations` must be at least 1".to_owned(),
+                        ));
+                    }
+                    req.max_iterations = Some(n);
+                }
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u)"
+                    )));
+                }
+            }
+        }
+        Ok(req)
+    }
+}
+
+fn string_option(key: &str, value: OwnedVariant) -> Result<String, Error> {
+    String::try_from(value).map_err(|_| wrong_type(key, "s (string)"))
+}
+
+fn wrong_type(key: &str, want: &str) -> Error {
+    Error::InvalidArgument(format!("option `{key}` must be of type {want}"))
+}
+
+fn shutting_down() -> Error {
+    Error::ShuttingDown("familiar is shutting down; submit again once it is back".to_owned())
+}
+
+fn task_id(s: &str) -> Result<TaskId, Error> {
+    TaskId::new(s).map_err(|_| {
+        Error::UnknownTask(format!(
+            "no task `{s}`; `familiar tasks` lists the daemon's tasks"
+        ))
+    })
+}
+
+#[interface(name = "dev.familiar.Agent1")]
+impl Agent {
+    /// Queues a task; returns its id and its session's id at once.
+    #[zbus(out_args("task_id", "session_id"))]
+    async fn submit(
+        &self,
+        soul: String,
+        prompt: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(String, String), Error> {
+        let caller = self.caller(&hdr, conn).await?;
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return Err(shutting_down());
+        }
+        let req = self.parse_submit(&soul, prompt, options, caller)?;
+        if let Err(limited) =
+            self.shared
+                .rt
+                .limiters
+                .check(Scope::Submit, &req.caller, self.shared.submit_rate)
+        {
+            crate::agent::metrics::bump(&self.shared.rt.metrics.rate_limited);
+            return Err(Error::RateLimited(format!(
+                "{limited}; wait before submitting again"
+            )));
+        }
+        let (task, session) = self.ask(|reply| Op::Submit { req, reply }).await??;
+        Ok((task.to_string(), session.to_string()))
+    }
+
+    /// Cancels a queued or running task.
+    async fn cancel(
+        &self,
+        task_id: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), Error> {
+        self.caller(&hdr, conn).await?;
+        let id = self::task_id(&task_id)?;
+        self.ask(|reply| Op::Cancel { id, reply }).await?
+    }
+
+    /// Answers an approval request (the first answer wins).
+    async fn respond(
+        &self,
+        request_id: String,
+        approve: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), Error> {
+        let caller = self.caller(&hdr, conn).await?;
+        let no_such = || {
+            Error::InvalidArgument(format!(
+                "no pending approval request `{request_id}` (already answered, timed out, or never asked)"
+            ))
+        };
+        let id = RequestId::new(request_id.clone()).map_err(|_| no_such())?;
+        let answer = if approve {
+            Answer::Approve
+        } else {
+            Answer::Deny
+        };
+        self.shared
+            .rt
+            .approvals
+            .respond(&id, answer, &format!("dbus:{caller}"))
+            .map_err(|_| no_such())
+    }
+
+    /// One task as JSON: id, session_id, soul, status, prompt, plan, usage, result.
+    async fn get_task(
+        &self,
+        task_id: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, Error> {
+        self.caller(&hdr, conn).await?;
+        let id = self::task_id(&task_id)?;
+        self.ask(|reply| Op::GetTask { id, reply }).await?
+    }
+
+    /// Every task the daemon knows: id, soul, status, prompt (first 80 characters).
+    async fn list_tasks(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, String, String, String)>, Error> {
+        self.caller(&hdr, conn).await?;
+        self.ask(|reply| Op::ListTasks { reply }).await
+    }
+
+    /// Souls: id, description, model, max_iterations.
+    async fn list_souls(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, String, String, u32)>, Error> {
+        self.caller(&hdr, conn).await?;
+        let config = &self.shared.rt.config;
+        Ok(self
+            .shared
+            .souls
+            .souls
+            .values()
+            .map(|s| {
+                let model = s.model.clone().unwrap_or_else(|| {
+                    config
+                        .provider(s.provider.as_deref())
+                        .map(|p| p.model.clone())
+                        .unwrap_or_default()
+                });
+                (
+                    s.id.to_string(),
+                    s.description.clone(),
+                    model,
+                    s.max_iterations,
+                )
+            })
+            .collect())
+    }
+
+    /// Sessions: id, soul, title, updated (unix seconds), newest first.
+    async fn list_sessions(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, String, String, u64)>, Error> {
+        self.caller(&hdr, conn).await?;
+        let store = Arc::clone(&self.shared.rt.store);
+        let sessions = tokio::task::spawn_blocking(move || store.list_sessions())
+            .await
+            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("listing sessions: {e}"))))?
+            .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        Ok(sessions
+            .into_iter()
+            .map(|s| (s.id.to_string(), s.soul.to_string(), s.title, s.updated_at))
+            .collect())
+    }
+
+    /// The environment snapshot as JSON.
+    async fn snapshot(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, Error> {
+        self.caller(&hdr, conn).await?;
+        let snapshotter = Arc::clone(&self.shared.rt.snapshotter);
+        let snap = tokio::task::spawn_blocking(move || {
+            let mut s = snapshotter.lock().unwrap_or_else(|e| e.into_inner());
+            serde_json::to_string(&s.take(None))
+        })
+        .await
+        .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("taking the snapshot: {e}"))))?
+        .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        Ok(snap)
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn version(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.property_caller(hdr, conn).await?;
+        Ok(env!("CARGO_PKG_VERSION").to_owned())
+    }
+
+    #[zbus(property)]
+    async fn active_tasks(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<u32> {
+        self.property_caller(hdr, conn).await?;
+        Ok(self.shared.active.load(Ordering::SeqCst))
+    }
+
+    #[zbus(property)]
+    async fn metrics(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<HashMap<String, u64>> {
+        self.property_caller(hdr, conn).await?;
+        Ok(self.shared.rt.metrics.snapshot().into_iter().collect())
+    }
+
+    /// Every loop event of every task (DESIGN §5).
+    #[zbus(signal)]
+    pub async fn task_event(
+        emitter: &SignalEmitter<'_>,
+        task_id: &str,
+        kind: &str,
+        payload_json: &str,
+    ) -> zbus::Result<()>;
+
+    /// A tool call waits for a person's answer (`Respond`).
+    #[zbus(signal)]
+    pub async fn approval_requested(
+        emitter: &SignalEmitter<'_>,
+        task_id: &str,
+        request_id: &str,
+        tool: &str,
+        summary: &str,
+        tier: &str,
+    ) -> zbus::Result<()>;
+
+    /// A task ended (status per DESIGN §3).
+    #[zbus(signal)]
+    pub async fn task_finished(
+        emitter: &SignalEmitter<'_>,
+        task_id: &str,
+        status: &str,
+        result: &str,
+    ) -> zbus::Result<()>;
+}

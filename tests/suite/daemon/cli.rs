@@ -1,0 +1,176 @@
+//! The client commands (`ask`, `status`, `tasks`, `cancel`) as subprocesses against the
+//! daemon on a private bus.
+
+use std::process::Output;
+
+use super::super::agent::harness::text_reply;
+use super::*;
+use crate::common::TestHome;
+
+/// Runs `familiar ARGS` against `bus` off the runtime's threads (the daemon under test
+/// runs on them).
+pub(super) async fn familiar(
+    home: &TestHome,
+    bus: &TestBus,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut cmd = home.familiar();
+    cmd.env("DBUS_SESSION_BUS_ADDRESS", &bus.address).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_streams_the_answer_and_exits_with_the_task_status() {
+    let f = Fixture::new(vec![text_reply("The answer is 42.")]).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--soul", "test", "what is the answer?"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "The answer is 42.");
+    assert!(
+        text(&out.stderr).contains("completed"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_json_prints_one_object_per_event_ending_with_task_finished() {
+    let f = Fixture::new(vec![text_reply("json here")]).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--json", "--soul", "test", "hi"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.first().unwrap()["kind"], "task_started");
+    let last = lines.last().unwrap();
+    assert_eq!(last["kind"], "task_finished");
+    assert_eq!(last["status"], "completed");
+    assert!(last["task_id"].as_str().unwrap().starts_with("t-"));
+    assert!(last["session_id"].as_str().unwrap().starts_with("s-"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_detach_prints_the_ids_and_the_task_runs_on() {
+    let f = Fixture::new(vec![text_reply("later")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--detach", "--soul", "test", "in the background"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let ids: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(ids.len(), 2, "{stdout}");
+    assert!(
+        ids[0].starts_with("t-") && ids[1].starts_with("s-"),
+        "{stdout}"
+    );
+    assert_eq!(w.finished(ids[0]).await.0, "completed");
+
+    let out = familiar(&f.harness.home, &f.bus, &["tasks"], &[]).await;
+    assert!(text(&out.stdout).contains(ids[0]), "{}", text(&out.stdout));
+    let out = familiar(&f.harness.home, &f.bus, &["status", "--json"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(status["active_tasks"], 0);
+    assert_eq!(status["metrics"]["tasks_completed"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_reads_the_prompt_from_the_dmenu_command() {
+    let f = Fixture::new(vec![text_reply("from the menu")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--dmenu", "--detach", "--soul", "test"],
+        &[("FAMILIAR_DMENU", "echo what is my uptime")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let task = text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    w.finished(&task).await;
+    let got: serde_json::Value =
+        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+    assert_eq!(got["prompt"], "what is my uptime");
+    assert_eq!(got["origin"], "dmenu");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_daemon_errors_map_to_exit_codes() {
+    let f = Fixture::new(vec![]).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--soul", "nope", "hi"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("UnknownSoul"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = familiar(&f.harness.home, &f.bus, &["cancel", "t-nope"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("UnknownTask"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_daemon_is_exit_3_with_how_to_start_it() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    for args in [&["ask", "hello"][..], &["status"], &["tasks"]] {
+        let out = familiar(&home, &bus, args, &[]).await;
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("familiar setup") && err.contains("systemctl --user start familiar"),
+            "{err}"
+        );
+    }
+    // No session bus at all is the same answer.
+    let out = familiar(
+        &home,
+        &bus,
+        &["status"],
+        &[("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3));
+}

@@ -1,0 +1,201 @@
+//! Approvals as desktop notifications, against a tiny `org.freedesktop.Notifications`
+//! server on the test bus that records `Notify` calls and emits the signals a person's
+//! click would.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use zbus::object_server::SignalEmitter;
+use zbus::{OwnedVariant, interface};
+
+use super::super::agent::harness::{text_reply, tools_reply};
+use super::*;
+
+/// One recorded Notify: (id, summary, actions).
+type Shown = (u32, String, Vec<String>);
+
+struct FakeNotifications {
+    next: u32,
+    shown: mpsc::UnboundedSender<Shown>,
+    closed: Arc<Mutex<Vec<u32>>>,
+}
+
+#[interface(name = "org.freedesktop.Notifications")]
+impl FakeNotifications {
+    #[allow(clippy::too_many_arguments)]
+    fn notify(
+        &mut self,
+        _app_name: String,
+        _replaces_id: u32,
+        _app_icon: String,
+        summary: String,
+        _body: String,
+        actions: Vec<String>,
+        _hints: HashMap<String, OwnedVariant>,
+        _expire_timeout: i32,
+    ) -> u32 {
+        self.next += 1;
+        self.shown.send((self.next, summary, actions)).unwrap();
+        self.next
+    }
+
+    fn close_notification(&mut self, id: u32) {
+        self.closed.lock().unwrap().push(id);
+    }
+
+    #[zbus(signal)]
+    async fn action_invoked(e: &SignalEmitter<'_>, id: u32, action_key: &str) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    async fn notification_closed(e: &SignalEmitter<'_>, id: u32, reason: u32) -> zbus::Result<()>;
+}
+
+struct Server {
+    conn: zbus::Connection,
+    shown: mpsc::UnboundedReceiver<Shown>,
+}
+
+impl Server {
+    async fn start(bus: &TestBus) -> Server {
+        let (tx, shown) = mpsc::unbounded_channel();
+        let fake = FakeNotifications {
+            next: 0,
+            shown: tx,
+            closed: Arc::default(),
+        };
+        let conn = zbus::connection::Builder::address(bus.address.as_str())
+            .serve_at("/org/freedesktop/Notifications", fake)
+            .name("org.freedesktop.Notifications")
+            .build()
+            .await
+            .unwrap();
+        Server { conn, shown }
+    }
+
+    async fn emitter(&self) -> SignalEmitter<'static> {
+        SignalEmitter::new(&self.conn, "/org/freedesktop/Notifications").unwrap()
+    }
+
+    async fn next_shown(&mut self) -> Shown {
+        tokio::time::timeout(PATIENCE, self.shown.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+fn write_call() -> Reply {
+    tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))])
+}
+
+const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
+
+async fn fixture(script: Vec<Reply>) -> (Fixture, Server) {
+    // The notification server must own its name before the daemon shows anything; the
+    // daemon looks it up per request, so starting it on the fixture's bus suffices.
+    let f = Fixture::with(script, "", ASK_WRITES, Default::default()).await;
+    let server = Server::start(&f.bus).await;
+    (f, server)
+}
+
+async fn submit_in_workspace(f: &Fixture) -> String {
+    let ws = f.workspace();
+    let opts = HashMap::from([("workspace", zbus::Variant::from(ws.to_str().unwrap()))]);
+    f.proxy.submit("test", "write", opts).await.unwrap().0
+}
+
+#[tokio::test]
+async fn the_deny_action_denies_and_the_notification_offers_three_actions() {
+    let (f, mut server) = fixture(vec![write_call(), text_reply("ok")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let task = submit_in_workspace(&f).await;
+    let (id, summary, actions) = server.next_shown().await;
+    assert!(summary.contains("write_file"), "{summary}");
+    assert_eq!(
+        actions,
+        [
+            "approve",
+            "Approve",
+            "deny",
+            "Deny",
+            "allow-10min",
+            "Allow write_file for 10 min"
+        ]
+    );
+    FakeNotifications::action_invoked(&server.emitter().await, id, "deny")
+        .await
+        .unwrap();
+    let resolved = w.event(&task, "approval_resolved").await;
+    assert_eq!(resolved["approved"], false);
+    assert_eq!(resolved["outcome"]["by"], "notification");
+    assert_eq!(w.finished(&task).await.0, "completed");
+    assert!(!f.workspace().join("n.txt").exists());
+}
+
+#[tokio::test]
+async fn allow_for_ten_minutes_grants_the_next_call_without_asking() {
+    let (f, mut server) = fixture(vec![write_call(), write_call(), text_reply("ok")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let task = submit_in_workspace(&f).await;
+    let (id, _, _) = server.next_shown().await;
+    FakeNotifications::action_invoked(&server.emitter().await, id, "allow-10min")
+        .await
+        .unwrap();
+    let events = w.events(&task).await;
+    let outcomes: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|(k, _)| k == "approval_resolved")
+        .map(|(_, p)| &p["outcome"]["outcome"])
+        .collect();
+    assert_eq!(outcomes, [&json!("approved"), &json!("granted")]);
+}
+
+#[tokio::test]
+async fn a_closed_notification_is_not_an_approval() {
+    let (f, mut server) = fixture(vec![write_call(), text_reply("ok")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let task = submit_in_workspace(&f).await;
+    let (request, ..) = w.approval(&task).await;
+    let (id, _, _) = server.next_shown().await;
+    FakeNotifications::notification_closed(&server.emitter().await, id, 2)
+        .await
+        .unwrap();
+    // A later click on the dismissed notification answers nothing either.
+    FakeNotifications::action_invoked(&server.emitter().await, id, "approve")
+        .await
+        .unwrap();
+    // Still pending: a D-Bus client can still answer it, and its answer is the one.
+    f.proxy.respond(&request, false).await.unwrap();
+    let resolved = w.event(&task, "approval_resolved").await;
+    assert_eq!(resolved["approved"], false);
+    assert!(
+        resolved["outcome"]["by"]
+            .as_str()
+            .unwrap()
+            .starts_with("dbus:")
+    );
+    assert_eq!(w.finished(&task).await.0, "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_notify_shows_the_result_as_a_notification() {
+    let (f, mut server) = fixture(vec![text_reply("disk is 40% full")]).await;
+    let out = super::cli::familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--notify", "--soul", "test", "how full is my disk?"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, summary, actions) = server.next_shown().await;
+    assert_eq!(summary, "familiar: completed");
+    assert!(actions.is_empty(), "a result needs no answer: {actions:?}");
+}

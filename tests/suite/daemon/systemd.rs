@@ -1,0 +1,149 @@
+//! systemd integration: `familiar setup`, the units verify, and the real binary's
+//! READY=1 / STOPPING=1 protocol on a notify socket, with SIGTERM.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::Command;
+
+use super::*;
+use crate::common::TestHome;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn setup_dry_run_changes_nothing_and_setup_installs_units_for_this_binary() {
+    let home = TestHome::new();
+    let data = home.path().join(".local/share");
+    let out = home
+        .familiar()
+        .args(["setup", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("systemd/user/familiar.service (new)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("dbus-1/services/dev.familiar.Agent1.service (new)"),
+        "{said}"
+    );
+    assert!(!data.exists(), "dry run wrote files");
+
+    let out = home.familiar().arg("setup").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exe = std::fs::canonicalize(assert_cmd::cargo::cargo_bin("familiar")).unwrap();
+    let exe = exe.to_str().unwrap();
+    let unit = std::fs::read_to_string(data.join("systemd/user/familiar.service")).unwrap();
+    assert!(unit.contains(&format!("ExecStart={exe} daemon")), "{unit}");
+    let act =
+        std::fs::read_to_string(data.join("dbus-1/services/dev.familiar.Agent1.service")).unwrap();
+    assert!(
+        act.contains(&format!("Exec={exe} daemon"))
+            && act.contains("SystemdService=familiar.service"),
+        "{act}"
+    );
+    for f in ["familiar-maintenance.service", "familiar-maintenance.timer"] {
+        assert!(data.join("systemd/user").join(f).is_file(), "{f}");
+    }
+    // Without a user manager it says so, and still succeeds.
+    assert!(
+        text(&out.stdout).contains("No systemd user manager answered"),
+        "{}",
+        text(&out.stdout)
+    );
+    let again = home.familiar().arg("setup").output().unwrap();
+    assert!(
+        text(&again.stdout).contains("unchanged: "),
+        "{}",
+        text(&again.stdout)
+    );
+}
+
+#[test]
+fn the_installed_units_pass_systemd_analyze_verify() {
+    let home = TestHome::new();
+    let out = home.familiar().arg("setup").output().unwrap();
+    assert!(out.status.success());
+    let units = home.path().join(".local/share/systemd/user");
+    let runtime = tempfile::tempdir().unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["--user", "verify"])
+        .args([
+            "familiar.service",
+            "familiar-maintenance.service",
+            "familiar-maintenance.timer",
+        ])
+        .current_dir(&units)
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "systemd-analyze has complaints");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_is_ready_only_once_its_name_is_owned_and_stops_on_sigterm() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("notify");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("familiar"))
+        .env_clear()
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_STATE_HOME", home.path().join(".local/state"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .arg("daemon")
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (sock, ready) = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).expect("a notification from the daemon");
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        (sock, msg)
+    })
+    .await
+    .unwrap();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+    let conn = bus.connect().await;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    assert!(
+        dbus.name_has_owner(familiar::dbus::NAME.try_into().unwrap())
+            .await
+            .unwrap()
+    );
+    let proxy = Agent1Proxy::new(&conn).await.unwrap();
+    assert_eq!(proxy.active_tasks().await.unwrap(), 0);
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let stopping = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 512];
+        loop {
+            let n = sock.recv(&mut buf).expect("STOPPING=1");
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if msg.lines().any(|l| l == "STOPPING=1") {
+                return msg;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(stopping.contains("STOPPING=1"));
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
