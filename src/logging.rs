@@ -47,7 +47,11 @@ pub fn init(base_level: &str, verbosity: u8) {
     if stderr_is_journal() {
         match tracing_journald::layer() {
             Ok(journald) => {
-                let journald = journald.with_syslog_identifier("familiar".to_owned());
+                // No field prefix: span fields arrive as TASK_ID, SESSION_ID, SOUL, TOOL,
+                // which is what `journalctl --user TASK_ID=…` filters on.
+                let journald = journald
+                    .with_syslog_identifier("familiar".to_owned())
+                    .with_field_prefix(None);
                 // A second init (tests) fails harmlessly: the first subscriber stays.
                 tracing_subscriber::registry()
                     .with(filter)

@@ -20,6 +20,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::sync::{Semaphore, mpsc};
+use tracing::Instrument;
 
 use crate::agent::events::EventPayload;
 use crate::agent::plan::shorten;
@@ -166,10 +167,15 @@ impl Dispatcher {
             let env = env.clone();
             let mutating = spec.mutating;
             let crashed_id = spec.call_id.clone();
-            let handle = tokio::spawn(async move {
-                futures::future::join_all(barrier).await;
-                run_call(&env, spec).await
-            });
+            // The call's log lines carry the task's fields (inherited) and TOOL.
+            let span = tracing::info_span!("tool_call", tool = %spec.name, call_id = %spec.call_id);
+            let handle = tokio::spawn(
+                async move {
+                    futures::future::join_all(barrier).await;
+                    run_call(&env, spec).await
+                }
+                .instrument(span),
+            );
             let shared = async move {
                 handle.await.unwrap_or_else(|e| CallResult {
                     ok: false,

@@ -161,13 +161,36 @@ struct Turn {
 }
 
 /// Runs one task to its finish status.
+///
+/// Every log line of the task carries `task_id`, `session_id` and `soul` (journald:
+/// TASK_ID, SESSION_ID, SOUL), and tool calls add `tool`.
 pub async fn run_task(
     rt: Arc<Runtime>,
     spec: TaskSpec,
     bus: EventBus,
     cancel: CancellationToken,
 ) -> Result<TaskOutcome, TaskError> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "task",
+        task_id = %spec.task_id,
+        session_id = tracing::field::Empty,
+        soul = %spec.soul.id,
+    );
+    drive(rt, spec, bus, cancel, span.clone())
+        .instrument(span)
+        .await
+}
+
+async fn drive(
+    rt: Arc<Runtime>,
+    spec: TaskSpec,
+    bus: EventBus,
+    cancel: CancellationToken,
+    span: tracing::Span,
+) -> Result<TaskOutcome, TaskError> {
     let mut task = Task::start(rt, spec, bus, cancel).await?;
+    span.record("session_id", tracing::field::display(&task.ctx.session_id));
     let mut state = match task.refusal.take() {
         Some(why) => State::Finish(TaskStatus::Denied, why),
         None => State::CheckLimits,

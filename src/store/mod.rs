@@ -103,13 +103,25 @@ pub struct SessionSummary {
 #[derive(Debug)]
 pub struct SessionLock {
     id: SessionId,
-    // Never read: holding the descriptor is what holds the lock.
-    _file: File,
+    // Holding the descriptor is what holds the lock.
+    file: File,
 }
 
 impl SessionLock {
     pub fn session_id(&self) -> &SessionId {
         &self.id
+    }
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        // Unlock explicitly rather than by closing: a child forked at this moment holds a
+        // copy of the descriptor until its exec closes it (close-on-exec), and a flock
+        // lives as long as any copy does, so closing alone could leave the session busy
+        // for a moment. LOCK_UN releases it for every copy at once.
+        if let Err(e) = self.file.unlock() {
+            tracing::warn!(session_id = %self.id, "cannot unlock the session: {e}");
+        }
     }
 }
 
@@ -314,7 +326,7 @@ impl Store {
         match file.try_lock() {
             Ok(()) => Ok(SessionLock {
                 id: id.clone(),
-                _file: file,
+                file,
             }),
             Err(fs::TryLockError::WouldBlock) => Err(StoreError::SessionBusy(id.clone())),
             Err(fs::TryLockError::Error(e)) => Err(StoreError::io("cannot lock", &path, e)),
