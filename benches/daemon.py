@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Benchmark: the daemon's start-to-READY time, idle RSS and wakeups, and the
+`familiar ask --detach` round trip (DESIGN §10).
+
+Run: `cargo build --release && python3 benches/daemon.py [target/release/familiar]`.
+
+Everything runs against a private `dbus-daemon --session` and a throwaway HOME, so it
+touches nothing of the user's. READY is read from a NOTIFY_SOCKET this script owns,
+exactly as systemd would. The model provider points at a closed port: tasks submitted by
+the round-trip runs fail at once, which is fine, since `--detach` returns after Submit.
+"""
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/familiar")
+RUNS = 5
+ASKS = 20
+IDLE_SECS = 10
+
+
+def proc_status(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def switches(pid):
+    """Context switches of every thread: a wakeup costs at least one."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if "ctxt_switches" in line:
+                    total += int(line.split()[1])
+    return total
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def main():
+    home = tempfile.mkdtemp(prefix="familiar-bench-")
+    os.makedirs(f"{home}/.config/familiar")
+    with open(f"{home}/.config/familiar/config.toml", "w") as f:
+        f.write('[providers.local]\nbase_url = "http://127.0.0.1:9/v1"\nmax_retries = 0\n')
+    bus = subprocess.Popen(
+        ["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    address = bus.stdout.readline().strip()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+        "DBUS_SESSION_BUS_ADDRESS": address,
+    }
+    ready_ms = []
+    try:
+        for run in range(RUNS):
+            sock_path = f"{home}/notify-{run}"
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(sock_path)
+            start = time.perf_counter()
+            daemon = subprocess.Popen([BIN, "daemon"], env={**env, "NOTIFY_SOCKET": sock_path},
+                                      stderr=subprocess.DEVNULL)
+            while True:
+                msg = sock.recv(4096).decode()
+                if "READY=1" in msg:
+                    break
+            ready_ms.append((time.perf_counter() - start) * 1000)
+            last = run == RUNS - 1
+            if last:
+                asks = []
+                for _ in range(ASKS):
+                    t = time.perf_counter()
+                    subprocess.run([BIN, "ask", "--detach", "hello"], env=env, check=True,
+                                   stdout=subprocess.DEVNULL)
+                    asks.append((time.perf_counter() - t) * 1000)
+                # Let the failed tasks finish, then watch the daemon do nothing.
+                time.sleep(2)
+                sw0, cpu0 = switches(daemon.pid), cpu_ticks(daemon.pid)
+                time.sleep(IDLE_SECS)
+                sw1, cpu1 = switches(daemon.pid), cpu_ticks(daemon.pid)
+                rss = proc_status(daemon.pid, "VmRSS")
+                threads = proc_status(daemon.pid, "Threads")
+            daemon.terminate()
+            daemon.wait()
+            sock.close()
+        ready_ms.sort()
+        asks.sort()
+        print(f"familiar daemon ({BIN})")
+        print(f"  start to READY=1 ({RUNS} runs)        median {statistics.median(ready_ms):.1f} ms, max {ready_ms[-1]:.1f} ms")
+        print(f"  ask --detach round trip ({ASKS} runs)  median {statistics.median(asks):.1f} ms, p95 {asks[int(len(asks) * 0.95) - 1]:.1f} ms")
+        print(f"  idle RSS after {ASKS} tasks            {rss / 1024:.1f} MiB ({threads} threads)")
+        print(f"  idle for {IDLE_SECS} s: context switches  {sw1 - sw0}, CPU ticks {cpu1 - cpu0}")
+    finally:
+        bus.terminate()
+        bus.wait()
+
+
+if __name__ == "__main__":
+    main()
