@@ -11,6 +11,7 @@ mod disk;
 mod files;
 pub mod hypr;
 pub mod journal;
+pub mod notify;
 pub mod open;
 mod process;
 mod search;
@@ -131,6 +132,7 @@ impl Registry {
                 locate: hypr::locate_from_env(),
             }),
             Arc::new(systemd::SystemdUser::session()),
+            Arc::new(notify::Notify::session()),
         ];
         Registry {
             tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),

@@ -3,6 +3,7 @@
 //! with zbus at the real names, paths and interfaces. Each fake records the calls it
 //! gets, so the tests assert what was called with which arguments.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use familiar::agent::TaskOutcome;
@@ -11,12 +12,13 @@ use familiar::sandbox::SandboxPolicy;
 use familiar::snapshot::Snapshotter;
 use familiar::store::TaskStatus;
 use familiar::tools::bus::Bus;
+use familiar::tools::notify::Notify;
 use familiar::tools::systemd::SystemdUser;
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use zbus::object_server::SignalEmitter;
-use zbus::{OwnedObjectPath, interface};
+use zbus::{OwnedObjectPath, OwnedVariant, interface};
 
 use super::agent::harness::*;
 use super::daemon::TestBus;
@@ -403,4 +405,87 @@ async fn systemd_user_is_hidden_without_a_user_manager() {
         defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         ["systemd_user"]
     );
+}
+
+// ---------------------------------------------------------------- notification server
+
+struct FakeNotifications {
+    calls: Calls,
+}
+
+#[interface(name = "org.freedesktop.Notifications")]
+impl FakeNotifications {
+    #[allow(clippy::too_many_arguments)]
+    fn notify(
+        &self,
+        app_name: String,
+        _replaces_id: u32,
+        _app_icon: String,
+        summary: String,
+        body: String,
+        _actions: Vec<String>,
+        _hints: HashMap<String, OwnedVariant>,
+        _expire_timeout: i32,
+    ) -> u32 {
+        record(&self.calls, "Notify", &[&app_name, &summary, &body]);
+        7
+    }
+
+    fn get_capabilities(&self) -> Vec<String> {
+        vec!["body".to_owned(), "body-markup".to_owned()]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_shows_a_cleaned_notification_as_familiar() {
+    let bus = TestBus::start();
+    let recorded = Calls::default();
+    let _server = zbus::connection::Builder::address(bus.address.as_str())
+        .serve_at(
+            "/org/freedesktop/Notifications",
+            FakeNotifications {
+                calls: Arc::clone(&recorded),
+            },
+        )
+        .name("org.freedesktop.Notifications")
+        .build()
+        .await
+        .unwrap();
+    let h = Harness::with(
+        vec![
+            tools_reply(&[(
+                "c1",
+                "notify",
+                json!({"summary": "Backup\u{1b}[31m done", "body": "3 files\nsee <a href=\"file:///etc\">log</a>"}),
+            )]),
+            text_reply("told you"),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    let notify: Arc<dyn Tool> = Arc::new(Notify::new(Bus::Address(bus.address.clone())));
+    assert!(tokio::task::block_in_place(|| notify.available()));
+    let (out, _) = run(&h, notify, "tell me when done").await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let result = last_tool_result(&h, 1);
+    assert!(result.contains("notification shown (id 7)"), "{result}");
+    assert_eq!(
+        calls(&recorded),
+        [(
+            "Notify".to_owned(),
+            vec![
+                "familiar".to_owned(),
+                "Backup[31m done".to_owned(),
+                "3 files\nsee &lt;a href=\"file:///etc\"&gt;log&lt;/a&gt;".to_owned(),
+            ]
+        )]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_is_hidden_without_a_notification_server() {
+    let bus = TestBus::start();
+    let notify = Notify::new(Bus::Address(bus.address.clone()));
+    assert!(!tokio::task::block_in_place(|| notify.available()));
 }
