@@ -13,6 +13,7 @@ pub mod hypr;
 pub mod journal;
 pub mod notify;
 pub mod open;
+pub mod power;
 mod process;
 mod search;
 mod shell;
@@ -133,6 +134,7 @@ impl Registry {
             }),
             Arc::new(systemd::SystemdUser::session()),
             Arc::new(notify::Notify::session()),
+            Arc::new(power::Power::system()),
         ];
         Registry {
             tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),

@@ -13,6 +13,7 @@ use familiar::snapshot::Snapshotter;
 use familiar::store::TaskStatus;
 use familiar::tools::bus::Bus;
 use familiar::tools::notify::Notify;
+use familiar::tools::power::Power;
 use familiar::tools::systemd::SystemdUser;
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
 use serde_json::json;
@@ -488,4 +489,126 @@ async fn notify_is_hidden_without_a_notification_server() {
     let bus = TestBus::start();
     let notify = Notify::new(Bus::Address(bus.address.clone()));
     assert!(!tokio::task::block_in_place(|| notify.available()));
+}
+
+// ---------------------------------------------------------------- logind
+
+struct FakeLogind {
+    calls: Calls,
+    /// What every `Can*` answers.
+    can: &'static str,
+}
+
+#[interface(name = "org.freedesktop.login1.Manager")]
+impl FakeLogind {
+    fn can_suspend(&self) -> String {
+        record(&self.calls, "CanSuspend", &[]);
+        self.can.to_owned()
+    }
+    fn can_reboot(&self) -> String {
+        record(&self.calls, "CanReboot", &[]);
+        self.can.to_owned()
+    }
+    fn can_power_off(&self) -> String {
+        record(&self.calls, "CanPowerOff", &[]);
+        self.can.to_owned()
+    }
+    fn suspend(&self, interactive: bool) {
+        record(&self.calls, "Suspend", &[&interactive.to_string()]);
+    }
+    fn reboot(&self, interactive: bool) {
+        record(&self.calls, "Reboot", &[&interactive.to_string()]);
+    }
+    fn power_off(&self, interactive: bool) {
+        record(&self.calls, "PowerOff", &[&interactive.to_string()]);
+    }
+}
+
+/// A fake logind owning `org.freedesktop.login1` on the private bus (standing in for
+/// the system bus).
+async fn fake_logind(bus: &TestBus, can: &'static str) -> (zbus::Connection, Calls) {
+    let calls = Calls::default();
+    let conn = zbus::connection::Builder::address(bus.address.as_str())
+        .serve_at(
+            "/org/freedesktop/login1",
+            FakeLogind {
+                calls: Arc::clone(&calls),
+                can,
+            },
+        )
+        .name("org.freedesktop.login1")
+        .build()
+        .await
+        .unwrap();
+    (conn, calls)
+}
+
+fn power_tool(bus: &TestBus) -> Arc<dyn Tool> {
+    Arc::new(Power::new(Bus::Address(bus.address.clone())))
+}
+
+fn suspend_then(text: &str) -> Vec<crate::common::llm_server::Reply> {
+    vec![
+        tools_reply(&[("c1", "power", json!({"action": "suspend"}))]),
+        text_reply(text),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_suspend_checks_logind_then_suspends_without_a_prompt() {
+    let bus = TestBus::start();
+    let (_logind, recorded) = fake_logind(&bus, "yes").await;
+    let h = Harness::with(suspend_then("suspending"), "", OPEN_POLICY).await;
+    let tool = power_tool(&bus);
+    assert!(tokio::task::block_in_place(|| tool.available()));
+    let (out, _) = run(&h, tool, "suspend").await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let result = last_tool_result(&h, 1);
+    assert!(
+        result.contains("suspend: requested from logind"),
+        "{result}"
+    );
+    assert_eq!(
+        calls(&recorded),
+        [
+            ("CanSuspend".to_owned(), vec![]),
+            ("Suspend".to_owned(), vec!["false".to_owned()]),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_reports_na_and_does_not_suspend() {
+    let bus = TestBus::start();
+    let (_logind, recorded) = fake_logind(&bus, "na").await;
+    let h = Harness::with(suspend_then("cannot"), "", OPEN_POLICY).await;
+    let (out, _) = run(&h, power_tool(&bus), "suspend").await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let result = last_tool_result(&h, 1);
+    assert!(
+        result.contains("not available on this machine (logind: na)"),
+        "{result}"
+    );
+    assert_eq!(calls(&recorded), [("CanSuspend".to_owned(), vec![])]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_is_asked_under_the_default_policy_and_denied_with_nobody_to_ask() {
+    let bus = TestBus::start();
+    let (_logind, recorded) = fake_logind(&bus, "yes").await;
+    // The shipped default policy: system_critical is asked.
+    let h = Harness::with(suspend_then("not allowed"), "", "").await;
+    let (out, events) = run(&h, power_tool(&bus), "suspend").await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    assert_eq!(count(&events, "approval_requested"), 1);
+    let result = last_tool_result(&h, 1);
+    assert!(result.contains("nobody could be asked"), "{result}");
+    assert_eq!(calls(&recorded), [], "logind must not be called");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_is_hidden_without_logind() {
+    let bus = TestBus::start();
+    let tool = power_tool(&bus);
+    assert!(!tokio::task::block_in_place(|| tool.available()));
 }
