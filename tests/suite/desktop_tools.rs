@@ -612,3 +612,34 @@ async fn power_is_hidden_without_logind() {
     let tool = power_tool(&bus);
     assert!(!tokio::task::block_in_place(|| tool.available()));
 }
+
+// ---------------------------------------------------------------- familiar status
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_the_sandbox_enforcement() {
+    let f = super::daemon::Fixture::new(vec![]).await;
+    let status = |args: &'static [&'static str]| {
+        let mut cmd = f.harness.home.familiar();
+        cmd.env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address)
+            .args(args);
+        // Off the runtime's threads: the daemon under test runs on them.
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+    };
+    let out = status(&["status", "--json"]).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected = familiar::sandbox::probe();
+    assert_eq!(
+        got["sandbox"],
+        json!({"abi": expected.abi, "status": expected.status.as_str(), "missing": expected.missing})
+    );
+
+    let out = status(&["status"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("sandbox: "))
+        .unwrap_or_else(|| panic!("no sandbox line in {text}"));
+    assert!(line.contains(expected.status.as_str()), "{line}");
+}
