@@ -11,6 +11,7 @@ use zbus::Connection;
 
 use super::{Exit, Out};
 use crate::dbus::proxy::{Agent1Proxy, method_error};
+use crate::sandbox::status::{Enforcement, EnforcementStatus};
 
 /// What to tell a person when the daemon is not there.
 pub const HOW_TO_START: &str = "the familiar daemon is not running and D-Bus activation is not installed: run `familiar setup` once (installs the user units and the activation file), or start it now with `systemctl --user start familiar` (or `familiar daemon` in a terminal)";
@@ -100,19 +101,28 @@ pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         let version = p.version().await?;
         let active = p.active_tasks().await?;
         let metrics = p.metrics().await?;
+        // A daemon older than the `Sandbox` property still answers the rest.
+        let sandbox = p.sandbox().await.ok();
         let dbus = zbus::fdo::DBusProxy::new(conn).await?;
         let pid = dbus
             .get_connection_unix_process_id(crate::dbus::NAME.try_into()?)
             .await
             .ok();
-        Ok((version, active, metrics, pid))
+        Ok((version, active, metrics, pid, sandbox))
     })?;
-    let (version, active, metrics, pid) = match got {
+    let (version, active, metrics, pid, sandbox) = match got {
         Ok(v) => v,
         Err(f) => return f.report(),
     };
     let uptime = pid.and_then(process_uptime_secs);
     let metrics: std::collections::BTreeMap<_, _> = metrics.into_iter().collect();
+    let sandbox: Option<Enforcement> = sandbox.and_then(|s| match serde_json::from_str(&s) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            tracing::warn!("the daemon's Sandbox property is not understood: {e}");
+            None
+        }
+    });
     if json {
         out.json_line(&serde_json::json!({
             "version": version,
@@ -120,6 +130,7 @@ pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             "uptime_secs": uptime,
             "active_tasks": active,
             "metrics": metrics,
+            "sandbox": sandbox,
         }))?;
         return Ok(Exit::Completed);
     }
@@ -134,11 +145,30 @@ pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             None => writeln!(out, "pid {pid}")?,
         }
     }
+    writeln!(out, "sandbox: {}", describe_sandbox(sandbox.as_ref()))?;
     writeln!(out, "active tasks: {active}")?;
     for (k, v) in &metrics {
         writeln!(out, "  {k:<20} {v}")?;
     }
     Ok(Exit::Completed)
+}
+
+/// `Landlock ABI 6, full`, `Landlock ABI 3, partial (missing: …)`, `none (…)`.
+fn describe_sandbox(e: Option<&Enforcement>) -> String {
+    let Some(e) = e else {
+        return "unknown (the daemon does not report it)".to_owned();
+    };
+    let status = e.status.as_str();
+    let head = match e.abi {
+        Some(abi) => format!("Landlock ABI {abi}, {status}"),
+        None => status.to_owned(),
+    };
+    match e.status {
+        EnforcementStatus::Full => head,
+        EnforcementStatus::Partial | EnforcementStatus::None => {
+            format!("{head} (missing: {})", e.missing.join(", "))
+        }
+    }
 }
 
 /// Seconds since `pid` started, from /proc (start time is in clock ticks since boot;
@@ -189,5 +219,27 @@ pub fn respond(request_id: &str, approve: bool) -> anyhow::Result<Exit> {
     match with_proxy(async |_, p| p.respond(request_id, approve).await)? {
         Ok(()) => Ok(Exit::Completed),
         Err(f) => f.report(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_line_names_the_abi_and_what_is_missing() {
+        assert_eq!(
+            describe_sandbox(Some(&Enforcement::for_abi(Some(6)))),
+            "Landlock ABI 6, full"
+        );
+        assert_eq!(
+            describe_sandbox(Some(&Enforcement::for_abi(Some(5)))),
+            "Landlock ABI 5, partial (missing: signal and abstract unix socket scoping (ABI 6))"
+        );
+        assert_eq!(
+            describe_sandbox(Some(&Enforcement::for_abi(None))),
+            "none (missing: landlock)"
+        );
+        assert!(describe_sandbox(None).starts_with("unknown"));
     }
 }

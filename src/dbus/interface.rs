@@ -397,6 +397,19 @@ impl Agent {
         Ok(self.shared.rt.metrics.snapshot().into_iter().collect())
     }
 
+    /// What the kernel enforces of the sandbox, as JSON `{"abi", "status", "missing"}`
+    /// (an addition to DESIGN §3's properties; probed once at start).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn sandbox(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.property_caller(hdr, conn).await?;
+        serde_json::to_string(&self.shared.rt.enforcement)
+            .map_err(|e| zbus::fdo::Error::Failed(format!("encoding the sandbox status: {e}")))
+    }
+
     /// Every loop event of every task (DESIGN §5).
     #[zbus(signal)]
     pub async fn task_event(

@@ -46,6 +46,9 @@ pub trait Notifications {
 
     fn close_notification(&self, id: u32) -> zbus::Result<()>;
 
+    /// What the server supports (`body-markup`, `actions`, …).
+    fn get_capabilities(&self) -> zbus::Result<Vec<String>>;
+
     #[zbus(signal)]
     fn action_invoked(&self, id: u32, action_key: String) -> zbus::Result<()>;
 

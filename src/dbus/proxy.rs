@@ -44,6 +44,10 @@ pub trait Agent1 {
     #[zbus(property)]
     fn metrics(&self) -> zbus::Result<HashMap<String, u64>>;
 
+    /// JSON of [`crate::sandbox::Enforcement`].
+    #[zbus(property)]
+    fn sandbox(&self) -> zbus::Result<String>;
+
     #[zbus(signal)]
     fn task_event(&self, task_id: String, kind: String, payload_json: String) -> zbus::Result<()>;
 

@@ -6,15 +6,19 @@
 //! Errors say who receives them: [`ToolError::RespondToModel`] goes back to the model
 //! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
+pub mod bus;
 mod disk;
 mod files;
 pub mod hypr;
 pub mod journal;
+pub mod notify;
 pub mod open;
+pub mod power;
 mod process;
 mod search;
 mod shell;
 mod system;
+pub mod systemd;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -128,6 +132,9 @@ impl Registry {
             Arc::new(hypr::HyprDispatch {
                 locate: hypr::locate_from_env(),
             }),
+            Arc::new(systemd::SystemdUser::session()),
+            Arc::new(notify::Notify::session()),
+            Arc::new(power::Power::system()),
         ];
         Registry {
             tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),

@@ -3,6 +3,7 @@
 mod agent;
 mod cli;
 mod daemon;
+mod desktop_tools;
 mod llm;
 mod sandbox;
 mod snapshot;
