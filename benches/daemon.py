@@ -16,7 +16,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+
+def drain(sock):
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/familiar")
 RUNS = 5
@@ -56,7 +65,7 @@ def main():
         f.write('[providers.local]\nbase_url = "http://127.0.0.1:9/v1"\nmax_retries = 0\n')
     bus = subprocess.Popen(
         ["dbus-daemon", "--session", "--nofork", "--print-address=1"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     address = bus.stdout.readline().strip()
     env = {
@@ -80,6 +89,8 @@ def main():
                 if "READY=1" in msg:
                     break
             ready_ms.append((time.perf_counter() - start) * 1000)
+            # Keep reading STATUS= updates, as systemd does.
+            threading.Thread(target=drain, args=(sock,), daemon=True).start()
             last = run == RUNS - 1
             if last:
                 asks = []

@@ -291,9 +291,26 @@ async fn wait_for_stop((mut term, mut int): StopSignals) {
 
 /// Sends to systemd when it listens; a failure is logged, never fatal.
 pub(crate) fn notify(enabled: bool, state: &[sd_notify::NotifyState<'_>]) {
-    if enabled && let Err(e) = sd_notify::notify(state) {
+    if enabled && let Err(e) = notify_nonblocking(state) {
         tracing::warn!("cannot notify systemd: {e}");
     }
+}
+
+/// `sd_notify::notify`, except that it never blocks. The crate's send is blocking, and
+/// a unix datagram socket queues only `net.unix.max_dgram_qlen` (10 by default)
+/// messages: a manager slow to read, or a test harness that stopped reading, would
+/// stall the supervisor's own task on a STATUS update. A full queue drops that one
+/// message instead (WouldBlock, logged); the next state change says it again.
+fn notify_nonblocking(state: &[sd_notify::NotifyState<'_>]) -> std::io::Result<()> {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let msg: String = state.iter().map(|s| format!("{s}\n")).collect();
+    let sock = std::os::unix::net::UnixDatagram::unbound()?;
+    sock.set_nonblocking(true)?;
+    sock.connect(path)?;
+    sock.send(msg.as_bytes())?;
+    Ok(())
 }
 
 /// Marks tasks of every session not locked by a live process as interrupted.

@@ -147,3 +147,59 @@ async fn the_daemon_is_ready_only_once_its_name_is_owned_and_stops_on_sigterm() 
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// Regression: a blocking sd_notify send stalled the supervisor once the notify
+/// socket's queue (10 datagrams) was full, and SIGTERM then never finished. Here nobody
+/// reads the socket after READY=1 while tasks come and go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_notify_socket_never_stalls_the_daemon() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    // Tasks fail at once: nothing listens on port 9.
+    home.write_config(
+        "config.toml",
+        "[providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
+    );
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("notify");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("familiar"))
+        .env_clear()
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_STATE_HOME", home.path().join(".local/state"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .arg("daemon")
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sock = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).expect("READY=1");
+        assert!(String::from_utf8_lossy(&buf[..n]).contains("READY=1"));
+        sock
+    })
+    .await
+    .unwrap();
+    let conn = bus.connect().await;
+    let proxy = Agent1Proxy::new(&conn).await.unwrap();
+    for i in 0..12 {
+        proxy
+            .submit("", &format!("task {i}"), std::collections::HashMap::new())
+            .await
+            .unwrap();
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    drop(sock);
+}
