@@ -42,14 +42,15 @@ def proc_status(pid, key):
 
 
 def switches(pid):
-    """Context switches of every thread: a wakeup costs at least one."""
-    total = 0
+    """Context switches per thread (a wakeup costs at least one), by thread id."""
+    out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            for line in f:
-                if "ctxt_switches" in line:
-                    total += int(line.split()[1])
-    return total
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                out[tid] = sum(int(l.split()[1]) for l in f if "ctxt_switches" in l)
+        except FileNotFoundError:
+            pass
+    return out
 
 
 def cpu_ticks(pid):
@@ -93,6 +94,8 @@ def main():
             threading.Thread(target=drain, args=(sock,), daemon=True).start()
             last = run == RUNS - 1
             if last:
+                time.sleep(1)
+                rss_fresh = proc_status(daemon.pid, "VmRSS")
                 asks = []
                 for _ in range(ASKS):
                     t = time.perf_counter()
@@ -104,6 +107,7 @@ def main():
                 sw0, cpu0 = switches(daemon.pid), cpu_ticks(daemon.pid)
                 time.sleep(IDLE_SECS)
                 sw1, cpu1 = switches(daemon.pid), cpu_ticks(daemon.pid)
+                woke = sum(sw1[t] - sw0[t] for t in sw1 if t in sw0)
                 rss = proc_status(daemon.pid, "VmRSS")
                 threads = proc_status(daemon.pid, "Threads")
             daemon.terminate()
@@ -114,8 +118,8 @@ def main():
         print(f"familiar daemon ({BIN})")
         print(f"  start to READY=1 ({RUNS} runs)        median {statistics.median(ready_ms):.1f} ms, max {ready_ms[-1]:.1f} ms")
         print(f"  ask --detach round trip ({ASKS} runs)  median {statistics.median(asks):.1f} ms, p95 {asks[int(len(asks) * 0.95) - 1]:.1f} ms")
-        print(f"  idle RSS after {ASKS} tasks            {rss / 1024:.1f} MiB ({threads} threads)")
-        print(f"  idle for {IDLE_SECS} s: context switches  {sw1 - sw0}, CPU ticks {cpu1 - cpu0}")
+        print(f"  idle RSS, fresh / after {ASKS} tasks     {rss_fresh / 1024:.1f} / {rss / 1024:.1f} MiB ({threads} threads)")
+        print(f"  idle for {IDLE_SECS} s: context switches  {woke}, CPU ticks {cpu1 - cpu0}")
     finally:
         bus.terminate()
         bus.wait()
