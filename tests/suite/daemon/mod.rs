@@ -39,6 +39,15 @@ pub struct TestBus {
 
 impl TestBus {
     pub fn start() -> TestBus {
+        TestBus::start_with(None, &[])
+    }
+
+    /// A bus that activates services from `servicedir`, started with `env` (what an
+    /// activated service inherits besides the bus address).
+    pub fn start_with(
+        servicedir: Option<&std::path::Path>,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> TestBus {
         let dir = tempfile::tempdir().unwrap();
         // Reachable by other users: the test of the uid check connects as `nobody`.
         std::fs::set_permissions(
@@ -56,6 +65,7 @@ impl TestBus {
   <type>session</type>
   <listen>unix:path={}/bus</listen>
   <auth>EXTERNAL</auth>
+  {}
   <policy context="default">
     <allow user="*"/>
     <allow send_destination="*" eavesdrop="true"/>
@@ -64,11 +74,18 @@ impl TestBus {
   </policy>
 </busconfig>
 "#,
-                dir.path().display()
+                dir.path().display(),
+                servicedir
+                    .map(|d| format!("<servicedir>{}</servicedir>", d.display()))
+                    .unwrap_or_default()
             ),
         )
         .unwrap();
-        let mut child = Command::new("dbus-daemon")
+        let mut cmd = Command::new("dbus-daemon");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
             .arg(format!("--config-file={}", config.display()))
             .args(["--nofork", "--print-address"])
             .stdout(Stdio::piped())

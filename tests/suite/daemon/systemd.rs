@@ -203,3 +203,65 @@ async fn an_unread_notify_socket_never_stalls_the_daemon() {
     assert_eq!(status.code(), Some(0));
     drop(sock);
 }
+
+/// DESIGN §9: after `familiar setup`, the first `familiar ask` starts the daemon through
+/// D-Bus activation. (Without a systemd user manager on the test bus, dbus-daemon runs
+/// the activation file's `Exec=` line itself; under systemd it asks for
+/// `SystemdService=familiar.service` instead.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
+    let home = TestHome::new();
+    home.write_config(
+        "config.toml",
+        "[providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
+    );
+    let out = home.familiar().arg("setup").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let services = home.path().join(".local/share/dbus-1/services");
+    assert!(services.join("dev.familiar.Agent1.service").exists());
+
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let bus = TestBus::start_with(
+        Some(&services),
+        &[
+            ("HOME", home.path().as_os_str()),
+            ("XDG_CONFIG_HOME", home.path().join(".config").as_os_str()),
+            (
+                "XDG_STATE_HOME",
+                home.path().join(".local/state").as_os_str(),
+            ),
+            ("PATH", &path),
+        ],
+    );
+    let conn = bus.connect().await;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let name: zbus::names::BusName<'_> = familiar::dbus::NAME.try_into().unwrap();
+    assert!(
+        !dbus
+            .name_has_owner(name.clone().try_into().unwrap())
+            .await
+            .unwrap()
+    );
+
+    let mut ask = home.familiar();
+    ask.env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .args(["ask", "--detach", "hello"]);
+    let out = tokio::task::spawn_blocking(move || ask.output().unwrap())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("t-"), "{}", text(&out.stdout));
+    assert!(
+        dbus.name_has_owner(name.clone().try_into().unwrap())
+            .await
+            .unwrap()
+    );
+
+    // Stop the activated daemon (a child of the bus) before the bus goes away.
+    let pid = dbus.get_connection_unix_process_id(name).await.unwrap();
+    let kill = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+}
