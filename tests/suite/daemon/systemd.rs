@@ -236,12 +236,7 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
     let name: zbus::names::BusName<'_> = familiar::dbus::NAME.try_into().unwrap();
-    assert!(
-        !dbus
-            .name_has_owner(name.clone().try_into().unwrap())
-            .await
-            .unwrap()
-    );
+    assert!(!dbus.name_has_owner(name.clone()).await.unwrap());
 
     let mut ask = home.familiar();
     ask.env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
@@ -251,11 +246,7 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("t-"), "{}", text(&out.stdout));
-    assert!(
-        dbus.name_has_owner(name.clone().try_into().unwrap())
-            .await
-            .unwrap()
-    );
+    assert!(dbus.name_has_owner(name.clone()).await.unwrap());
 
     // Stop the activated daemon (a child of the bus) before the bus goes away.
     let pid = dbus.get_connection_unix_process_id(name).await.unwrap();
