@@ -220,6 +220,7 @@ fn decision_table() {
         ("open", sh("crontab -r"), Deny(BlockedPattern)),
         ("open", sh("systemctl --user disable --now familiar"), Deny(BlockedPattern)),
         ("open", sh("systemctl --user stop familiar.service"), Deny(BlockedPattern)),
+        ("open", sh("systemctl --user reload familiar.service"), Deny(BlockedPattern)),
         ("open", ("systemd_user", json!({"action": "stop", "unit": "familiar.service"})), Deny(BlockedPattern)),
         ("open", ("systemd_user", json!({"action": "restart", "unit": "pipewire.service"})), Allow),
         ("open", sh("pkill familiar"), Deny(BlockedPattern)),
