@@ -440,3 +440,28 @@ async fn callers_of_another_user_are_refused() {
         "nothing was submitted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_200_submits_is_rate_limited_and_the_daemon_stays_responsive() {
+    // The default per-caller limit; the model never answers (no script), so tasks fail.
+    let f = Fixture::new(vec![]).await;
+    let mut accepted = 0;
+    let mut limited = 0;
+    for i in 0..200 {
+        match f.submit("", &format!("burst {i}")).await {
+            Ok(_) => accepted += 1,
+            Err(e) => {
+                assert_eq!(error_name(Err::<(), _>(e)), format!("{E}RateLimited"));
+                limited += 1;
+            }
+        }
+    }
+    assert!(
+        accepted > 0 && limited > 0,
+        "{accepted} accepted, {limited} limited"
+    );
+    assert_eq!(accepted + limited, 200);
+    // Still answering, at once.
+    assert!(!f.proxy.version().await.unwrap().is_empty());
+    f.proxy.list_tasks().await.unwrap();
+}

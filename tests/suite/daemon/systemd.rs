@@ -256,3 +256,77 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
         .unwrap();
     assert!(kill.success());
 }
+
+/// DESIGN §9: STATUS= follows the task count and WATCHDOG=1 is sent when systemd asks
+/// for it (`WATCHDOG_USEC`). Waits for the datagrams; no timing is asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_follows_tasks_and_the_watchdog_is_pinged() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    home.write_config(
+        "config.toml",
+        "[providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
+    );
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("notify");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("familiar"))
+        .env_clear()
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_STATE_HOME", home.path().join(".local/state"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .arg("daemon")
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "100000")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (sock, _) = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 512];
+        loop {
+            let n = sock.recv(&mut buf).expect("READY=1");
+            if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
+                return (sock, ());
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let conn = bus.connect().await;
+    let proxy = Agent1Proxy::new(&conn).await.unwrap();
+    proxy
+        .submit("", "count me", std::collections::HashMap::new())
+        .await
+        .unwrap();
+    let (seen_status, seen_watchdog) = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 512];
+        let (mut status, mut watchdog) = (None, false);
+        while status.is_none() || !watchdog {
+            let n = sock.recv(&mut buf).expect("STATUS= and WATCHDOG=1");
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            watchdog |= msg.lines().any(|l| l == "WATCHDOG=1");
+            if let Some(l) = msg
+                .lines()
+                .find(|l| l.starts_with("STATUS=") && l.contains("running"))
+            {
+                status = Some(l.to_owned());
+            }
+        }
+        (status, watchdog)
+    })
+    .await
+    .unwrap();
+    assert!(seen_status.is_some_and(|s| s.contains("1 running") || s.contains("0 running")));
+    assert!(seen_watchdog);
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
