@@ -7,6 +7,29 @@ use std::process::Command;
 use super::*;
 use crate::common::TestHome;
 
+/// `familiar daemon` on `bus`, in `home`, telling systemd things through `notify`.
+fn spawn_daemon(
+    bus: &TestBus,
+    home: &TestHome,
+    notify: &std::path::Path,
+    extra_env: &[(&str, &str)],
+) -> std::process::Child {
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("familiar"));
+    cmd.env_clear()
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env("XDG_STATE_HOME", home.path().join(".local/state"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("NOTIFY_SOCKET", notify)
+        .arg("daemon")
+        .stderr(std::process::Stdio::null());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -93,18 +116,7 @@ async fn the_daemon_is_ready_only_once_its_name_is_owned_and_stops_on_sigterm() 
     let sock_path = sock_dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("familiar"))
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path().join(".config"))
-        .env("XDG_STATE_HOME", home.path().join(".local/state"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .arg("daemon")
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-        .env("NOTIFY_SOCKET", &sock_path)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_daemon(&bus, &home, &sock_path, &[]);
     let (sock, ready) = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         let n = sock.recv(&mut buf).expect("a notification from the daemon");
@@ -164,18 +176,7 @@ async fn an_unread_notify_socket_never_stalls_the_daemon() {
     let sock_path = sock_dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("familiar"))
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path().join(".config"))
-        .env("XDG_STATE_HOME", home.path().join(".local/state"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .arg("daemon")
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-        .env("NOTIFY_SOCKET", &sock_path)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_daemon(&bus, &home, &sock_path, &[]);
     let sock = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         let n = sock.recv(&mut buf).expect("READY=1");
@@ -271,19 +272,7 @@ async fn status_follows_tasks_and_the_watchdog_is_pinged() {
     let sock_path = sock_dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("familiar"))
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path().join(".config"))
-        .env("XDG_STATE_HOME", home.path().join(".local/state"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .arg("daemon")
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-        .env("NOTIFY_SOCKET", &sock_path)
-        .env("WATCHDOG_USEC", "100000")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_daemon(&bus, &home, &sock_path, &[("WATCHDOG_USEC", "100000")]);
     let (sock, _) = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         loop {
