@@ -666,3 +666,26 @@ async fn the_kernel_refuses_what_the_policy_let_through() {
         "fine"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soul_that_requires_the_sandbox_is_denied_on_a_partial_kernel() {
+    let h = Harness::new(vec![text_reply("never asked")]).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let mut rt = Arc::try_unwrap(rt).ok().unwrap();
+    // As on a kernel with Landlock ABI 3: no TCP rules, no signal scoping.
+    rt.enforcement = familiar::sandbox::Enforcement::for_abi(Some(3));
+    let soul = h.soul("[sandbox]\nrequire = true\n");
+    let (out, events) = h.run(Arc::new(rt), h.spec(soul, "go", None)).await;
+    assert_eq!(out.status, TaskStatus::Denied);
+    assert!(
+        out.result.contains("requires a fully enforced sandbox"),
+        "{}",
+        out.result
+    );
+    assert!(out.result.contains("partial"), "{}", out.result);
+    assert!(h.server.requests().is_empty(), "the model was called");
+    let started = events.iter().find(|e| e.kind() == "task_started").unwrap();
+    let sandbox = serde_json::to_value(&started.payload).unwrap()["sandbox"].clone();
+    assert_eq!(sandbox["status"], "partial", "{sandbox}");
+    assert_eq!(sandbox["abi"], 3);
+}
