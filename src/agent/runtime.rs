@@ -37,9 +37,7 @@ impl Runtime {
         let snapshotter = Snapshotter::new()?;
         let metrics = Arc::new(Metrics::default());
         Ok(Runtime {
-            llm: Arc::new(ConfigLlmFactory {
-                config: Arc::clone(&config),
-            }),
+            llm: Arc::new(ConfigLlmFactory::new(Arc::clone(&config))),
             hooks: vec![
                 Arc::new(AuditHook {
                     store: Arc::clone(&store),

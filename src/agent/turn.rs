@@ -68,8 +68,31 @@ pub trait LlmFactory: Send + Sync {
 }
 
 /// The factory that reads `config.toml`'s providers and the process environment.
+///
+/// Its tasks share one HTTP client (built on first use): the TLS roots are loaded once
+/// per process and connections to the model server stay alive from task to task. A
+/// runtime lives on one tokio runtime, which the client's pooled connections need.
 pub struct ConfigLlmFactory {
-    pub config: Arc<Config>,
+    config: Arc<Config>,
+    http: std::sync::OnceLock<reqwest::Client>,
+}
+
+impl ConfigLlmFactory {
+    pub fn new(config: Arc<Config>) -> Self {
+        ConfigLlmFactory {
+            config,
+            http: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn http(&self) -> Result<reqwest::Client, LlmError> {
+        if let Some(c) = self.http.get() {
+            return Ok(c.clone());
+        }
+        let client = crate::llm::new_client()?;
+        // Two tasks racing here both build one; the first stored wins, which is fine.
+        Ok(self.http.get_or_init(|| client).clone())
+    }
 }
 
 impl LlmFactory for ConfigLlmFactory {
@@ -79,9 +102,12 @@ impl LlmFactory for ConfigLlmFactory {
             .provider(soul.provider.as_deref())
             .map_err(|e| LlmError::Config(e.to_string()))?;
         let providers = &self.config.providers;
-        let client = LlmClient::from_config(cfg, &crate::config::ProcessEnv, &|name| {
-            providers.get(name).cloned()
-        })?;
+        let client = LlmClient::from_config_with(
+            cfg,
+            &crate::config::ProcessEnv,
+            &|name| providers.get(name).cloned(),
+            &self.http()?,
+        )?;
         let model = soul.model.clone().unwrap_or_else(|| cfg.model.clone());
         Ok((client, model, cfg.context_window))
     }

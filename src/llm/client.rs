@@ -86,7 +86,20 @@ impl LlmClient {
         env: &dyn Env,
         resolve: &dyn Fn(&str) -> Option<ProviderConfig>,
     ) -> Result<Self, LlmError> {
-        let client = LlmClient::new(super::build(cfg, env)?, RetryPolicy::from_config(cfg));
+        Self::from_config_with(cfg, env, resolve, &super::http::new_client()?)
+    }
+
+    /// [`LlmClient::from_config`] on a shared HTTP client.
+    pub fn from_config_with(
+        cfg: &ProviderConfig,
+        env: &dyn Env,
+        resolve: &dyn Fn(&str) -> Option<ProviderConfig>,
+        http: &reqwest::Client,
+    ) -> Result<Self, LlmError> {
+        let client = LlmClient::new(
+            super::build_with(cfg, env, http)?,
+            RetryPolicy::from_config(cfg),
+        );
         let fallback = match (&cfg.fallback_provider, &cfg.fallback_model) {
             (Some(name), model) => {
                 let fcfg = resolve(name).ok_or_else(|| {
@@ -97,7 +110,7 @@ impl LlmClient {
                 })?;
                 Some(Fallback {
                     model: model.clone().unwrap_or_else(|| fcfg.model.clone()),
-                    provider: Some(super::build(&fcfg, env)?),
+                    provider: Some(super::build_with(&fcfg, env, http)?),
                 })
             }
             (None, Some(model)) => Some(Fallback {

@@ -29,18 +29,28 @@ pub(crate) struct HttpCtx {
     pub(crate) cfg: ProviderConfig,
 }
 
+/// The HTTP client every provider uses. Building one loads the TLS roots (a few
+/// milliseconds and ~150 KiB); a long-lived caller builds it once and shares it, which
+/// also keeps connections to the model server alive across tasks.
+pub fn new_client() -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| LlmError::Config(format!("cannot set up the HTTP client: {e}")))
+}
+
 impl HttpCtx {
-    pub(crate) fn new(cfg: &ProviderConfig, key: Option<ApiKey>) -> Result<Arc<Self>, LlmError> {
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| LlmError::Config(format!("cannot set up the HTTP client: {e}")))?;
-        Ok(Arc::new(HttpCtx {
+    pub(crate) fn new(
+        cfg: &ProviderConfig,
+        key: Option<ApiKey>,
+        client: reqwest::Client,
+    ) -> Arc<Self> {
+        Arc::new(HttpCtx {
             client,
             key,
             cfg: cfg.clone(),
-        }))
+        })
     }
 
     fn scrub(&self, text: &str) -> String {

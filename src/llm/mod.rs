@@ -15,6 +15,7 @@ mod anthropic;
 mod client;
 mod error;
 mod http;
+pub use http::new_client;
 mod keys;
 mod openai;
 pub mod retry;
@@ -246,8 +247,18 @@ pub trait Provider: Send + Sync {
 
 /// Builds the provider `cfg` describes, reading its API key through `env`.
 pub fn build(cfg: &ProviderConfig, env: &dyn Env) -> Result<Arc<dyn Provider>, LlmError> {
+    build_with(cfg, env, &http::new_client()?)
+}
+
+/// [`build`] on a shared HTTP client (see [`http::new_client`]). The key is still read
+/// now, so a rotated key is picked up by the next task.
+pub fn build_with(
+    cfg: &ProviderConfig,
+    env: &dyn Env,
+    client: &reqwest::Client,
+) -> Result<Arc<dyn Provider>, LlmError> {
     let key = keys::resolve(cfg, env)?;
-    let http = http::HttpCtx::new(cfg, key)?;
+    let http = http::HttpCtx::new(cfg, key, client.clone());
     Ok(match cfg.kind {
         ProviderKind::Openai => Arc::new(openai::OpenAi::new(http)),
         ProviderKind::Anthropic => Arc::new(anthropic::Anthropic::new(http)),
