@@ -606,7 +606,7 @@ impl Task {
             max_tokens: self.max_output_tokens(),
             temperature: None,
         };
-        let estimate = self.estimator.request(&request);
+        let mut estimate = self.estimator.request(&request);
         if self.context_window > 0
             && compaction::needs_full(
                 estimate,
@@ -619,8 +619,8 @@ impl Task {
             self.full_compact(client, estimate).await;
             request.system = build_system(&self.ctx);
             request.messages = self.ctx.history.clone();
+            estimate = self.estimator.request(&request);
         }
-        let estimate = self.estimator.request(&request);
 
         // The per-session LLM limit slows the task down rather than failing it.
         if let State::Finish(s, r) = self.wait_for_llm_quota().await {
