@@ -6,6 +6,7 @@ mod daemon;
 mod desktop_tools;
 mod llm;
 mod sandbox;
+mod sandbox_plan;
 mod snapshot;
 mod store;
 mod tools;
