@@ -7,8 +7,8 @@ Run: `cargo build --release && python3 benches/concurrency.py [target/release/fa
 
 A private `dbus-daemon --session`, a throwaway HOME, and a loopback HTTP server speaking
 the OpenAI-compatible SSE format: while a request carries fewer than ITERATIONS tool
-results it answers with a `read_file` call on a file in the task's workspace, then with a
-final text. Each task is one `familiar ask` client (a D-Bus Submit, then its events),
+results it answers with a `read_file` call on a file in the task's workspace (a different line
+each time: the loop detector stops a task that repeats a call), then with a final text. Each task is one `familiar ask` client (a D-Bus Submit, then its events),
 all started together; `[daemon] queue_limit` is raised to TASKS so none is refused, and
 `max_concurrent_tasks` stays at its default (4): the rest queue, as configured.
 
@@ -61,7 +61,9 @@ class Model(http.server.BaseHTTPRequestHandler):
         if done < ITERATIONS:
             call = {"tool_calls": [{"index": 0, "id": f"call_{done}", "type": "function",
                                     "function": {"name": "read_file",
-                                                 "arguments": json.dumps({"path": "notes.txt"})}}]}
+                                                 "arguments": json.dumps({"path": "notes.txt",
+                                                                           "offset": done + 1,
+                                                                           "limit": 1})}}]}
             frames = [chunk({"role": "assistant"}), chunk(call), chunk({}, "tool_calls")]
         else:
             frames = [chunk({"role": "assistant", "content": "done"}), chunk({}, "stop")]
@@ -104,7 +106,7 @@ def main():
     workspace = f"{home}/work"
     os.makedirs(workspace)
     with open(f"{workspace}/notes.txt", "w") as f:
-        f.write("some notes\n" * 20)
+        f.write("some notes\n" * max(ITERATIONS, 1))
 
     bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
