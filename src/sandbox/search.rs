@@ -124,6 +124,12 @@ struct Search<'a> {
     stopped: Option<SearchStop>,
 }
 
+/// The OS error behind a walk error (a loop needs followed links, which we never do).
+fn io_error(e: walkdir::Error) -> std::io::Error {
+    e.into_io_error()
+        .unwrap_or_else(|| std::io::Error::other("filesystem loop"))
+}
+
 impl Search<'_> {
     fn refused(&mut self, path: &Path, e: &std::io::Error) {
         self.unreadable += 1;
@@ -133,44 +139,39 @@ impl Search<'_> {
         }
     }
 
+    /// Depth-first: in each directory its files in name order, then its
+    /// subdirectories in name order (walkdir, never following a symlink).
     fn walk(&mut self, root: &Path) {
-        // Directories still to visit, last first: a stack keeps memory to the tree's
-        // breadth, not its size.
-        let mut stack = vec![root.to_owned()];
-        while let Some(dir) = stack.pop() {
-            let entries = match std::fs::read_dir(&dir) {
+        let walk = walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .sort_by(|a, b| {
+                (a.file_type().is_dir(), a.file_name())
+                    .cmp(&(b.file_type().is_dir(), b.file_name()))
+            });
+        for entry in walk {
+            if self.stopped.is_some() {
+                return;
+            }
+            let entry = match entry {
                 Ok(e) => e,
                 Err(e) => {
-                    self.refused(&dir, &e);
+                    let path = e.path().unwrap_or(root).to_owned();
+                    self.refused(&path, &io_error(e));
                     continue;
                 }
             };
-            let mut entries: Vec<_> = entries.flatten().collect();
-            entries.sort_by_key(|e| e.file_name());
-            let mut subdirs = Vec::new();
-            for entry in entries {
-                if self.stopped.is_some() {
-                    return;
-                }
-                // `DirEntry::file_type` is the entry itself: symlinks stay symlinks.
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let path = entry.path();
-                if kind.is_dir() {
-                    subdirs.push(path);
-                } else if kind.is_file()
-                    && self.glob.is_none_or(|g| {
-                        crate::policy::paths::glob_match(g, &entry.file_name().to_string_lossy())
-                    })
-                {
-                    match entry.metadata() {
-                        Ok(m) => self.file(&path, m.len()),
-                        Err(e) => self.refused(&path, &e),
-                    }
+            // The entry itself: symlinks stay symlinks.
+            let kind = entry.file_type();
+            if kind.is_file()
+                && self.glob.is_none_or(|g| {
+                    crate::policy::paths::glob_match(g, &entry.file_name().to_string_lossy())
+                })
+            {
+                match entry.metadata() {
+                    Ok(m) => self.file(entry.path(), m.len()),
+                    Err(e) => self.refused(entry.path(), &io_error(e)),
                 }
             }
-            stack.extend(subdirs.into_iter().rev());
         }
     }
 
@@ -235,6 +236,8 @@ mod tests {
         std::fs::write(t.path().join("b.rs"), "fn main() {}\nlet x = 1;\n").unwrap();
         std::fs::write(t.path().join("a.txt"), "fn in text\n").unwrap();
         std::fs::write(t.path().join("sub/c.rs"), "no\nfn helper()\n").unwrap();
+        std::fs::create_dir(t.path().join("a")).unwrap();
+        std::fs::write(t.path().join("a/z.rs"), "fn z()\n").unwrap();
         let SearchReply {
             matches,
             files_searched,
@@ -247,9 +250,13 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            [(PathBuf::from("b.rs"), 1), (PathBuf::from("sub/c.rs"), 2)]
+            [
+                (PathBuf::from("b.rs"), 1),
+                (PathBuf::from("a/z.rs"), 1),
+                (PathBuf::from("sub/c.rs"), 2)
+            ]
         );
-        assert_eq!(files_searched, 2);
+        assert_eq!(files_searched, 3);
         assert_eq!(stopped, None);
     }
 
