@@ -199,7 +199,7 @@ pub fn parse(
         None => DEFAULT_MAX_TOKENS,
     };
     let max_wall_clock = match raw.max_wall_clock {
-        Some(s) => parse_duration(s.get_ref()).map_err(|e| at(s.span(), e))?,
+        Some(s) => parse_duration(s.get_ref()).map_err(|e| at(s.span(), e.to_string()))?,
         None => DEFAULT_MAX_WALL_CLOCK,
     };
 

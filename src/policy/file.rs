@@ -134,7 +134,7 @@ fn resolve(
 
     let approval_timeout = match raw.approval_timeout {
         Some(s) => {
-            let d = parse_duration(s.get_ref()).map_err(|m| at(s.span(), m))?;
+            let d = parse_duration(s.get_ref()).map_err(|e| at(s.span(), e.to_string()))?;
             if d.is_zero() {
                 return Err(at(
                     s.span(),
