@@ -162,8 +162,8 @@ fn resolve(
                 Some(map) => {
                     let mut tools = BTreeMap::new();
                     for (tool, rate) in map {
-                        if crate::tools::info(tool.get_ref()).is_none() {
-                            let known: Vec<_> = crate::tools::names().collect();
+                        if crate::catalog::info(tool.get_ref()).is_none() {
+                            let known: Vec<_> = crate::catalog::names().collect();
                             return Err(at(
                                 tool.span(),
                                 format!(
