@@ -59,7 +59,13 @@ fn direct_ctx(h: &Harness) -> ToolContext {
     let workspace = h.workspace();
     ToolContext {
         sandbox: Arc::new(
-            SandboxPolicy::for_task(&soul, &h.policy, &workspace, h.home.path()).unwrap(),
+            SandboxPolicy::new(
+                &familiar::agent::sandbox_spec(&soul),
+                &h.policy.protected_paths,
+                &workspace,
+                h.home.path(),
+            )
+            .unwrap(),
         ),
         workspace,
         home: h.home.path().to_owned(),
@@ -396,12 +402,12 @@ async fn systemd_user_is_hidden_without_a_user_manager() {
     let h = Harness::new(vec![]).await;
     let soul = h.soul("tools = [\"systemd_user\"]\n");
     let absent = Registry::with(vec![systemd_tool(&bus)]);
-    let defs = tokio::task::block_in_place(|| absent.definitions(&soul));
+    let defs = tokio::task::block_in_place(|| absent.definitions(&soul.grant.tools));
     assert!(defs.is_empty(), "offered without a manager");
 
     let (_systemd, _) = fake_systemd(&bus).await;
     let present = Registry::with(vec![systemd_tool(&bus)]);
-    let defs = tokio::task::block_in_place(|| present.definitions(&soul));
+    let defs = tokio::task::block_in_place(|| present.definitions(&soul.grant.tools));
     assert_eq!(
         defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         ["systemd_user"]
