@@ -228,8 +228,11 @@ async fn drive(
             State::AfterTurn(turn) => {
                 let next = task.after_turn(turn).await;
                 // Once per iteration, with the turn's messages, plan and usage in it;
-                // `finish` persists the last one.
-                task.persist();
+                // `finish` persists the last one. A failure was logged; the next save
+                // tries again, and `finish` reports one that stays.
+                if task.persist().is_err() {
+                    tracing::debug!("the iteration was not saved; going on");
+                }
                 next
             }
             State::Finish(status, result) => break (status, result),
@@ -455,20 +458,22 @@ impl Task {
         self.ctx.history.push(message);
     }
 
-    /// Saves the context and syncs the transcript. A failure is logged: the task goes on
-    /// and the next save tries again.
-    fn persist(&mut self) {
+    /// Saves the context and syncs the transcript. A failure is logged (and returned): the
+    /// task goes on and the next save tries again.
+    fn persist(&mut self) -> Result<(), crate::store::StoreError> {
         if let Some(t) = self.ctx.tasks.get_mut(self.task_index) {
             t.plan = self.plan.plan().clone();
             t.usage = self.usage;
         }
         self.ctx.touch();
-        if let Err(e) = self.rt.store.save_context(&self.ctx) {
+        let saved = self.rt.store.save_context(&self.ctx);
+        if let Err(e) = &saved {
             tracing::error!(session_id = %self.ctx.session_id, "cannot save the session: {e}");
         }
         if let Err(e) = self.transcript.sync() {
             tracing::error!(session_id = %self.ctx.session_id, "cannot sync the transcript: {e}");
         }
+        saved
     }
 
     fn cancelled_status(&self) -> (TaskStatus, String) {
@@ -841,7 +846,7 @@ impl Task {
                 | LlmError::Config(_)
                 | LlmError::Http { .. }
                 | LlmError::RetriesExhausted { .. }) => {
-                    State::Finish(TaskStatus::Failed, e.to_string())
+                    State::Finish(TaskStatus::Failed, model_failure(&e))
                 }
                 e @ (LlmError::RateLimited { .. }
                 | LlmError::Overloaded { .. }
@@ -853,7 +858,7 @@ impl Task {
                     self.consecutive_errors += 1;
                     tracing::warn!(task_id = %self.spec.task_id, "model call failed: {e}");
                     if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                        State::Finish(TaskStatus::Failed, format!("the model call failed: {e}"))
+                        State::Finish(TaskStatus::Failed, model_failure(&e))
                     } else {
                         State::CheckLimits
                     }
@@ -1207,7 +1212,15 @@ impl Task {
             | TaskStatus::Queued
             | TaskStatus::Running => bump(&self.rt.metrics.tasks_failed),
         }
-        self.persist();
+        // A task whose end could not be saved (a disk that filled up mid-task) did not
+        // complete: saying "completed" lost the work silently (issue 13).
+        let (status, result) = match self.persist() {
+            Ok(()) => (status, result),
+            Err(e) => (
+                TaskStatus::Failed,
+                format!("{e}; the task's last steps are not saved. Its last answer was: {result}"),
+            ),
+        };
         self.emit(EventPayload::TaskFinished {
             status,
             result: result.clone(),
@@ -1227,6 +1240,31 @@ impl Task {
             iterations,
         }
     }
+}
+
+/// A failed model call as a task result: what failed, and what the person can do.
+fn model_failure(e: &LlmError) -> String {
+    let hint = match e {
+        // These carry their own remedy (fix the key, the model name, the request).
+        LlmError::Auth(_)
+        | LlmError::BadRequest(_)
+        | LlmError::NotFound(_)
+        | LlmError::NoToolSupport(_)
+        | LlmError::Config(_)
+        | LlmError::Connect(_)
+        | LlmError::Cancelled => "",
+        LlmError::RetriesExhausted { .. }
+        | LlmError::RateLimited { .. }
+        | LlmError::Overloaded { .. }
+        | LlmError::Server { .. }
+        | LlmError::Stalled(_)
+        | LlmError::Truncated(_)
+        | LlmError::Protocol(_)
+        | LlmError::Http { .. } => {
+            " (the model provider kept failing: run the task again later, or set `fallback_model` or `fallback_provider` for it in config.toml)"
+        }
+    };
+    format!("the model call failed: {e}{hint}")
 }
 
 /// Gives every tool_use without a result a synthetic error result, so the history is
