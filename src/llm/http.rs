@@ -368,7 +368,8 @@ async fn send(
             LlmError::Truncated(ctx.scrub(&format!("connection failed mid-response: {e}")))
         })
     }));
-    Ok(sse::events(sse::stall_guard(bytes, stall)))
+    let bytes = sse::size_guard(sse::stall_guard(bytes, stall), sse::MAX_RESPONSE_BYTES);
+    Ok(sse::events(bytes))
 }
 
 #[cfg(test)]
