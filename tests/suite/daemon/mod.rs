@@ -4,6 +4,7 @@
 //! for time.
 
 mod cli;
+mod doctor;
 mod notifications;
 mod service;
 mod systemd;
