@@ -137,11 +137,16 @@ mod tests {
 
     #[test]
     fn a_response_past_the_size_cap_is_abandoned() {
-        let chunks: Vec<Result<Bytes, LlmError>> =
-            (0..4).map(|_| Ok(Bytes::from_static(b"0123456789"))).collect();
+        let chunks: Vec<Result<Bytes, LlmError>> = (0..4)
+            .map(|_| Ok(Bytes::from_static(b"0123456789")))
+            .collect();
         let bytes: ByteStream = Box::pin(futures::stream::iter(chunks));
         let got: Vec<_> = futures::executor::block_on(size_guard(bytes, 25).collect::<Vec<_>>());
-        assert_eq!(got.len(), 3, "two chunks pass, the third fails, nothing after");
+        assert_eq!(
+            got.len(),
+            3,
+            "two chunks pass, the third fails, nothing after"
+        );
         assert!(got[0].is_ok() && got[1].is_ok());
         assert!(
             matches!(&got[2], Err(LlmError::Protocol(m)) if m.contains("abandoned")),

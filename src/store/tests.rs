@@ -385,7 +385,11 @@ fn a_torn_audit_line_is_skipped_and_the_next_entry_survives() {
     let store = Store::open(dir.path()).unwrap();
     store.audit(&audit_entry(2, 0)).unwrap();
     let c = store.read_audit().unwrap();
-    let reasons: Vec<_> = c.entries.iter().map(|e| e.reason.clone().unwrap()).collect();
+    let reasons: Vec<_> = c
+        .entries
+        .iter()
+        .map(|e| e.reason.clone().unwrap())
+        .collect();
     assert_eq!(reasons, ["1:", "2:"]);
     assert_eq!(c.torn_lines, [2]);
 }
