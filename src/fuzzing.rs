@@ -31,7 +31,9 @@ fn fixtures() -> &'static Fixtures {
     F.get_or_init(|| {
         let home = Path::new(HOME);
         let policy = Policy::from_toml("open.toml", OPEN_POLICY, home).expect("open policy");
-        let tools: Vec<String> = crate::tools::names().map(|n| format!("\"{n}\"")).collect();
+        let tools: Vec<String> = crate::catalog::names()
+            .map(|n| format!("\"{n}\""))
+            .collect();
         let src = format!(
             "id = \"fuzz\"\ndescription = \"every tool\"\nprompt = \"p\"\ntools = [{}]\n",
             tools.join(", ")
@@ -52,15 +54,15 @@ fn fixtures() -> &'static Fixtures {
 
 /// Every tool name.
 pub fn tool_names() -> Vec<&'static str> {
-    crate::tools::names().collect()
+    crate::catalog::names().collect()
 }
 
 /// The policy's decision for `tool` called with `args`, as `familiar policy check`
 /// makes it (tier from the arguments, then the whole pipeline).
 pub fn decide_call(tool: &str, args: &serde_json::Value) -> Decision {
     let f = fixtures();
-    let tier = match crate::tools::info(tool) {
-        Some(info) => crate::tools::tier_for_call(info, args),
+    let tier = match crate::catalog::info(tool) {
+        Some(info) => crate::catalog::tier_for_call(info, args),
         None => crate::policy::Tier::SystemCritical,
     };
     let ctx = PathContext {
@@ -68,7 +70,7 @@ pub fn decide_call(tool: &str, args: &serde_json::Value) -> Decision {
         cwd: Path::new("/home/fuzz/work"),
     };
     let call = Call { tool, tier, args };
-    crate::policy::decide(&f.soul, &f.policy, &call, &ctx).decision
+    crate::policy::decide(&f.soul.id, &f.soul.grant, &f.policy, &call, &ctx).decision
 }
 
 /// The decision for `shell` running `command`.

@@ -3,7 +3,8 @@
 //!
 //! The decoding is pure: the same functions run over a live HTTP body, a recorded
 //! fixture and a benchmark, and any split of the bytes into chunks yields the same
-//! events (proptested in `tests/suite/llm.rs`).
+//! events (proptested in `tests/suite/llm/decode.rs`). This module knows no provider:
+//! each provider's file brings its decoder, and `llm::decoder` picks one by kind.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -14,7 +15,6 @@ use eventsource_stream::{EventStream, EventStreamError};
 use futures::{Stream, StreamExt};
 
 use super::{LlmError, StreamEvent};
-use crate::config::ProviderKind;
 
 pub use eventsource_stream::Event;
 
@@ -26,14 +26,6 @@ pub(crate) trait Decoder: Send {
     /// Called once, at the end marker or at end of input; emits the closing events
     /// (usage, finish) or fails with [`LlmError::Truncated`] if the response was cut.
     fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), LlmError>;
-}
-
-/// A decoder for `kind`'s wire format.
-pub(crate) fn decoder(kind: ProviderKind) -> Box<dyn Decoder> {
-    match kind {
-        ProviderKind::Openai => Box::new(super::openai::OpenAiDecoder::default()),
-        ProviderKind::Anthropic => Box::new(super::anthropic::AnthropicDecoder::default()),
-    }
 }
 
 pub(crate) type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, LlmError>> + Send>>;
@@ -103,15 +95,14 @@ pub fn decode_sse(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
         .collect()
 }
 
-/// Decodes a recorded response body in `kind`'s wire format, split into `chunks`,
-/// to the events a live stream would yield (the error, if any, last).
-pub fn decode_recorded(
-    kind: ProviderKind,
+/// Decodes a recorded response body, split into `chunks`, through `dec` to the events
+/// a live stream would yield (the error, if any, last).
+pub(crate) fn decode_with(
+    mut dec: Box<dyn Decoder>,
     chunks: Vec<Bytes>,
 ) -> Vec<Result<StreamEvent, LlmError>> {
     let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
     let mut sse = events(bytes);
-    let mut dec = decoder(kind);
     let mut queue = VecDeque::new();
     let mut out = Vec::new();
     let result = futures::executor::block_on(async {

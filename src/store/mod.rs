@@ -230,6 +230,13 @@ impl Store {
 
     /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
     /// [`Store::save_context`], split so tests can stop between the halves.
+    ///
+    /// Hand-written rather than `tempfile`'s `NamedTempFile::persist` or
+    /// `atomic-write-file` (issue 15, evaluated): neither keeps the writer's pid in the
+    /// temp name, which [`Store::open`] needs to remove only dead writers' leftovers,
+    /// `persist` does not sync the directory (the rename's durability, the other half
+    /// here), and `atomic-write-file` 0.3 (which does) brings `rand` 0.10 beside our
+    /// 0.9, a second copy in the binary. Either would replace about ten lines.
     fn write_temp(&self, ctx: &Context) -> Result<PathBuf, StoreError> {
         if ctx.version != CONTEXT_VERSION {
             return Err(StoreError::UnsupportedVersion(ctx.version));
@@ -362,6 +369,8 @@ impl Store {
             .mode(0o600)
             .open(&path)
             .map_err(|e| StoreError::io("cannot open", &path, e))?;
+        // `std`'s `File::try_lock` (flock, stable since Rust 1.89, our minimum): `fs4`
+        // and `fd-lock` (issue 15, evaluated) would add a dependency for the same call.
         match file.try_lock() {
             Ok(()) => Ok(SessionLock {
                 id: id.clone(),

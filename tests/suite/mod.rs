@@ -7,6 +7,7 @@ mod desktop_tools;
 mod llm;
 mod reliability;
 mod sandbox;
+mod sandbox_plan;
 mod snapshot;
 mod store;
 mod tools;

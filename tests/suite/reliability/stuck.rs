@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use familiar::tools::{Tool, ToolContext, ToolError, ToolInfo};
+use familiar::catalog::ToolInfo;
+use familiar::tools::{Tool, ToolContext, ToolError};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -19,7 +20,7 @@ struct Hangs;
 
 impl Tool for Hangs {
     fn info(&self) -> &'static ToolInfo {
-        familiar::tools::info("notify").unwrap()
+        familiar::catalog::info("notify").unwrap()
     }
     fn description(&self) -> &'static str {
         "never returns"
