@@ -365,6 +365,21 @@ impl Supervisor {
             "plan": null,
             "usage": e.usage,
             "result": e.result,
+            // Without a notification server nothing else shows these (issue 9 §6).
+            "approvals": self
+                .shared
+                .rt
+                .approvals
+                .pending_for(id)
+                .iter()
+                .map(|r| json!({
+                    "request_id": r.request_id,
+                    "tool": r.tool,
+                    "tier": r.tier,
+                    "summary": r.summary,
+                    "reason": r.reason,
+                }))
+                .collect::<Vec<_>>(),
         });
         let store = Arc::clone(&self.shared.rt.store);
         let (session, task) = (e.session_id.clone(), id.clone());
