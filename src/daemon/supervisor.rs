@@ -254,7 +254,8 @@ impl Supervisor {
         };
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
-        let rt = Arc::clone(&self.shared.rt);
+        // The policy in force now (a reload since Submit applies to this task too).
+        let rt = self.shared.loaded.get().rt;
         let emitter = self.emitter.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
