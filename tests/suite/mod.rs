@@ -5,6 +5,7 @@ mod cli;
 mod daemon;
 mod desktop_tools;
 mod llm;
+mod reliability;
 mod sandbox;
 mod sandbox_plan;
 mod snapshot;
