@@ -5,6 +5,7 @@ mod cli;
 mod daemon;
 mod desktop_tools;
 mod llm;
+mod memory;
 mod sandbox;
 mod snapshot;
 mod store;
