@@ -30,6 +30,8 @@ pub const DEFAULT_CONTEXT_WINDOW: u32 = 32_768;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
+/// Long-term memory entries per scope (one soul, or every soul).
+pub const DEFAULT_MEMORY_MAX_PER_SCOPE: usize = 100;
 
 /// Where a value came from the environment. The process environment in production,
 /// a map in tests.
@@ -66,8 +68,15 @@ pub struct ConfigToml {
     pub policy: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub daemon: Option<DaemonToml>,
+    pub memory: Option<MemoryToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryToml {
+    pub max_entries_per_scope: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +151,13 @@ pub struct DaemonConfig {
     pub queue_limit: u32,
 }
 
+/// Long-term memory limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryConfig {
+    /// Entries per scope (one soul, or every soul) in `memory.json`.
+    pub max_entries_per_scope: usize,
+}
+
 /// The effective config.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
@@ -149,6 +165,7 @@ pub struct Config {
     pub default_provider: String,
     pub policy: String,
     pub daemon: DaemonConfig,
+    pub memory: MemoryConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub paths: Paths,
     /// The file this came from, if any.
@@ -308,6 +325,20 @@ impl Config {
             ));
         }
 
+        let memory = MemoryConfig {
+            max_entries_per_scope: raw
+                .memory
+                .unwrap_or_default()
+                .max_entries_per_scope
+                .unwrap_or(DEFAULT_MEMORY_MAX_PER_SCOPE),
+        };
+        if memory.max_entries_per_scope == 0 {
+            return Err(invalid(
+                "memory.max_entries_per_scope",
+                "must be at least 1".to_owned(),
+            ));
+        }
+
         let mut providers = BTreeMap::new();
         for (name, p) in raw.providers {
             let key = |k: &str| format!("providers.{name}.{k}");
@@ -347,6 +378,7 @@ impl Config {
             default_provider,
             policy: raw.policy.unwrap_or_else(|| DEFAULT_POLICY.to_owned()),
             daemon,
+            memory,
             providers,
             paths,
             source,

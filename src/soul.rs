@@ -67,6 +67,10 @@ pub struct Soul {
     pub permissions: TierModes,
     pub sandbox: SandboxSpec,
     pub rate_limits: RateLimits,
+    /// Souls it may hand sub-tasks to with `delegate` (none by default).
+    pub delegates: Vec<SoulId>,
+    /// Its long-term memory entries go into the system prompt.
+    pub memory: bool,
     pub origin: SoulOrigin,
 }
 
@@ -103,6 +107,8 @@ struct SoulToml {
     permissions: Option<PermissionsToml>,
     sandbox: Option<SandboxToml>,
     rate_limits: Option<RateLimits>,
+    delegates: Option<Spanned<Vec<Spanned<String>>>>,
+    memory: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -226,6 +232,8 @@ pub fn parse(
         None => DEFAULT_TOOLS.iter().map(|s| (*s).to_owned()).collect(),
     };
 
+    let delegates = parse_delegates(raw.delegates, &id, &tools, &at, &whole)?;
+
     let perms = raw.permissions.unwrap_or_default();
     let mut permissions = TierModes {
         read: Mode::Allow,
@@ -305,8 +313,54 @@ pub fn parse(
         permissions,
         sandbox,
         rate_limits: raw.rate_limits.unwrap_or_default(),
+        delegates,
+        memory: raw.memory.unwrap_or(false),
         origin,
     })
+}
+
+/// `delegates`: soul ids, not the soul itself, and set exactly when `tools` names
+/// `delegate` (either alone is a soul that cannot do what its file says).
+fn parse_delegates(
+    raw: Option<Spanned<Vec<Spanned<String>>>>,
+    id: &SoulId,
+    tools: &[String],
+    at: &dyn Fn(std::ops::Range<usize>, String) -> FileError,
+    whole: &dyn Fn(String) -> FileError,
+) -> Result<Vec<SoulId>, FileError> {
+    let has_tool = tools.iter().any(|t| t == "delegate");
+    let Some(raw) = raw else {
+        return if has_tool {
+            Err(whole(
+                "`tools` lists `delegate` but `delegates` names no soul to hand sub-tasks to"
+                    .into(),
+            ))
+        } else {
+            Ok(Vec::new())
+        };
+    };
+    let span = raw.span();
+    let mut out: Vec<SoulId> = Vec::new();
+    for d in raw.into_inner() {
+        let soul = SoulId::new(d.get_ref().clone()).map_err(|e| at(d.span(), e.to_string()))?;
+        if &soul == id {
+            return Err(at(d.span(), "a soul cannot delegate to itself".into()));
+        }
+        if !out.contains(&soul) {
+            out.push(soul);
+        }
+    }
+    match (out.is_empty(), has_tool) {
+        (false, false) => Err(at(
+            span,
+            "`delegates` is set but `tools` does not list `delegate`".into(),
+        )),
+        (true, true) => Err(at(
+            span,
+            "`tools` lists `delegate` but `delegates` is empty".into(),
+        )),
+        (true, false) | (false, true) => Ok(out),
+    }
 }
 
 fn allowed_modes(ceiling: Mode) -> &'static str {

@@ -52,6 +52,8 @@ fn soul(tools: &[&str], permissions: TierModes) -> Soul {
             require: false,
         },
         rate_limits: RateLimits::default(),
+        delegates: Vec::new(),
+        memory: false,
         origin: SoulOrigin::BuiltIn,
     }
 }

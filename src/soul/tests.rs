@@ -212,3 +212,31 @@ fn user_soul_files_replace_builtins_and_bad_ones_are_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn memory_and_delegates_are_off_by_default() {
+    let soul = parse_str("prompt = \"p\"\n", None).unwrap();
+    assert!(!soul.memory);
+    assert!(soul.delegates.is_empty());
+    let soul = parse_str("prompt = \"p\"\nmemory = true\n", None).unwrap();
+    assert!(soul.memory);
+}
+
+#[test]
+fn delegates_without_the_delegate_tool_name_the_key() {
+    let err = parse_str(
+        "prompt = \"p\"\ntools = [\"read_file\"]\ndelegates = [\"research_agent\"]\n",
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("mine.toml:3: key `delegates`:")
+            && err.contains("does not list `delegate`"),
+        "{err}"
+    );
+    let err = parse_str("prompt = \"p\"\ndelegates = [\"../x\"]\n", None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("mine.toml:2"), "{err}");
+}

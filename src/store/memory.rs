@@ -32,8 +32,6 @@ use crate::ids::{IdError, MemoryId, SessionId, SoulId};
 pub const MEMORY_VERSION: u32 = 1;
 /// The file's name in the data dir.
 pub const MEMORY_FILE: &str = "memory.json";
-/// Entries per scope when the config sets no other number.
-pub const DEFAULT_MAX_PER_SCOPE: usize = 100;
 /// Longest fact, in characters: memory goes into every system prompt of the soul.
 pub const MAX_FACT_CHARS: usize = 500;
 /// How an entry for every soul is spelled in the file, on D-Bus and on the CLI.
