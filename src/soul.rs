@@ -84,6 +84,56 @@ impl Soul {
     pub fn allows_tool(&self, tool: &str) -> bool {
         self.tools.iter().any(|t| t == tool)
     }
+
+    /// The soul a sub-task handed from `parent` to `self` runs under: `self`, made no
+    /// looser than `parent` in anything, so delegating can never do what the parent
+    /// could not. Tools: the intersection (in `self`'s order). Tier modes: the stricter
+    /// of both, tier by tier. Sandbox: only the trees both grant, network only if both
+    /// allow it, enforcement required if either requires it. Budgets: the smaller.
+    /// Rate limits stay `self`'s: the parent's are applied to the child's calls at run
+    /// time, counted under the parent's session.
+    pub fn restricted_to(&self, parent: &Soul) -> Soul {
+        Soul {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| parent.allows_tool(t))
+                .cloned()
+                .collect(),
+            permissions: self.permissions.tighten(&parent.permissions),
+            sandbox: SandboxSpec {
+                read: intersect_trees(&self.sandbox.read, &parent.sandbox.read),
+                write: intersect_trees(&self.sandbox.write, &parent.sandbox.write),
+                network: self.sandbox.network && parent.sandbox.network,
+                require: self.sandbox.require || parent.sandbox.require,
+            },
+            max_iterations: self.max_iterations.min(parent.max_iterations),
+            max_tokens: self.max_tokens.min(parent.max_tokens),
+            max_wall_clock: self.max_wall_clock.min(parent.max_wall_clock),
+            ..self.clone()
+        }
+    }
+}
+
+/// The trees that lie in both lists: for each pair, the deeper one when one contains
+/// the other (component-wise, so `/home/a` does not contain `/home/ab`).
+fn intersect_trees(a: &[PathBuf], b: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for x in a {
+        for y in b {
+            let deeper = if x.starts_with(y) {
+                x
+            } else if y.starts_with(x) {
+                y
+            } else {
+                continue;
+            };
+            if !out.contains(deeper) {
+                out.push(deeper.clone());
+            }
+        }
+    }
+    out
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
