@@ -184,15 +184,29 @@ fn process_uptime_secs(pid: u32) -> Option<u64> {
 }
 
 pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    let list = match with_proxy(async |_, p| p.list_tasks().await)? {
+    // ListTasks lists sub-tasks right after their parent; GetTask says which they are.
+    let listed = with_proxy(async |_, p| {
+        let list = p.list_tasks().await?;
+        let mut rows = Vec::with_capacity(list.len());
+        for row in list {
+            let parent = match p.get_task(&row.0).await {
+                Ok(task) => serde_json::from_str::<serde_json::Value>(&task)
+                    .ok()
+                    .and_then(|v| v["parent_task"].as_str().map(str::to_owned)),
+                // Forgotten between the two calls: list it without a parent.
+                Err(_) => None,
+            };
+            rows.push((row, parent));
+        }
+        Ok(rows)
+    })?;
+    let list = match listed {
         Ok(l) => l,
         Err(f) => return f.report(),
     };
     if json {
-        for (id, soul, status, prompt) in &list {
-            out.json_line(
-                &serde_json::json!({"id": id, "soul": soul, "status": status, "prompt": prompt}),
-            )?;
+        for ((id, soul, status, prompt), parent) in &list {
+            out.json_line(&serde_json::json!({"id": id, "soul": soul, "status": status, "prompt": prompt, "parent_task": parent}))?;
         }
         return Ok(Exit::Completed);
     }
@@ -200,10 +214,14 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         writeln!(out, "no tasks since the daemon started")?;
         return Ok(Exit::Completed);
     }
-    writeln!(out, "{:<16} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
-    for (id, soul, status, prompt) in &list {
+    writeln!(out, "{:<18} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
+    for ((id, soul, status, prompt), parent) in &list {
         let prompt = prompt.replace('\n', " ");
-        writeln!(out, "{id:<16} {soul:<18} {status:<16} {prompt}")?;
+        let id = match parent {
+            Some(_) => format!("└ {id}"),
+            None => id.clone(),
+        };
+        writeln!(out, "{id:<18} {soul:<18} {status:<16} {prompt}")?;
     }
     Ok(Exit::Completed)
 }

@@ -41,10 +41,9 @@ impl Service {
         }
     }
 
-    /// The daemon's long-term memory (a handle on the file: cheap to make).
+    /// The daemon's long-term memory (a handle on the file: cheap to clone).
     fn memory(&self) -> Memory {
-        let rt = &self.shared.rt;
-        Memory::new(rt.store.data_dir(), rt.config.memory.max_entries_per_scope)
+        self.shared.rt.memory.clone()
     }
 
     /// The caller's unique name, after checking it runs as our user.
