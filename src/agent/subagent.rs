@@ -189,7 +189,10 @@ impl Subagents for Delegator {
         let (parent_task, parent_session) = (self.task_id.clone(), self.session_id.clone());
         let (mut started_bus, child_bus, mut finished_bus) =
             (self.bus.fork(), self.bus.fork(), self.bus.fork());
-        async move {
+        // Spawned, not awaited in place: the dispatcher drops a cancelled call's future,
+        // and the child must still run its own finish (status persisted, events sent).
+        // It sees the same cancellation through its token and ends promptly.
+        let child_run = tokio::spawn(async move {
             let spec = prepared?;
             let Some(child_session) = spec.session.clone() else {
                 return Err(ToolError::Fatal("a sub-task without a session".into()));
@@ -210,12 +213,13 @@ impl Subagents for Delegator {
             };
             // The child's session exists before it starts, linked to ours, so its id is
             // known to whoever follows our events.
-            let mut ctx_file = Context::new(child_session.clone(), spec.soul.id.clone(), &spec.prompt);
+            let mut ctx_file =
+                Context::new(child_session.clone(), spec.soul.id.clone(), &spec.prompt);
             ctx_file.parent_session = Some(parent_session.clone());
             ctx_file.parent_task = Some(parent_task.clone());
-            rt.store
-                .save_context(&ctx_file)
-                .map_err(|e| ToolError::model(format!("cannot create the sub-task's session: {e}")))?;
+            rt.store.save_context(&ctx_file).map_err(|e| {
+                ToolError::model(format!("cannot create the sub-task's session: {e}"))
+            })?;
             let started = parent_event(EventPayload::SubagentStarted {
                 child_task_id: child.to_string(),
                 child_session_id: child_session.to_string(),
@@ -259,6 +263,11 @@ impl Subagents for Delegator {
                 | TaskStatus::Queued
                 | TaskStatus::Running => Err(ToolError::RespondToModel(text)),
             }
+        });
+        async move {
+            child_run
+                .await
+                .map_err(|e| ToolError::Fatal(format!("the sub-task crashed: {e}")))?
         }
         .boxed()
     }

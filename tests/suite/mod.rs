@@ -9,4 +9,5 @@ mod memory;
 mod sandbox;
 mod snapshot;
 mod store;
+mod subagents;
 mod tools;
