@@ -220,3 +220,66 @@ async fn cancelling_the_parent_cancels_the_child() {
     };
     assert_eq!(*status, TaskStatus::Cancelled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_lists_a_sub_task_under_its_parent_and_signals_its_events() {
+    use super::daemon::{TestBus, Watch};
+    use familiar::dbus::proxy::Agent1Proxy;
+
+    let h = Harness::with(
+        vec![
+            delegate("look around"),
+            text_reply("nothing here"),
+            text_reply("the helper found nothing"),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    let bus = TestBus::start();
+    let set = souls(&h, BOSS);
+    let rt = h.runtime_with_souls(tools(), souls(&h, BOSS));
+    let daemon = familiar::daemon::Daemon::start(
+        rt,
+        Arc::new(set),
+        zbus::connection::Builder::address(bus.address.as_str()),
+        familiar::daemon::DaemonOptions::default(),
+    )
+    .await
+    .unwrap();
+    let proxy = Agent1Proxy::new(&bus.connect().await).await.unwrap();
+    let mut w = Watch::new(&proxy).await;
+    let (task, _) = proxy
+        .submit("boss", "go", Default::default())
+        .await
+        .unwrap();
+    let started = w.event(&task, "subagent_started").await;
+    let child = started["child_task_id"].as_str().unwrap().to_owned();
+    // The child's own events are signalled under its id.
+    let child_end = w.event(&child, "task_finished").await;
+    assert_eq!(child_end["status"], "completed");
+    assert_eq!(w.finished(&task).await.0, "completed");
+
+    let listed: Vec<String> = proxy
+        .list_tasks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(listed, [task.clone(), child.clone()]);
+    let parent: serde_json::Value =
+        serde_json::from_str(&proxy.get_task(&task).await.unwrap()).unwrap();
+    assert_eq!(parent["children"], json!([child]));
+    let sub: serde_json::Value =
+        serde_json::from_str(&proxy.get_task(&child).await.unwrap()).unwrap();
+    assert_eq!(sub["parent_task"], task.as_str());
+    assert_eq!(sub["parent_session"], parent["session_id"]);
+    assert_eq!(sub["status"], "completed");
+    assert_eq!(sub["soul"], "helper");
+    assert_eq!(
+        super::daemon::error_name(proxy.cancel(&child).await),
+        "dev.familiar.Agent1.Error.InvalidArgument"
+    );
+    daemon.shutdown().await;
+}
