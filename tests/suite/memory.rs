@@ -45,7 +45,13 @@ fn sandbox_for(h: &SandboxHome, data_dir: &std::path::Path) -> SandboxPolicy {
         SoulOrigin::BuiltIn,
     )
     .unwrap();
-    SandboxPolicy::for_task(&soul, &policy, &h.workspace, &h.home).unwrap()
+    SandboxPolicy::new(
+        &familiar::agent::sandbox_spec(&soul),
+        &policy.protected_paths,
+        &h.workspace,
+        &h.home,
+    )
+    .unwrap()
 }
 
 #[tokio::test]
