@@ -385,7 +385,7 @@ mod tests {
                 .unwrap(),
         );
         assert!(e.id.as_str().starts_with("m-"));
-        assert_eq!(m.list().unwrap(), [e.clone()]);
+        assert_eq!(m.list().unwrap(), std::slice::from_ref(&e));
         let v: serde_json::Value = serde_json::from_slice(&fs::read(m.path()).unwrap()).unwrap();
         assert_eq!(v["version"], 1);
         assert_eq!(
