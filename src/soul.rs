@@ -69,6 +69,10 @@ pub struct Soul {
     pub grant: Grant,
     pub sandbox: SandboxSpec,
     pub rate_limits: RateLimits,
+    /// Souls it may hand sub-tasks to with `delegate` (none by default).
+    pub delegates: Vec<SoulId>,
+    /// Its long-term memory entries go into the system prompt.
+    pub memory: bool,
     pub origin: SoulOrigin,
 }
 
@@ -77,6 +81,59 @@ impl Soul {
     pub fn effective_modes(&self, policy: &Policy) -> TierModes {
         self.grant.effective_modes(policy)
     }
+
+    /// The soul a sub-task handed from `parent` to `self` runs under: `self`, made no
+    /// looser than `parent` in anything, so delegating can never do what the parent
+    /// could not. Tools: the intersection (in `self`'s order). Tier modes: the stricter
+    /// of both, tier by tier. Sandbox: only the trees both grant, network only if both
+    /// allow it, enforcement required if either requires it. Budgets: the smaller.
+    /// Rate limits stay `self`'s: the parent's are applied to the child's calls at run
+    /// time, counted under the parent's session.
+    pub fn restricted_to(&self, parent: &Soul) -> Soul {
+        Soul {
+            grant: Grant {
+                tools: self
+                    .grant
+                    .tools
+                    .iter()
+                    .filter(|t| parent.grant.allows_tool(t))
+                    .cloned()
+                    .collect(),
+                permissions: self.grant.permissions.tighten(&parent.grant.permissions),
+            },
+            sandbox: SandboxSpec {
+                read: intersect_trees(&self.sandbox.read, &parent.sandbox.read),
+                write: intersect_trees(&self.sandbox.write, &parent.sandbox.write),
+                network: self.sandbox.network && parent.sandbox.network,
+                require: self.sandbox.require || parent.sandbox.require,
+            },
+            max_iterations: self.max_iterations.min(parent.max_iterations),
+            max_tokens: self.max_tokens.min(parent.max_tokens),
+            max_wall_clock: self.max_wall_clock.min(parent.max_wall_clock),
+            ..self.clone()
+        }
+    }
+}
+
+/// The trees that lie in both lists: for each pair, the deeper one when one contains
+/// the other (component-wise, so `/home/a` does not contain `/home/ab`).
+fn intersect_trees(a: &[PathBuf], b: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for x in a {
+        for y in b {
+            let deeper = if x.starts_with(y) {
+                x
+            } else if y.starts_with(x) {
+                y
+            } else {
+                continue;
+            };
+            if !out.contains(deeper) {
+                out.push(deeper.clone());
+            }
+        }
+    }
+    out
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -100,6 +157,8 @@ struct SoulToml {
     permissions: Option<PermissionsToml>,
     sandbox: Option<SandboxToml>,
     rate_limits: Option<RateLimits>,
+    delegates: Option<Spanned<Vec<Spanned<String>>>>,
+    memory: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -223,6 +282,8 @@ pub fn parse(
         None => DEFAULT_TOOLS.iter().map(|s| (*s).to_owned()).collect(),
     };
 
+    let delegates = parse_delegates(raw.delegates, &id, &tools, &at, &whole)?;
+
     let perms = raw.permissions.unwrap_or_default();
     let mut permissions = TierModes {
         read: Mode::Allow,
@@ -301,8 +362,54 @@ pub fn parse(
         grant: Grant { tools, permissions },
         sandbox,
         rate_limits: raw.rate_limits.unwrap_or_default(),
+        delegates,
+        memory: raw.memory.unwrap_or(false),
         origin,
     })
+}
+
+/// `delegates`: soul ids, not the soul itself, and set exactly when `tools` names
+/// `delegate` (either alone is a soul that cannot do what its file says).
+fn parse_delegates(
+    raw: Option<Spanned<Vec<Spanned<String>>>>,
+    id: &SoulId,
+    tools: &[String],
+    at: &dyn Fn(std::ops::Range<usize>, String) -> FileError,
+    whole: &dyn Fn(String) -> FileError,
+) -> Result<Vec<SoulId>, FileError> {
+    let has_tool = tools.iter().any(|t| t == "delegate");
+    let Some(raw) = raw else {
+        return if has_tool {
+            Err(whole(
+                "`tools` lists `delegate` but `delegates` names no soul to hand sub-tasks to"
+                    .into(),
+            ))
+        } else {
+            Ok(Vec::new())
+        };
+    };
+    let span = raw.span();
+    let mut out: Vec<SoulId> = Vec::new();
+    for d in raw.into_inner() {
+        let soul = SoulId::new(d.get_ref().clone()).map_err(|e| at(d.span(), e.to_string()))?;
+        if &soul == id {
+            return Err(at(d.span(), "a soul cannot delegate to itself".into()));
+        }
+        if !out.contains(&soul) {
+            out.push(soul);
+        }
+    }
+    match (out.is_empty(), has_tool) {
+        (false, false) => Err(at(
+            span,
+            "`delegates` is set but `tools` does not list `delegate`".into(),
+        )),
+        (true, true) => Err(at(
+            span,
+            "`tools` lists `delegate` but `delegates` is empty".into(),
+        )),
+        (true, false) | (false, true) => Ok(out),
+    }
 }
 
 fn allowed_modes(ceiling: Mode) -> &'static str {

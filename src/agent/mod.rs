@@ -6,8 +6,10 @@
 //! schedules the calls as they stream in. [`plan`], [`compaction`], [`loop_detect`] and
 //! [`prompt`] are its pure parts (compaction's `apply` runs its rules on a live task);
 //! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside; [`runtime`]
-//! is what the tasks of one process share, model clients included.
+//! is what the tasks of one process share, model clients included. [`subagent`] runs
+//! `delegate`'s sub-tasks, sharing the parent's [`budget`].
 
+pub mod budget;
 mod collector;
 pub mod compaction;
 pub mod dispatch;
@@ -20,6 +22,7 @@ pub mod plan;
 pub mod prompt;
 mod request;
 pub mod runtime;
+pub mod subagent;
 pub mod task;
 pub mod turn;
 

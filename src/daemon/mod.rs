@@ -115,6 +115,8 @@ pub enum Op {
     },
     /// A task's runner is done (its events are all forwarded).
     Finished(supervisor::Finished),
+    /// A delegated sub-task of a running task started or ended (seen in its events).
+    Child(supervisor::ChildNote),
     /// Stop accepting, cancel everything, return once no task runs.
     Shutdown,
 }
@@ -242,7 +244,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
     for err in &souls.errors {
         tracing::warn!("skipping soul file: {err}");
     }
-    let rt = Arc::new(Runtime::from_config(config, policy)?);
+    let souls = Arc::new(souls);
+    let rt = Arc::new(Runtime::from_config(config, policy, Arc::clone(&souls))?);
     let repaired = mark_interrupted(&rt.store);
     if repaired > 0 {
         tracing::warn!(
@@ -263,13 +266,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         // Handlers first: a SIGTERM right after READY=1 must stop us gracefully, not
         // hit the default action.
         let stop = stop_signals()?;
-        let daemon = Daemon::start(
-            rt,
-            Arc::new(souls),
-            zbus::connection::Builder::session(),
-            options,
-        )
-        .await?;
+        let daemon =
+            Daemon::start(rt, souls, zbus::connection::Builder::session(), options).await?;
         notify(
             sd,
             &[

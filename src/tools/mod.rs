@@ -8,10 +8,12 @@
 //! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
 pub mod bus;
+pub mod delegate;
 mod disk;
 mod files;
 pub mod hypr;
 pub mod journal;
+mod memory;
 pub mod notify;
 pub mod open;
 pub mod power;
@@ -30,9 +32,11 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::ToolInfo;
+use crate::ids::{SessionId, SoulId};
 use crate::llm::ToolDef;
 use crate::sandbox::{SandboxLauncher, SandboxPolicy};
 use crate::snapshot::Snapshotter;
+use crate::store::Memory;
 
 /// What a running tool may use.
 #[derive(Clone)]
@@ -45,6 +49,13 @@ pub struct ToolContext {
     /// The kernel rules every file access and program of this task runs under.
     pub sandbox: Arc<SandboxPolicy>,
     pub launcher: Arc<SandboxLauncher>,
+    /// The task's soul and session: what `remember` records an entry under.
+    pub soul: SoulId,
+    pub session: SessionId,
+    pub memory: Memory,
+    /// Runs `delegate`'s sub-tasks; `None` where the task may not delegate (a
+    /// delegated sub-task itself).
+    pub subagents: Option<Arc<dyn delegate::Subagents>>,
 }
 
 impl ToolContext {
@@ -136,6 +147,9 @@ impl Registry {
             Arc::new(systemd::SystemdUser::session()),
             Arc::new(notify::Notify::session()),
             Arc::new(power::Power::system()),
+            Arc::new(delegate::Delegate),
+            Arc::new(memory::Remember),
+            Arc::new(memory::Forget),
         ];
         Registry {
             tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),

@@ -74,6 +74,10 @@ fn direct_ctx(h: &Harness) -> ToolContext {
         launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
             "CARGO_BIN_EXE_familiar"
         ))),
+        soul: soul.id.clone(),
+        session: familiar::ids::SessionId::new("s-direct").unwrap(),
+        memory: familiar::store::Memory::new(h.store.data_dir(), 100),
+        subagents: None,
     }
 }
 
