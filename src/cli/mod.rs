@@ -228,6 +228,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 }
 
 fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {
-    crate::daemon::run(config.as_deref())?;
-    Ok(Exit::Completed)
+    match crate::daemon::run(config.as_deref()) {
+        Ok(()) => Ok(Exit::Completed),
+        // Not a configuration problem: exit 1 (systemd restarts on any failure).
+        Err(e @ crate::daemon::DaemonError::BusLost(_)) => client::Failure {
+            exit: Exit::Failed,
+            message: e.to_string(),
+        }
+        .report(),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -1,8 +1,11 @@
-//! The HTTP half shared by both providers: send one request, map a failed status to
-//! an [`LlmError`] that says what to fix, and drive the SSE body through a decoder
-//! with stall detection and cancellation at every await.
+//! The HTTP half shared by both providers: [`HttpProvider`] posts the body a [`Wire`]
+//! format builds, maps a failed status to an [`LlmError`] that says what to fix, and
+//! drives the SSE body through the format's decoder with stall detection and
+//! cancellation at every await. `openai.rs` and `anthropic.rs` hold only their wire
+//! formats (body, headers, decoder); neither imports the other.
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::{ApiKey, describe_source};
 use super::sse::{self, ByteStream, Decoder, SseStream};
-use super::{ConnectError, LlmError, StreamEvent};
+use super::{ConnectError, LlmError, Provider, Request, StreamEvent};
 use crate::config::ProviderConfig;
 
 /// Longest server-requested wait we honour; past it the server is not coming back soon
@@ -274,6 +277,70 @@ struct Drive {
     cancel: CancellationToken,
 }
 
+/// One provider's wire format: where a request goes, how it carries the key, its body,
+/// and the decoder of its stream. The HTTP side ([`HttpProvider`]) is the same for all.
+pub(crate) trait Wire: Send + Sync + 'static {
+    /// The path under the provider's base URL.
+    const PATH: &'static str;
+
+    /// Adds the provider's own headers and the API key, if there is one.
+    fn authorize(builder: reqwest::RequestBuilder, key: Option<&ApiKey>)
+    -> reqwest::RequestBuilder;
+
+    /// The JSON body for `req`.
+    fn body(req: &Request) -> serde_json::Value;
+
+    /// A decoder for one response's stream.
+    fn decoder() -> Box<dyn Decoder>;
+}
+
+/// A provider that speaks wire format `W` over HTTP with SSE.
+pub(crate) struct HttpProvider<W> {
+    ctx: Arc<HttpCtx>,
+    wire: PhantomData<W>,
+}
+
+impl<W: Wire> HttpProvider<W> {
+    pub(crate) fn new(ctx: Arc<HttpCtx>) -> Self {
+        HttpProvider {
+            ctx,
+            wire: PhantomData,
+        }
+    }
+}
+
+impl<W: Wire> Provider for HttpProvider<W> {
+    fn stream(
+        &self,
+        req: &Request,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
+        let url = format!("{}{}", self.ctx.cfg.base_url, W::PATH);
+        let builder = self
+            .ctx
+            .client
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(&W::body(req));
+        let builder = W::authorize(builder, self.ctx.key.as_ref());
+        drive(
+            Arc::clone(&self.ctx),
+            builder,
+            W::decoder(),
+            req.model.clone(),
+            cancel,
+        )
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.cfg.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.ctx.cfg.model
+    }
+}
+
 /// Streams the response to `request` through `decoder`.
 pub(crate) fn drive(
     ctx: Arc<HttpCtx>,
@@ -380,7 +447,8 @@ async fn send(
             LlmError::Truncated(ctx.scrub(&format!("connection failed mid-response: {e}")))
         })
     }));
-    Ok(sse::events(sse::stall_guard(bytes, stall)))
+    let bytes = sse::size_guard(sse::stall_guard(bytes, stall), sse::MAX_RESPONSE_BYTES);
+    Ok(sse::events(bytes))
 }
 
 #[cfg(test)]

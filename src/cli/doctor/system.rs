@@ -2,14 +2,14 @@
 //! daemon's name, the systemd user manager and units, the notification server,
 //! Hyprland's socket, the data dir.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use zbus::Connection;
 
 use super::Check;
 use crate::config::ProcessEnv;
 use crate::sandbox::{
-    EnforcementStatus, FileOp, FileReply, Limits, SandboxLauncher, SandboxPolicy,
+    EnforcementStatus, FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec,
 };
 
 /// Below this much free space the data dir cannot hold contexts and transcripts.
@@ -61,16 +61,22 @@ async fn enforcement_check() -> Check {
             "make the temporary directory writable",
         );
     }
-    let policy = SandboxPolicy {
+    let spec = SandboxSpec {
         read: vec![],
-        write: vec![inside.clone()],
-        protected: vec![],
+        write: vec![],
         network: false,
-        scope_signals: true,
-        require_full: false,
-        limits: Limits::default(),
-        env: vec![],
-        cwd: inside,
+        require: false,
+    };
+    let home = std::env::var_os("HOME").map_or_else(|| scratch.clone(), PathBuf::from);
+    let policy = match SandboxPolicy::new(&spec, &[], &inside, &home) {
+        Ok(p) => p,
+        Err(e) => {
+            return Check::warn(
+                "sandbox",
+                format!("not checked: {e}"),
+                "make the temporary directory writable",
+            );
+        }
     };
     let op = FileOp::Read {
         path: secret,
