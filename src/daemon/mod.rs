@@ -263,6 +263,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         // Handlers first: a SIGTERM right after READY=1 must stop us gracefully, not
         // hit the default action.
         let stop = stop_signals()?;
+        // Likewise SIGHUP (reload), whose default action would end the daemon.
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let daemon = Daemon::start(
             rt,
             Arc::new(souls),
@@ -282,7 +284,6 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let stopped = wait_for_stop(stop);
         tokio::pin!(stopped);
         let conn = daemon.connection().clone();
