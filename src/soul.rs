@@ -168,7 +168,9 @@ pub fn parse(
             ));
         }
         (Some(p), None) => p,
-        (None, Some(pf)) => load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e))?,
+        (None, Some(pf)) => {
+            load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e.to_string()))?
+        }
         (None, None) => return Err(whole("missing `prompt` or `prompt_file`".into())),
     };
     if prompt.trim().is_empty() {
@@ -313,15 +315,26 @@ fn allowed_modes(ceiling: Mode) -> &'static str {
     }
 }
 
-fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, String> {
+/// Why a soul's `prompt_file` could not be loaded.
+#[derive(Debug, thiserror::Error)]
+enum PromptError {
+    #[error("no built-in prompt `{0}`")]
+    NoBuiltIn(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, PromptError> {
     match source {
         PromptSource::BuiltIn => builtin_prompt(name)
             .map(str::to_owned)
-            .ok_or_else(|| format!("no built-in prompt `{name}`")),
+            .ok_or_else(|| PromptError::NoBuiltIn(name.to_owned())),
         PromptSource::Dir(dir) => {
             let path = dir.join(name);
-            std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read_to_string(&path).map_err(|source| PromptError::Read { path, source })
         }
     }
 }
