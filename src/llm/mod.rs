@@ -21,6 +21,7 @@ mod error;
 mod http;
 pub use http::new_client;
 mod keys;
+pub mod models;
 mod openai;
 pub mod retry;
 pub mod sse;
@@ -34,8 +35,11 @@ use tokio_util::sync::CancellationToken;
 use self::http::{HttpProvider, Wire};
 use crate::config::{Env, ProviderConfig, ProviderKind};
 
-pub use client::{ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK};
-pub use error::LlmError;
+pub use client::{
+    ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK, REFUSED_RETRIES,
+    REFUSED_RETRY_DELAY,
+};
+pub use error::{ConnectError, LlmError};
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
 

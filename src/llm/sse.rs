@@ -58,6 +58,35 @@ pub(crate) fn stall_guard(bytes: ByteStream, stall: Duration) -> ByteStream {
     ))
 }
 
+/// The most a model's response body may hold. A real answer streams a few hundred
+/// bytes of SSE framing per token, so this allows ~80k output tokens; past it the
+/// response is abandoned instead of growing the daemon's memory without bound.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// Fails the byte stream with [`LlmError::Protocol`] once more than `max` bytes came.
+pub(crate) fn size_guard(bytes: ByteStream, max: usize) -> ByteStream {
+    Box::pin(futures::stream::unfold(
+        Some((bytes, 0usize)),
+        move |state| async move {
+            let (mut bytes, seen) = state?;
+            match bytes.next().await? {
+                Ok(chunk) if seen + chunk.len() > max => Some((
+                    Err(LlmError::Protocol(format!(
+                        "the response passed {} MiB and was abandoned (a runaway model?)",
+                        max >> 20
+                    ))),
+                    None,
+                )),
+                Ok(chunk) => {
+                    let seen = seen + chunk.len();
+                    Some((Ok(chunk), Some((bytes, seen))))
+                }
+                Err(e) => Some((Err(e), None)),
+            }
+        },
+    ))
+}
+
 /// Decodes `chunks` (a recorded body, split anywhere) to SSE events.
 pub fn decode_sse(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
     let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
@@ -96,6 +125,26 @@ pub(crate) fn decode_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_past_the_size_cap_is_abandoned() {
+        let chunks: Vec<Result<Bytes, LlmError>> = (0..4)
+            .map(|_| Ok(Bytes::from_static(b"0123456789")))
+            .collect();
+        let bytes: ByteStream = Box::pin(futures::stream::iter(chunks));
+        let got: Vec<_> = futures::executor::block_on(size_guard(bytes, 25).collect::<Vec<_>>());
+        assert_eq!(
+            got.len(),
+            3,
+            "two chunks pass, the third fails, nothing after"
+        );
+        assert!(got[0].is_ok() && got[1].is_ok());
+        assert!(
+            matches!(&got[2], Err(LlmError::Protocol(m)) if m.contains("abandoned")),
+            "{:?}",
+            got[2]
+        );
+    }
 
     fn split(s: &str, at: &[usize]) -> Vec<Bytes> {
         let b = s.as_bytes();
