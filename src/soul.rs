@@ -21,6 +21,7 @@ use crate::config::{Paths, expand_home, parse_duration};
 use crate::error::{ConfigError, FileError, parse_toml};
 use crate::ids::SoulId;
 use crate::policy::{Grant, Mode, Policy, RateLimits, TierModes};
+use crate::sandbox::SandboxSpec;
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 pub const MAX_MAX_ITERATIONS: u32 = 1000;
@@ -28,19 +29,6 @@ pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
 pub const DEFAULT_MAX_WALL_CLOCK: Duration = Duration::from_secs(10 * 60);
 /// Tools a soul gets when its file names none: the read tier only.
 pub const DEFAULT_TOOLS: &[&str] = &["read_file", "list_dir", "search_files", "system_snapshot"];
-
-/// What a soul's tools may touch, enforced by Landlock in the tool's child process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SandboxSpec {
-    /// Readable trees (absolute, `~` expanded).
-    pub read: Vec<PathBuf>,
-    /// Writable trees, besides the task workspace.
-    pub write: Vec<PathBuf>,
-    /// TCP connect/bind allowed.
-    pub network: bool,
-    /// Refuse to run unless Landlock is fully enforced.
-    pub require: bool,
-}
 
 /// Where a soul was loaded from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,6 +55,7 @@ pub struct Soul {
     /// `tools` and `permissions`).
     #[serde(flatten)]
     pub grant: Grant,
+    /// What its tools may touch: the sandbox's own spec type, taken as it is.
     pub sandbox: SandboxSpec,
     pub rate_limits: RateLimits,
     pub origin: SoulOrigin,

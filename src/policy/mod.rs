@@ -3,7 +3,7 @@
 //! A policy (`policies/NAME.toml`) is the ceiling every soul obeys. Deciding one tool
 //! call is a pure function of (the soul's [`Grant`], policy, tool, tier, arguments),
 //! apart from
-//! resolving symlinks in the paths it names: see [`decide`]. The rate limiter and the
+//! resolving symlinks in the paths it names: see [`decide()`]. The rate limiter and the
 //! approval broker come after it; this module only says whether a call is allowed,
 //! must be asked, or is denied, and why.
 //!
@@ -11,7 +11,7 @@
 //! What cannot be understood (an opaque shell construct, an unparseable command) is
 //! asked, never allowed.
 //!
-//! - [`file`]: the policy file schema, the built-in policies, loading by name.
+//! - [`file`](mod@file): the policy file schema, the built-in policies, loading by name.
 //! - [`decide`](mod@decide): the decision for one call and its audit trail.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.

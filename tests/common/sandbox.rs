@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use familiar::agent::sandbox_spec;
 use familiar::policy::{Policy, builtin_source};
 use familiar::sandbox::{FileOp, FileReply, SandboxLauncher, SandboxOutput, SandboxPolicy, probe};
 use familiar::soul::{PromptSource, SoulOrigin, parse};
@@ -64,7 +63,7 @@ impl SandboxHome {
         )
         .unwrap();
         SandboxPolicy::new(
-            &sandbox_spec(&soul),
+            &soul.sandbox,
             &policy.protected_paths,
             &self.workspace,
             &self.home,
