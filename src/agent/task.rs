@@ -21,7 +21,7 @@ use crate::agent::subagent::{Family, ParentLink, memory_notes};
 use crate::agent::turn::{Limits, Progress};
 use crate::ids::{CallId, SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, SandboxSpec};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
 use crate::soul::Soul;
 use crate::store::{
     Context, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript,
@@ -286,7 +286,7 @@ impl Task {
             None => store.ensure_workspace(&ctx.session_id)?,
         };
         let sandbox = SandboxPolicy::new(
-            &sandbox_spec(&spec.soul),
+            &spec.soul.sandbox,
             &rt.policy.protected_paths,
             &workspace,
             &rt.config.paths.home,
@@ -529,16 +529,6 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
         i += 2;
     }
     repaired
-}
-
-/// The sandbox's spec from the soul's `[sandbox]` table.
-pub fn sandbox_spec(soul: &Soul) -> SandboxSpec {
-    SandboxSpec {
-        read: soul.sandbox.read.clone(),
-        write: soul.sandbox.write.clone(),
-        network: soul.sandbox.network,
-        require: soul.sandbox.require,
-    }
 }
 
 #[cfg(test)]

@@ -411,15 +411,11 @@ impl Supervisor {
                 Ok(())
             }
             // Cancelling a finished task changes nothing; saying so is not an error.
-            TaskStatus::Completed
-            | TaskStatus::Failed
-            | TaskStatus::Cancelled
-            | TaskStatus::MaxIterations
-            | TaskStatus::BudgetExceeded
-            | TaskStatus::Timeout
-            | TaskStatus::LoopDetected
-            | TaskStatus::Denied
-            | TaskStatus::Interrupted => Ok(()),
+            // (`TaskStatus::is_finished` is the one list of finished statuses.)
+            finished => {
+                debug_assert!(finished.is_finished(), "{finished} is not finished");
+                Ok(())
+            }
         }
     }
 
