@@ -222,8 +222,8 @@ impl Task {
             input: args.clone(),
         });
         let tool = self.rt.tools.get(&name).cloned();
-        let tier = crate::tools::info(&name).map_or(crate::policy::Tier::SystemCritical, |i| {
-            crate::tools::tier_for_call(i, &args)
+        let tier = crate::catalog::info(&name).map_or(crate::policy::Tier::SystemCritical, |i| {
+            crate::catalog::tier_for_call(i, &args)
         });
         let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
         self.plan.start(&id, describe_call(&name, &args));

@@ -95,8 +95,8 @@ impl Task {
         name: &str,
         args: &serde_json::Value,
     ) -> (Disposition, String) {
-        let tier = crate::tools::info(name).map_or(Tier::SystemCritical, |i| {
-            crate::tools::tier_for_call(i, args)
+        let tier = crate::catalog::info(name).map_or(Tier::SystemCritical, |i| {
+            crate::catalog::tier_for_call(i, args)
         });
         let ctx = PathContext {
             home: &self.rt.config.paths.home,
@@ -107,8 +107,14 @@ impl Task {
             tier,
             args,
         };
-        let mut verdict = policy::decide(&self.spec.soul, &self.rt.policy, &call, &ctx);
-        let outside = crate::tools::runs_outside_sandbox(name, args);
+        let mut verdict = policy::decide(
+            &self.spec.soul.id,
+            &self.spec.soul.grant,
+            &self.rt.policy,
+            &call,
+            &ctx,
+        );
+        let outside = crate::catalog::runs_outside_sandbox(name, args);
         let (disposition, limited) = dispose(&mut verdict, outside, || self.check_tool_quota(name));
         if let Some(limited) = limited {
             self.emit(rate_limited_event(&limited, Some(name))).await;

@@ -40,7 +40,7 @@ impl Task {
             tool_names: self
                 .rt
                 .tools
-                .offered(&self.spec.soul)
+                .offered(&self.spec.soul.grant.tools)
                 .iter()
                 .map(|t| t.info().name)
                 .collect(),
@@ -59,7 +59,7 @@ impl Task {
                 .to_owned(),
             system: system.build(self, &self.session.ctx),
             messages: self.session.ctx.history.clone(),
-            tools: self.rt.tools.definitions(&self.spec.soul),
+            tools: self.rt.tools.definitions(&self.spec.soul.grant.tools),
             max_tokens: self.max_output_tokens(),
             temperature: None,
         };
