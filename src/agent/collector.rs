@@ -125,6 +125,7 @@ impl Task {
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
+            hooks: self.rt.hooks.iter().cloned().collect(),
         }
     }
 
@@ -306,7 +307,6 @@ impl Task {
                 reason: Some(&audit_reason),
             };
             for h in &self.rt.hooks {
-                h.before_tool(&self.task_ref(), &cref);
                 h.after_tool(&self.task_ref(), &cref, result.outcome);
             }
             self.session

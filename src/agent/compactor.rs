@@ -130,7 +130,15 @@ impl Task {
                         usage.add(&u);
                     }
                     Ok(ClientEvent::AttemptDiscarded) => answer.clear(),
-                    Ok(_) => {}
+                    // A summary request offers no tools; the rest is progress.
+                    Ok(ClientEvent::Event(
+                        StreamEvent::ThinkingDelta { .. }
+                        | StreamEvent::ThinkingComplete { .. }
+                        | StreamEvent::ToolCallStarted { .. }
+                        | StreamEvent::ToolCallComplete { .. }
+                        | StreamEvent::Finish { .. },
+                    ))
+                    | Ok(ClientEvent::Retry { .. } | ClientEvent::ModelFallback { .. }) => {}
                     Err(e) => {
                         failed = Some(e);
                         break;

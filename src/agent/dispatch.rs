@@ -23,6 +23,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tracing::Instrument;
 
 use crate::agent::events::EventPayload;
+use crate::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use crate::agent::plan::shorten;
 use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution};
 use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
@@ -103,9 +104,26 @@ pub struct CallEnv {
     pub tool_ctx: ToolContext,
     pub events: mpsc::UnboundedSender<EventPayload>,
     pub parallel: Arc<Semaphore>,
+    /// Told just before a decided call runs (`before_tool`).
+    pub hooks: Arc<[Arc<dyn Hooks>]>,
 }
 
 impl CallEnv {
+    fn task_ref(&self) -> TaskRef<'_> {
+        TaskRef {
+            task_id: &self.task_id,
+            session_id: &self.session_id,
+            soul: &self.soul,
+        }
+    }
+
+    /// Fires `before_tool` for a call that is about to run.
+    fn before_tool(&self, call: &ToolCallRef<'_>) {
+        for h in self.hooks.iter() {
+            h.before_tool(&self.task_ref(), call);
+        }
+    }
+
     fn send(&self, payload: EventPayload) {
         // The loop holds the receiver until every call of the turn has finished, so a
         // closed channel means the loop itself is gone; there is nobody left to tell.
@@ -314,6 +332,15 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         // The semaphore is never closed, so acquiring only waits.
         env.parallel.clone().acquire_owned().await.ok()
     };
+    let reason = format!("[{}]", spec.trail);
+    env.before_tool(&ToolCallRef {
+        call_id: &spec.call_id,
+        tool: &spec.name,
+        tier: spec.tier,
+        args: &spec.args,
+        decision,
+        reason: Some(&reason),
+    });
     let result = tokio::select! {
         r = tool.execute(spec.args.clone(), env.tool_ctx.clone()) => r,
         () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),
