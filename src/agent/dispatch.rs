@@ -250,65 +250,68 @@ impl Dispatcher {
     }
 }
 
+/// Asks for approval of a call (`reason`: why it is asked) and records the answer in
+/// its trail. The audit decision when approved; when not, the decision and the reason
+/// the model is told.
+async fn ask(
+    env: &CallEnv,
+    spec: &mut CallSpec,
+    reason: String,
+) -> Result<AuditDecision, (AuditDecision, String)> {
+    let request = ApprovalRequest {
+        request_id: RequestId::generate(),
+        task_id: env.task_id.clone(),
+        session_id: env.session_id.clone(),
+        soul: env.soul.clone(),
+        tool: spec.name.clone(),
+        tier: spec.tier,
+        args: spec.args.clone(),
+        summary: spec.summary.clone(),
+        reason: reason.clone(),
+    };
+    let request_id = request.request_id.clone();
+    env.send(EventPayload::ApprovalRequested {
+        request_id: request_id.to_string(),
+        call_id: spec.call_id.to_string(),
+        tool: spec.name.clone(),
+        summary: spec.summary.clone(),
+        tier: spec.tier.to_string(),
+        reason,
+    });
+    let resolution = env.approvals.ask(request, &env.tool_ctx.cancel).await;
+    env.send(EventPayload::ApprovalResolved {
+        request_id: request_id.to_string(),
+        call_id: spec.call_id.to_string(),
+        approved: resolution.approved(),
+        outcome: serde_json::to_value(&resolution).unwrap_or_default(),
+    });
+    spec.trail.push_str(if resolution.approved() {
+        ", approval=approved"
+    } else {
+        ", approval=refused"
+    });
+    match resolution {
+        Resolution::Approved { .. } | Resolution::Granted => Ok(AuditDecision::Approved),
+        Resolution::TimedOut => Err((AuditDecision::ApprovalTimeout, resolution.denial_reason())),
+        Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
+            Err((AuditDecision::Denied, resolution.denial_reason()))
+        }
+    }
+}
+
 async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
     let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
-    let decision = match spec.disposition {
+    // Cloned: `ask` needs the whole spec, to record the answer in its trail.
+    let decision = match spec.disposition.clone() {
         Disposition::Refuse { decision, reason } => {
             return CallResult::refused(decision, reason, spec.trail);
         }
         Disposition::Run => AuditDecision::Allowed,
-        Disposition::Ask { reason } => {
-            let request = ApprovalRequest {
-                request_id: RequestId::generate(),
-                task_id: env.task_id.clone(),
-                session_id: env.session_id.clone(),
-                soul: env.soul.clone(),
-                tool: spec.name.clone(),
-                tier: spec.tier,
-                args: spec.args.clone(),
-                summary: spec.summary.clone(),
-                reason: reason.clone(),
-            };
-            let request_id = request.request_id.clone();
-            env.send(EventPayload::ApprovalRequested {
-                request_id: request_id.to_string(),
-                call_id: spec.call_id.to_string(),
-                tool: spec.name.clone(),
-                summary: spec.summary.clone(),
-                tier: spec.tier.to_string(),
-                reason,
-            });
-            let resolution = env.approvals.ask(request, &cancel).await;
-            env.send(EventPayload::ApprovalResolved {
-                request_id: request_id.to_string(),
-                call_id: spec.call_id.to_string(),
-                approved: resolution.approved(),
-                outcome: serde_json::to_value(&resolution).unwrap_or_default(),
-            });
-            spec.trail.push_str(if resolution.approved() {
-                ", approval=approved"
-            } else {
-                ", approval=refused"
-            });
-            match resolution {
-                Resolution::Approved { .. } | Resolution::Granted => AuditDecision::Approved,
-                Resolution::TimedOut => {
-                    return CallResult::refused(
-                        AuditDecision::ApprovalTimeout,
-                        resolution.denial_reason(),
-                        spec.trail,
-                    );
-                }
-                Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
-                    return CallResult::refused(
-                        AuditDecision::Denied,
-                        resolution.denial_reason(),
-                        spec.trail,
-                    );
-                }
-            }
-        }
+        Disposition::Ask { reason } => match ask(env, &mut spec, reason).await {
+            Ok(decision) => decision,
+            Err((decision, why)) => return CallResult::refused(decision, why, spec.trail),
+        },
     };
 
     let Some(tool) = spec.tool else {
