@@ -425,7 +425,7 @@ impl Task {
             | LlmError::Config(_)
             | LlmError::Http { .. }
             | LlmError::RetriesExhausted { .. }) => {
-                CallEnd::Finish(TaskStatus::Failed, e.to_string())
+                CallEnd::Finish(TaskStatus::Failed, model_failure(&e))
             }
             e @ (LlmError::RateLimited { .. }
             | LlmError::Overloaded { .. }
@@ -436,4 +436,29 @@ impl Task {
             | LlmError::Protocol(_)) => CallEnd::Failed(e),
         }
     }
+}
+
+/// A failed model call as a task result: what failed, and what the person can do.
+pub(super) fn model_failure(e: &LlmError) -> String {
+    let hint = match e {
+        // These carry their own remedy (fix the key, the model name, the request).
+        LlmError::Auth(_)
+        | LlmError::BadRequest(_)
+        | LlmError::NotFound(_)
+        | LlmError::NoToolSupport(_)
+        | LlmError::Config(_)
+        | LlmError::Connect(_)
+        | LlmError::Cancelled => "",
+        LlmError::RetriesExhausted { .. }
+        | LlmError::RateLimited { .. }
+        | LlmError::Overloaded { .. }
+        | LlmError::Server { .. }
+        | LlmError::Stalled(_)
+        | LlmError::Truncated(_)
+        | LlmError::Protocol(_)
+        | LlmError::Http { .. } => {
+            " (the model provider kept failing: run the task again later, or set `fallback_model` or `fallback_provider` for it in config.toml)"
+        }
+    };
+    format!("the model call failed: {e}{hint}")
 }

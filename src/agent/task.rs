@@ -409,21 +409,23 @@ impl Task {
         }
     }
 
-    /// Saves the context and syncs the transcript. A failure is logged: the task goes on
-    /// and the next save tries again.
-    pub(super) fn persist(&mut self) {
+    /// Saves the context and syncs the transcript. A failure is logged (and returned): the
+    /// task goes on and the next save tries again.
+    pub(super) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
         let ctx = &mut self.session.ctx;
         if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
             t.plan = self.plan.plan().clone();
             t.usage = self.progress.usage;
         }
         ctx.touch();
-        if let Err(e) = self.rt.store.save_context(ctx) {
+        let saved = self.rt.store.save_context(ctx);
+        if let Err(e) = &saved {
             tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
         }
         if let Err(e) = self.session.transcript.sync() {
             tracing::error!(session_id = %ctx.session_id, "cannot sync the transcript: {e}");
         }
+        saved
     }
 
     /// The finish status of a task whose token was cancelled.
@@ -456,10 +458,19 @@ impl Task {
         }
         ctx.usage.input_tokens += usage.input_tokens;
         ctx.usage.output_tokens += usage.output_tokens;
+        // A task whose end could not be saved (a disk that filled up mid-task) did not
+        // complete: saying "completed" lost the work silently (issue 13).
+        let (status, result) = match self.persist() {
+            Ok(()) => (status, result),
+            Err(e) => (
+                TaskStatus::Failed,
+                format!("{e}; the task's last steps are not saved. Its last answer was: {result}"),
+            ),
+        };
+        // Before the event, so a reader who saw `task_finished` sees it counted.
         for h in &self.rt.hooks {
             h.task_finished(&self.task_ref(), status);
         }
-        self.persist();
         self.emit(EventPayload::TaskFinished {
             status,
             result: result.clone(),

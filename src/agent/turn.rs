@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::collector::{CallEnd, Turn};
+use crate::agent::collector::{CallEnd, Turn, model_failure};
 use crate::agent::events::{EventBus, EventPayload};
 use crate::agent::loop_detect::{LoopVerdict, signature};
 use crate::agent::runtime::Runtime;
@@ -146,10 +146,7 @@ fn after_model_failure(p: &mut Progress, error: &LlmError) -> State {
     p.consecutive_errors += 1;
     tracing::warn!("model call failed: {error}");
     if p.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-        State::Finish(
-            TaskStatus::Failed,
-            format!("the model call failed: {error}"),
-        )
+        State::Finish(TaskStatus::Failed, model_failure(error))
     } else {
         State::CheckLimits
     }
@@ -206,8 +203,11 @@ async fn drive(
                     task.emit(EventPayload::LoopWarning { note }).await;
                 }
                 // Once per iteration, with the turn's messages, plan and usage in it;
-                // `finish` persists the last one.
-                task.persist();
+                // `finish` persists the last one. A failure was logged; the next save
+                // tries again, and `finish` reports one that stays.
+                if task.persist().is_err() {
+                    tracing::debug!("the iteration was not saved; going on");
+                }
                 next
             }
             State::Finish(status, result) => break (status, result),
@@ -359,6 +359,21 @@ mod tests {
         let (s, r) = finish(check_limits(&p, &limits(), None));
         assert_eq!(s, TaskStatus::Failed);
         assert_eq!(r, "the model failed 3 times in a row");
+    }
+
+    #[test]
+    fn transient_model_failures_are_retried_until_too_many_in_a_row() {
+        let mut p = Progress::default();
+        let e = LlmError::Stalled(Duration::from_secs(60));
+        for _ in 1..MAX_CONSECUTIVE_ERRORS {
+            assert!(matches!(
+                after_model_failure(&mut p, &e),
+                State::CheckLimits
+            ));
+        }
+        let (s, r) = finish(after_model_failure(&mut p, &e));
+        assert_eq!(s, TaskStatus::Failed);
+        assert!(r.starts_with("the model call failed: "), "{r}");
     }
 
     #[test]

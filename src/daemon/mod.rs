@@ -58,6 +58,12 @@ pub enum DaemonError {
     },
     #[error("cannot start the async runtime: {0}")]
     Io(#[from] std::io::Error),
+    /// The session bus went away (or took our name): nobody can reach the daemon, so it
+    /// exits non-zero and systemd's `Restart=on-failure` starts it on the new bus.
+    #[error(
+        "lost the session bus ({0}); running tasks were cancelled and saved. systemd restarts the daemon (`systemctl --user status familiar`); without systemd, start `familiar daemon` again"
+    )]
+    BusLost(String),
 }
 
 /// State the D-Bus object reads without asking the owner.
@@ -265,12 +271,61 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        wait_for_stop(stop).await;
-        tracing::info!("stopping: cancelling running tasks");
+        let lost = tokio::select! {
+            () = wait_for_stop(stop) => None,
+            why = bus_lost(daemon.connection()) => Some(why),
+        };
+        match &lost {
+            None => tracing::info!("stopping: cancelling running tasks"),
+            Some(why) => tracing::error!(
+                "lost the session bus ({why}): cancelling running tasks and exiting"
+            ),
+        }
         notify(sd, &[sd_notify::NotifyState::Stopping]);
         daemon.shutdown().await;
-        Ok(())
+        match lost {
+            None => Ok(()),
+            Some(why) => Err(DaemonError::BusLost(why)),
+        }
     })
+}
+
+/// Returns once the daemon can no longer be reached: the connection to the bus closed
+/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
+/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
+async fn bus_lost(conn: &Connection) -> String {
+    use futures::StreamExt;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender("org.freedesktop.DBus")
+        .interface("org.freedesktop.DBus")
+        .member("NameLost")
+        .build();
+    let rule = match rule {
+        Ok(rule) => rule,
+        Err(e) => return format!("cannot watch the bus connection: {e}"),
+    };
+    let mut stream = match zbus::MessageStream::for_match_rule(rule, conn, None).await {
+        Ok(stream) => stream,
+        Err(e) => return format!("cannot watch the bus connection: {e}"),
+    };
+    let mut last_error = None;
+    while let Some(msg) = stream.next().await {
+        match msg {
+            Ok(msg) => {
+                let name: Result<String, _> = msg.body().deserialize();
+                if name.is_ok_and(|n| n == dbus::NAME) {
+                    return format!("the bus took the name {}", dbus::NAME);
+                }
+            }
+            // The socket reader sends its error to every stream, then closes them.
+            Err(e) => last_error = Some(e.to_string()),
+        }
+    }
+    match last_error {
+        Some(e) => format!("connection closed: {e}"),
+        None => "connection closed".to_owned(),
+    }
 }
 
 type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
