@@ -28,5 +28,5 @@ pub mod turn;
 
 pub use repair::repair_dangling;
 pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
-pub use task::{TaskError, TaskOutcome, TaskSpec};
+pub use task::{TaskError, TaskOutcome, TaskSpec, sandbox_spec};
 pub use turn::run_task;

@@ -21,7 +21,7 @@ use crate::agent::repair::repair_dangling;
 use crate::agent::runtime::Runtime;
 use crate::ids::{SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, SandboxSpec};
 use crate::soul::Soul;
 use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
 
@@ -312,8 +312,12 @@ impl Task {
             Some(w) => w.clone(),
             None => store.ensure_workspace(&ctx.session_id)?,
         };
-        let sandbox =
-            SandboxPolicy::for_task(&spec.soul, &rt.policy, &workspace, &rt.config.paths.home)?;
+        let sandbox = SandboxPolicy::new(
+            &sandbox_spec(&spec.soul),
+            &rt.policy.protected_paths,
+            &workspace,
+            &rt.config.paths.home,
+        )?;
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);
@@ -489,6 +493,16 @@ impl Task {
             usage,
             iterations,
         }
+    }
+}
+
+/// The sandbox's spec from the soul's `[sandbox]` table.
+pub fn sandbox_spec(soul: &Soul) -> SandboxSpec {
+    SandboxSpec {
+        read: soul.sandbox.read.clone(),
+        write: soul.sandbox.write.clone(),
+        network: soul.sandbox.network,
+        require: soul.sandbox.require,
     }
 }
 
