@@ -6,6 +6,12 @@
 //! ([`supervisor`]) holds every piece of mutable task state; the D-Bus object forwards
 //! [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.
+//!
+//! The name is requested without replacement: a second `familiar daemon` is refused
+//! ("already running as pid N") instead of taking the name from the one serving. A
+//! daemon that loses its name anyway (the bus, or its own connection, released it)
+//! can no longer be reached: it stops taking work, cancels what it has and exits
+//! non-zero so systemd restarts it.
 
 mod supervisor;
 
@@ -55,6 +61,17 @@ pub enum DaemonError {
         #[source]
         source: zbus::Error,
     },
+    #[error(
+        "{name} is already running as pid {pid} (`systemctl --user status familiar`; stop it before starting another)",
+        name = dbus::NAME,
+        pid = pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+    )]
+    AlreadyRunning { pid: Option<u32> },
+    #[error(
+        "lost the bus name {name}: tasks were cancelled; exiting so the service manager can restart familiar",
+        name = dbus::NAME
+    )]
+    NameLost,
     #[error("cannot start the async runtime: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -138,6 +155,8 @@ pub struct Daemon {
     conn: Connection,
     tx: mpsc::Sender<Op>,
     owner: JoinHandle<()>,
+    /// Fires once if the bus takes the name away (`NameLost`).
+    lost: Option<oneshot::Receiver<()>>,
     pub shared: Arc<Shared>,
 }
 
@@ -159,12 +178,14 @@ impl Daemon {
             uid: current_uid(),
             submit_rate: options.submit_rate,
         });
+        // Not `.name()`: the builder requests with zbus's default flags, which let a
+        // second daemon replace this one. The object is served before the name is taken.
         let conn = builder
             .serve_at(dbus::PATH, Agent::new(tx.clone(), Arc::clone(&shared)))
-            .name(dbus::NAME)
             .build()
             .await
             .map_err(|source| DaemonError::Bus { source })?;
+        let lost = take_name(&conn).await?;
         let emitter = SignalEmitter::new(&conn, dbus::PATH)
             .map_err(|source| DaemonError::Bus { source })?
             .into_owned();
@@ -186,12 +207,59 @@ impl Daemon {
             conn,
             tx,
             owner,
+            lost: Some(lost),
             shared,
         })
     }
 
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// Resolves when the daemon has lost its bus name; never, if it keeps it. Once it
+    /// has resolved it stays pending (the loss is reported once).
+    pub async fn name_lost(&mut self) {
+        match self.lost.as_mut() {
+            Some(rx) => {
+                // A dropped sender means the watcher ended with the connection, which
+                // is no loss of the name by itself: wait on for a stop signal then.
+                if rx.await.is_ok() {
+                    self.lost = None;
+                    return;
+                }
+                self.lost = None;
+                std::future::pending::<()>().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+
+    /// Serves until `stop` resolves or the bus name is lost, then shuts down (see
+    /// [`Daemon::shutdown`]). Losing the name is [`DaemonError::NameLost`]: nobody can
+    /// reach this daemon any more, so it must exit non-zero for systemd to restart it.
+    pub async fn serve_until(
+        mut self,
+        stop: impl std::future::Future<Output = ()>,
+        sd: bool,
+    ) -> Result<(), DaemonError> {
+        let lost = tokio::select! {
+            () = stop => false,
+            () = self.name_lost() => true,
+        };
+        if lost {
+            tracing::error!(
+                "lost the bus name {}: no client can reach this daemon; cancelling its tasks",
+                dbus::NAME
+            );
+        } else {
+            tracing::info!("stopping: cancelling running tasks");
+        }
+        notify(sd, &[sd_notify::NotifyState::Stopping]);
+        self.shutdown().await;
+        if lost {
+            return Err(DaemonError::NameLost);
+        }
+        Ok(())
     }
 
     /// Stops accepting tasks, cancels the running ones and waits (up to
@@ -264,12 +332,46 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        wait_for_stop(stop).await;
-        tracing::info!("stopping: cancelling running tasks");
-        notify(sd, &[sd_notify::NotifyState::Stopping]);
-        daemon.shutdown().await;
-        Ok(())
+        daemon.serve_until(wait_for_stop(stop), sd).await
     })
+}
+
+/// Takes [`dbus::NAME`] without allowing replacement and without queueing; a name
+/// already owned is [`DaemonError::AlreadyRunning`] with the owner's pid. Returns the
+/// receiver that fires when the bus sends `NameLost` for it: the stream is subscribed
+/// before the request, so a loss right after it is not missed.
+async fn take_name(conn: &Connection) -> Result<oneshot::Receiver<()>, DaemonError> {
+    use futures::StreamExt;
+    use zbus::fdo::{DBusProxy, RequestNameFlags, RequestNameReply};
+    let bus = |source| DaemonError::Bus { source };
+    let proxy = DBusProxy::new(conn).await.map_err(bus)?;
+    let mut lost = proxy
+        .receive_name_lost_with_args(&[(0, dbus::NAME)])
+        .await
+        .map_err(bus)?;
+    match conn
+        .request_name_with_flags(dbus::NAME, RequestNameFlags::DO_NOT_QUEUE)
+        .await
+    {
+        Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => {}
+        Ok(RequestNameReply::Exists | RequestNameReply::InQueue) | Err(zbus::Error::NameTaken) => {
+            let name: zbus::names::BusName<'_> = dbus::NAME.try_into().map_err(bus)?;
+            let pid = proxy.get_connection_unix_process_id(name).await.ok();
+            return Err(DaemonError::AlreadyRunning { pid });
+        }
+        Err(source) => return Err(DaemonError::Bus { source }),
+    }
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        if lost.next().await.is_some() {
+            if tx.send(()).is_err() {
+                tracing::debug!("the name was lost after the daemon stopped");
+            }
+        } else {
+            tracing::debug!("the NameLost stream ended with the connection");
+        }
+    });
+    Ok(rx)
 }
 
 type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);

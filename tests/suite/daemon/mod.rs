@@ -4,6 +4,7 @@
 //! for time.
 
 mod cli;
+mod name;
 mod notifications;
 mod service;
 mod systemd;

@@ -14,7 +14,7 @@ use super::*;
 use crate::common::llm_server::{Gate, Step, oa_done, oa_finish, oa_text, oa_usage, sse};
 
 /// A text reply that waits for `gate` before sending anything.
-fn gated_reply(gate: &Gate, text: &str) -> Reply {
+pub(super) fn gated_reply(gate: &Gate, text: &str) -> Reply {
     Reply::sse_steps(vec![
         Step::Wait(gate.clone()),
         Step::Send(

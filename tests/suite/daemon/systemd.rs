@@ -8,7 +8,7 @@ use super::*;
 use crate::common::TestHome;
 
 /// `familiar daemon` on `bus`, in `home`, telling systemd things through `notify`.
-fn spawn_daemon(
+pub(super) fn spawn_daemon(
     bus: &TestBus,
     home: &TestHome,
     notify: &std::path::Path,
