@@ -232,8 +232,9 @@ impl Dispatcher {
 }
 
 async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
-    let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
+    // The person's time to answer is not the tool's: reported apart.
+    let mut approval_wait = None;
     let decision = match spec.gate {
         Gate::Refuse { decision, reason } => {
             return CallResult::refused(decision, reason, spec.trail);
@@ -260,7 +261,9 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
                 tier: spec.tier.to_string(),
                 reason,
             });
+            let asked = Instant::now();
             let resolution = env.approvals.ask(request, &cancel).await;
+            approval_wait = Some(asked.elapsed().as_millis() as u64);
             env.send(EventPayload::ApprovalResolved {
                 request_id: request_id.to_string(),
                 call_id: spec.call_id.to_string(),
@@ -313,6 +316,7 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         // The semaphore is never closed, so acquiring only waits.
         env.parallel.clone().acquire_owned().await.ok()
     };
+    let started = Instant::now();
     let result = tokio::select! {
         r = tool.execute(spec.args.clone(), env.tool_ctx.clone()) => r,
         () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),
@@ -329,6 +333,7 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         ok,
         preview: shorten(&output, 160),
         duration_ms,
+        approval_wait_ms: approval_wait,
     });
     CallResult {
         ok,

@@ -4,6 +4,7 @@
 //! [`plan`], [`compaction`], [`loop_detect`] and [`prompt`] are its pure parts;
 //! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside.
 
+pub mod choice;
 pub mod compaction;
 pub mod dispatch;
 pub mod events;

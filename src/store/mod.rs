@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod context;
+mod remove;
 pub mod transcript;
 
 use std::fs::{self, File, OpenOptions};

@@ -5,3 +5,4 @@ mod desktop_tools;
 pub mod harness;
 mod loop_behaviour;
 mod run_cli;
+mod run_habits;
