@@ -14,14 +14,18 @@
 //! - [`agent`], [`tools`], [`sandbox`], [`ratelimit`], [`approval`]: the agent loop.
 //! - [`dbus`], [`daemon`]: the session-bus service.
 //! - [`cli`]: the command line (the only module that prints).
+//! - `fuzzing` (hidden): entry points for the cargo-fuzz targets in `fuzz/`.
 
 pub mod agent;
 pub mod approval;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dbus;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hyprland;
 pub mod ids;
 pub mod llm;

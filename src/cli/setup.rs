@@ -43,6 +43,47 @@ struct Planned {
     contents: String,
 }
 
+/// The files setup installs for the running binary (the binary's path in them).
+fn plan() -> anyhow::Result<(String, PathBuf, PathBuf, Vec<Planned>)> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .context("cannot find the path of this familiar binary")?;
+    let exe_str = exe
+        .to_str()
+        .filter(|s| !s.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\'))
+        .with_context(|| {
+            format!(
+                "the binary's path {} has spaces, quotes or backslashes; install familiar somewhere plainer (e.g. ~/.local/bin)",
+                exe.display()
+            )
+        })?
+        .to_owned();
+    let data_home = data_home()?;
+    let unit_dir = data_home.join("systemd/user");
+    let dbus_dir = data_home.join("dbus-1/services");
+    // `%` starts a specifier in unit files.
+    let in_unit = exe_str.replace('%', "%%");
+    let mut plan: Vec<Planned> = UNITS
+        .iter()
+        .map(|(name, text)| Planned {
+            path: unit_dir.join(name),
+            contents: text.replace(UNIT_PLACEHOLDER, &in_unit),
+        })
+        .collect();
+    plan.push(Planned {
+        path: dbus_dir.join(ACTIVATION_FILE.0),
+        contents: ACTIVATION_FILE.1.replace(ACTIVATION_PLACEHOLDER, &exe_str),
+    });
+    Ok((exe_str, unit_dir, dbus_dir, plan))
+}
+
+/// Each file setup installs and its state: `new` (missing), `updated` (differs: from
+/// another binary or an older familiar) or `unchanged`. For `familiar doctor`.
+pub(super) fn installed() -> anyhow::Result<Vec<(PathBuf, &'static str)>> {
+    let (_, _, _, plan) = plan()?;
+    Ok(plan.iter().map(|p| (p.path.clone(), state(p))).collect())
+}
+
 /// Runs each command, saying what happened; false if any failed.
 fn run_commands(commands: &[&[&str]], out: &mut Out) -> anyhow::Result<bool> {
     let mut all_ok = true;
@@ -76,34 +117,13 @@ pub fn setup(dry_run: bool, uninstall: bool, out: &mut Out) -> anyhow::Result<Ex
     if uninstall {
         return self::uninstall(dry_run, out);
     }
-    let exe = std::env::current_exe()
-        .and_then(std::fs::canonicalize)
-        .context("cannot find the path of this familiar binary")?;
-    let exe_str = exe
-        .to_str()
-        .filter(|s| !s.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\'))
-        .with_context(|| {
-            format!(
-                "the binary's path {} has spaces, quotes or backslashes; install familiar somewhere plainer (e.g. ~/.local/bin)",
-                exe.display()
-            )
-        })?;
-    let data_home = data_home()?;
-    let unit_dir = data_home.join("systemd/user");
-    let dbus_dir = data_home.join("dbus-1/services");
-    // `%` starts a specifier in unit files.
-    let in_unit = exe_str.replace('%', "%%");
-    let mut plan: Vec<Planned> = UNITS
-        .iter()
-        .map(|(name, text)| Planned {
-            path: unit_dir.join(name),
-            contents: text.replace(UNIT_PLACEHOLDER, &in_unit),
-        })
-        .collect();
-    plan.push(Planned {
-        path: dbus_dir.join(ACTIVATION_FILE.0),
-        contents: ACTIVATION_FILE.1.replace(ACTIVATION_PLACEHOLDER, exe_str),
-    });
+    let (exe_str, unit_dir, dbus_dir, plan) = plan()?;
+    if is_development_build(Path::new(&exe_str)) {
+        writeln!(
+            std::io::stderr().lock(),
+            "familiar: warning: {exe_str} is a development build; the units will point at it. Install a release build (`cargo install --path .` or your distribution's package) and run `familiar setup` from there."
+        )?;
+    }
     let commands: [&[&str]; 2] = [
         &["systemctl", "--user", "daemon-reload"],
         &[
@@ -115,12 +135,6 @@ pub fn setup(dry_run: bool, uninstall: bool, out: &mut Out) -> anyhow::Result<Ex
         ],
     ];
 
-    if is_development_build(&exe) {
-        writeln!(
-            std::io::stderr().lock(),
-            "familiar: warning: {exe_str} is a development build; the units will point at it. Install a release build (`cargo install --path .` or your distribution's package) and run `familiar setup` from there."
-        )?;
-    }
     if dry_run {
         writeln!(
             out,

@@ -68,13 +68,14 @@ pub enum DaemonError {
         pid = pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
     )]
     AlreadyRunning { pid: Option<u32> },
-    #[error(
-        "lost the bus name {name}: tasks were cancelled; exiting so the service manager can restart familiar",
-        name = dbus::NAME
-    )]
-    NameLost,
     #[error("cannot start the async runtime: {0}")]
     Io(#[from] std::io::Error),
+    /// The session bus went away (or took our name): nobody can reach the daemon, so it
+    /// exits non-zero and systemd's `Restart=on-failure` starts it on the new bus.
+    #[error(
+        "lost the session bus ({0}); running tasks were cancelled and saved. systemd restarts the daemon (`systemctl --user status familiar`); without systemd, start `familiar daemon` again"
+    )]
+    BusLost(String),
 }
 
 /// State the D-Bus object reads without asking the owner.
@@ -156,8 +157,6 @@ pub struct Daemon {
     conn: Connection,
     tx: mpsc::Sender<Op>,
     owner: JoinHandle<()>,
-    /// Fires once if the bus takes the name away (`NameLost`).
-    lost: Option<oneshot::Receiver<()>>,
     pub shared: Arc<Shared>,
 }
 
@@ -186,7 +185,7 @@ impl Daemon {
             .build()
             .await
             .map_err(|source| DaemonError::Bus { source })?;
-        let lost = take_name(&conn).await?;
+        take_name(&conn).await?;
         let emitter = SignalEmitter::new(&conn, dbus::PATH)
             .map_err(|source| DaemonError::Bus { source })?
             .into_owned();
@@ -208,7 +207,6 @@ impl Daemon {
             conn,
             tx,
             owner,
-            lost: Some(lost),
             shared,
         })
     }
@@ -217,50 +215,31 @@ impl Daemon {
         &self.conn
     }
 
-    /// Resolves when the daemon has lost its bus name; never, if it keeps it. Once it
-    /// has resolved it stays pending (the loss is reported once).
-    pub async fn name_lost(&mut self) {
-        match self.lost.as_mut() {
-            Some(rx) => {
-                // A dropped sender means the watcher ended with the connection, which
-                // is no loss of the name by itself: wait on for a stop signal then.
-                if rx.await.is_ok() {
-                    self.lost = None;
-                    return;
-                }
-                self.lost = None;
-                std::future::pending::<()>().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-
-    /// Serves until `stop` resolves or the bus name is lost, then shuts down (see
-    /// [`Daemon::shutdown`]). Losing the name is [`DaemonError::NameLost`]: nobody can
-    /// reach this daemon any more, so it must exit non-zero for systemd to restart it.
+    /// Serves until `stop` resolves or the daemon can no longer be reached (its bus
+    /// connection closed, or the bus took the name away: [`DaemonError::BusLost`]),
+    /// then shuts down (see [`Daemon::shutdown`]). Unreachable, it must exit non-zero
+    /// for systemd to restart it.
     pub async fn serve_until(
-        mut self,
+        self,
         stop: impl std::future::Future<Output = ()>,
         sd: bool,
     ) -> Result<(), DaemonError> {
         let lost = tokio::select! {
-            () = stop => false,
-            () = self.name_lost() => true,
+            () = stop => None,
+            why = bus_lost(self.connection()) => Some(why),
         };
-        if lost {
-            tracing::error!(
-                "lost the bus name {}: no client can reach this daemon; cancelling its tasks",
-                dbus::NAME
-            );
-        } else {
-            tracing::info!("stopping: cancelling running tasks");
+        match &lost {
+            None => tracing::info!("stopping: cancelling running tasks"),
+            Some(why) => tracing::error!(
+                "lost the session bus ({why}): cancelling running tasks and exiting"
+            ),
         }
         notify(sd, &[sd_notify::NotifyState::Stopping]);
         self.shutdown().await;
-        if lost {
-            return Err(DaemonError::NameLost);
+        match lost {
+            None => Ok(()),
+            Some(why) => Err(DaemonError::BusLost(why)),
         }
-        Ok(())
     }
 
     /// Stops accepting tasks, cancels the running ones and waits (up to
@@ -338,18 +317,12 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
 }
 
 /// Takes [`dbus::NAME`] without allowing replacement and without queueing; a name
-/// already owned is [`DaemonError::AlreadyRunning`] with the owner's pid. Returns the
-/// receiver that fires when the bus sends `NameLost` for it: the stream is subscribed
-/// before the request, so a loss right after it is not missed.
-async fn take_name(conn: &Connection) -> Result<oneshot::Receiver<()>, DaemonError> {
-    use futures::StreamExt;
+/// already owned is [`DaemonError::AlreadyRunning`] with the owner's pid. ([`bus_lost`]
+/// notices if the name is ever taken away after this.)
+async fn take_name(conn: &Connection) -> Result<(), DaemonError> {
     use zbus::fdo::{DBusProxy, RequestNameFlags, RequestNameReply};
     let bus = |source| DaemonError::Bus { source };
     let proxy = DBusProxy::new(conn).await.map_err(bus)?;
-    let mut lost = proxy
-        .receive_name_lost_with_args(&[(0, dbus::NAME)])
-        .await
-        .map_err(bus)?;
     match conn
         .request_name_with_flags(dbus::NAME, RequestNameFlags::DO_NOT_QUEUE)
         .await
@@ -362,17 +335,45 @@ async fn take_name(conn: &Connection) -> Result<oneshot::Receiver<()>, DaemonErr
         }
         Err(source) => return Err(DaemonError::Bus { source }),
     }
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        if lost.next().await.is_some() {
-            if tx.send(()).is_err() {
-                tracing::debug!("the name was lost after the daemon stopped");
+    Ok(())
+}
+
+/// Returns once the daemon can no longer be reached: the connection to the bus closed
+/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
+/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
+async fn bus_lost(conn: &Connection) -> String {
+    use futures::StreamExt;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender("org.freedesktop.DBus")
+        .interface("org.freedesktop.DBus")
+        .member("NameLost")
+        .build();
+    let rule = match rule {
+        Ok(rule) => rule,
+        Err(e) => return format!("cannot watch the bus connection: {e}"),
+    };
+    let mut stream = match zbus::MessageStream::for_match_rule(rule, conn, None).await {
+        Ok(stream) => stream,
+        Err(e) => return format!("cannot watch the bus connection: {e}"),
+    };
+    let mut last_error = None;
+    while let Some(msg) = stream.next().await {
+        match msg {
+            Ok(msg) => {
+                let name: Result<String, _> = msg.body().deserialize();
+                if name.is_ok_and(|n| n == dbus::NAME) {
+                    return format!("the bus took the name {}", dbus::NAME);
+                }
             }
-        } else {
-            tracing::debug!("the NameLost stream ended with the connection");
+            // The socket reader sends its error to every stream, then closes them.
+            Err(e) => last_error = Some(e.to_string()),
         }
-    });
-    Ok(rx)
+    }
+    match last_error {
+        Some(e) => format!("connection closed: {e}"),
+        None => "connection closed".to_owned(),
+    }
 }
 
 type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);

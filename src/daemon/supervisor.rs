@@ -296,7 +296,8 @@ impl Supervisor {
             ),
             Err(e) => (
                 TaskStatus::Failed,
-                format!("the task could not start: {e}"),
+                // Not only at the start: a store error (a full disk) can end it mid-way.
+                format!("the task failed: {e}"),
                 Usage::default(),
             ),
         };

@@ -11,18 +11,20 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::files::sandboxed;
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
-use crate::sandbox::fileops::{
-    FileOp, FileReply, MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch,
-    SearchStop,
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
+use crate::sandbox::fileops::{FileOp, FileReply};
+use crate::sandbox::search::{
+    MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch, SearchReply,
+    SearchStop, search_regex,
 };
-use crate::sandbox::search::search_regex;
 
 pub struct SearchFiles;
 
 impl Tool for SearchFiles {
     fn info(&self) -> &'static ToolInfo {
-        &super::SEARCH_FILES
+        &catalog::SEARCH_FILES
     }
 
     fn description(&self) -> &'static str {
@@ -76,14 +78,14 @@ impl Tool for SearchFiles {
                 glob: glob.clone(),
             };
             match sandboxed(&ctx, op).await? {
-                FileReply::Search {
+                FileReply::Search(SearchReply {
                     matches,
                     files_searched,
                     skipped_files,
                     unreadable,
                     unreadable_examples,
                     stopped,
-                } => Ok(format_search(&Found {
+                }) => Ok(format_search(&Found {
                     root: &path,
                     pattern: &pattern,
                     glob: glob.as_deref(),

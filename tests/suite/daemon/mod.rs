@@ -4,6 +4,7 @@
 //! for time.
 
 mod cli;
+mod doctor;
 mod name;
 mod notifications;
 mod service;
@@ -15,10 +16,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use familiar::catalog::ToolInfo;
 use familiar::daemon::{Daemon, DaemonOptions};
 use familiar::dbus::proxy::Agent1Proxy;
 use familiar::soul::{PromptSource, SoulOrigin, SoulSet};
-use familiar::tools::{Tool, ToolContext, ToolError, ToolInfo};
+use familiar::tools::{Tool, ToolContext, ToolError};
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -104,6 +106,12 @@ impl TestBus {
         }
     }
 
+    /// Stops the bus daemon now (SIGKILL), as a crashed or restarted bus would go.
+    pub fn stop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
     pub async fn connect(&self) -> Connection {
         zbus::connection::Builder::address(self.address.as_str())
             .build()
@@ -142,6 +150,18 @@ impl Fixture {
         policy: &str,
         options: DaemonOptions,
     ) -> Fixture {
+        Fixture::custom(script, config_extra, policy, options, &[], Vec::new()).await
+    }
+
+    /// [`Fixture::with`], plus souls (TOML texts, each with its `id`) and tools.
+    pub async fn custom(
+        script: Vec<Reply>,
+        config_extra: &str,
+        policy: &str,
+        options: DaemonOptions,
+        extra_souls: &[(&str, &str)],
+        extra_tools: Vec<Arc<dyn Tool>>,
+    ) -> Fixture {
         // The daemon's log goes to the test's captured output (shown when it fails).
         tracing_subscriber::fmt()
             .with_test_writer()
@@ -164,7 +184,22 @@ impl Fixture {
             .unwrap();
             souls.souls.insert(id.to_owned(), soul);
         }
-        let tools = super::agent::harness::builtin_plus(vec![Arc::new(WriteFile)]);
+        for (id, toml) in extra_souls {
+            let soul = familiar::soul::parse(
+                &format!("{id}.toml"),
+                id,
+                toml,
+                PromptSource::BuiltIn,
+                harness.home.path(),
+                None,
+                SoulOrigin::BuiltIn,
+            )
+            .unwrap();
+            souls.souls.insert(soul.id.to_string(), soul);
+        }
+        let mut extra: Vec<Arc<dyn Tool>> = vec![Arc::new(WriteFile)];
+        extra.extend(extra_tools);
+        let tools = super::agent::harness::builtin_plus(extra);
         let rt = harness.runtime(tools);
         let daemon = Daemon::start(
             rt,
@@ -294,7 +329,7 @@ struct WriteFile;
 
 impl Tool for WriteFile {
     fn info(&self) -> &'static ToolInfo {
-        familiar::tools::info("write_file").unwrap()
+        familiar::catalog::info("write_file").unwrap()
     }
     fn description(&self) -> &'static str {
         "writes a file"
