@@ -157,6 +157,8 @@ pub struct Daemon {
     conn: Connection,
     tx: mpsc::Sender<Op>,
     owner: JoinHandle<()>,
+    /// `NameLost` and the connection's end, watched from the start.
+    watch: Option<zbus::MessageStream>,
     pub shared: Arc<Shared>,
 }
 
@@ -185,6 +187,9 @@ impl Daemon {
             .build()
             .await
             .map_err(|source| DaemonError::Bus { source })?;
+        let watch = watch_bus(&conn)
+            .await
+            .map_err(|source| DaemonError::Bus { source })?;
         take_name(&conn).await?;
         let emitter = SignalEmitter::new(&conn, dbus::PATH)
             .map_err(|source| DaemonError::Bus { source })?
@@ -207,6 +212,7 @@ impl Daemon {
             conn,
             tx,
             owner,
+            watch: Some(watch),
             shared,
         })
     }
@@ -220,13 +226,13 @@ impl Daemon {
     /// then shuts down (see [`Daemon::shutdown`]). Unreachable, it must exit non-zero
     /// for systemd to restart it.
     pub async fn serve_until(
-        self,
+        mut self,
         stop: impl std::future::Future<Output = ()>,
         sd: bool,
     ) -> Result<(), DaemonError> {
         let lost = tokio::select! {
             () = stop => None,
-            why = bus_lost(self.connection()) => Some(why),
+            why = bus_lost(self.watch.take()) => Some(why),
         };
         match &lost {
             None => tracing::info!("stopping: cancelling running tasks"),
@@ -338,24 +344,25 @@ async fn take_name(conn: &Connection) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Returns once the daemon can no longer be reached: the connection to the bus closed
-/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
-/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
-async fn bus_lost(conn: &Connection) -> String {
-    use futures::StreamExt;
+/// The `NameLost` signals of the bus driver, subscribed at start (before the name is
+/// taken), so a loss at any later moment is in the stream for [`bus_lost`].
+async fn watch_bus(conn: &Connection) -> Result<zbus::MessageStream, zbus::Error> {
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .sender("org.freedesktop.DBus")
         .interface("org.freedesktop.DBus")
         .member("NameLost")
-        .build();
-    let rule = match rule {
-        Ok(rule) => rule,
-        Err(e) => return format!("cannot watch the bus connection: {e}"),
-    };
-    let mut stream = match zbus::MessageStream::for_match_rule(rule, conn, None).await {
-        Ok(stream) => stream,
-        Err(e) => return format!("cannot watch the bus connection: {e}"),
+        .build()?;
+    zbus::MessageStream::for_match_rule(rule, conn, None).await
+}
+
+/// Returns once the daemon can no longer be reached: the connection to the bus closed
+/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
+/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
+async fn bus_lost(stream: Option<zbus::MessageStream>) -> String {
+    use futures::StreamExt;
+    let Some(mut stream) = stream else {
+        return "cannot watch the bus connection".to_owned();
     };
     let mut last_error = None;
     while let Some(msg) = stream.next().await {
