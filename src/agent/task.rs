@@ -20,7 +20,7 @@ use crate::agent::runtime::Runtime;
 use crate::agent::turn::{Limits, Progress};
 use crate::ids::{CallId, SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, SandboxSpec};
 use crate::soul::Soul;
 use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
 
@@ -270,8 +270,12 @@ impl Task {
             Some(w) => w.clone(),
             None => store.ensure_workspace(&ctx.session_id)?,
         };
-        let sandbox =
-            SandboxPolicy::for_task(&spec.soul, &rt.policy, &workspace, &rt.config.paths.home)?;
+        let sandbox = SandboxPolicy::new(
+            &sandbox_spec(&spec.soul),
+            &rt.policy.protected_paths,
+            &workspace,
+            &rt.config.paths.home,
+        )?;
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);
@@ -506,6 +510,16 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
         i += 2;
     }
     repaired
+}
+
+/// The sandbox's spec from the soul's `[sandbox]` table.
+pub fn sandbox_spec(soul: &Soul) -> SandboxSpec {
+    SandboxSpec {
+        read: soul.sandbox.read.clone(),
+        write: soul.sandbox.write.clone(),
+        network: soul.sandbox.network,
+        require: soul.sandbox.require,
+    }
 }
 
 #[cfg(test)]

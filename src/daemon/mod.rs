@@ -13,8 +13,11 @@
 //! can no longer be reached: it stops taking work, cancels what it has and exits
 //! non-zero so systemd restarts it.
 
+mod reload;
 pub mod service;
 mod supervisor;
+
+pub use reload::{Loaded, ReloadError};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -80,8 +83,10 @@ pub enum DaemonError {
 
 /// State the D-Bus object reads without asking the owner.
 pub struct Shared {
+    /// What every task shares whatever the policy (config, store, metrics, …).
     pub rt: Arc<Runtime>,
-    pub souls: Arc<SoulSet>,
+    /// The policy and souls new tasks get (see [`reload`]).
+    pub loaded: reload::Reloadable,
     /// Queued plus running tasks (the `ActiveTasks` property).
     pub active: AtomicU32,
     pub shutting_down: AtomicBool,
@@ -174,7 +179,7 @@ impl Daemon {
         let (tx, rx) = mpsc::channel(OP_BUFFER);
         let shared = Arc::new(Shared {
             rt: Arc::clone(&rt),
-            souls,
+            loaded: reload::Reloadable::new(Arc::clone(&rt), souls),
             active: AtomicU32::new(0),
             shutting_down: AtomicBool::new(false),
             uid: current_uid(),
@@ -248,6 +253,12 @@ impl Daemon {
         }
     }
 
+    /// Re-reads the policy and souls for new tasks (SIGHUP); a broken file keeps the
+    /// previous version in force.
+    pub fn reload(&self) -> Result<(), ReloadError> {
+        self.shared.loaded.reload()
+    }
+
     /// Stops accepting tasks, cancels the running ones and waits (up to
     /// [`SHUTDOWN_GRACE`]) until they have persisted and finished.
     pub async fn shutdown(self) {
@@ -318,7 +329,37 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        daemon.serve_until(wait_for_stop(stop), sd).await
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let stopped = wait_for_stop(stop);
+        tokio::pin!(stopped);
+        let mut daemon = daemon;
+        let bus_gone = bus_lost(daemon.watch.take());
+        tokio::pin!(bus_gone);
+        let lost = loop {
+            tokio::select! {
+                () = &mut stopped => break None,
+                why = &mut bus_gone => break Some(why),
+                _ = hangup.recv() => {
+                    notify(sd, &[sd_notify::NotifyState::Reloading]);
+                    if let Err(e) = daemon.reload() {
+                        tracing::error!("{e}");
+                    }
+                    notify(sd, &[sd_notify::NotifyState::Ready]);
+                }
+            }
+        };
+        match &lost {
+            None => tracing::info!("stopping: cancelling running tasks"),
+            Some(why) => tracing::error!(
+                "lost the session bus ({why}): cancelling running tasks and exiting"
+            ),
+        }
+        notify(sd, &[sd_notify::NotifyState::Stopping]);
+        daemon.shutdown().await;
+        match lost {
+            None => Ok(()),
+            Some(why) => Err(DaemonError::BusLost(why)),
+        }
     })
 }
 

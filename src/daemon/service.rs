@@ -101,6 +101,7 @@ impl Service {
         options: HashMap<String, OwnedVariant>,
         caller: String,
     ) -> Result<SubmitRequest, Error> {
+        let loaded = self.shared.loaded.refresh();
         if prompt.len() > MAX_PROMPT_BYTES {
             return Err(Error::InvalidArgument(format!(
                 "the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}: put large inputs in a file and name it in the prompt",
@@ -121,11 +122,11 @@ impl Service {
             model: o.model.as_deref(),
         };
         let rt = &self.shared.rt;
-        let chosen = match choose(&self.shared.souls, &rt.config, &rt.store, &choice) {
+        let chosen = match choose(&loaded.souls, &rt.config, &rt.store, &choice) {
             // A session whose first task is still queued has no file yet: the
             // supervisor answers SessionBusy (or UnknownSession) for it.
             Err(ChoiceError::UnknownSession(_)) => choose(
-                &self.shared.souls,
+                &loaded.souls,
                 &rt.config,
                 &rt.store,
                 &Choice {
@@ -350,6 +351,8 @@ impl Service {
         let config = &self.shared.rt.config;
         Ok(self
             .shared
+            .loaded
+            .refresh()
             .souls
             .souls
             .values()

@@ -164,23 +164,6 @@ pub struct HelperSpec {
 }
 
 impl SandboxPolicy {
-    /// Transitional: the agent's call until it builds a [`SandboxSpec`] itself (then
-    /// this goes, and with it the sandbox's last import of `soul`).
-    pub fn for_task(
-        soul: &crate::soul::Soul,
-        policy: &crate::policy::Policy,
-        workspace: &Path,
-        home: &Path,
-    ) -> Result<SandboxPolicy, SandboxError> {
-        let spec = SandboxSpec {
-            read: soul.sandbox.read.clone(),
-            write: soul.sandbox.write.clone(),
-            network: soul.sandbox.network,
-            require: soul.sandbox.require,
-        };
-        SandboxPolicy::new(&spec, &policy.protected_paths, workspace, home)
-    }
-
     /// The policy for the calls of one task whose soul asks for `spec`, with
     /// `protected` carved out, creating the workspace if needed. The environment is the
     /// allowlisted part of the daemon's.

@@ -364,7 +364,9 @@ async fn a_stalled_stream_is_abandoned_and_retried() {
         ])
         .await;
         let mut cfg = wire.config(&server);
-        cfg.stall_timeout = Duration::from_millis(50);
+        // Long enough that a loaded machine (CI on two busy cores) never stalls between
+        // the server's write and our read; the hung step waits it out once per wire.
+        cfg.stall_timeout = Duration::from_millis(600);
         let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
         assert_eq!(err, None, "{wire:?}");
         let discarded = events

@@ -122,21 +122,64 @@ fn report_latency(what: &str, mut lat: Vec<Duration>) {
     );
 }
 
+/// TaskFinished signals as (task id, status, result), drained by a task of its own on
+/// a connection of its own: a zbus stream left unread fills its queue and then stalls
+/// every reply on that connection (the 100-approval run deadlocked on that).
+async fn finished_signals(
+    bus: &TestBus,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, String)> {
+    let proxy = client(bus).await;
+    let mut stream = proxy.receive_task_finished().await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _proxy = proxy;
+        while let Some(sig) = stream.next().await {
+            let a = sig.args().unwrap();
+            let item = (
+                a.task_id.to_string(),
+                a.status.to_string(),
+                a.result.to_string(),
+            );
+            if tx.send(item).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// ApprovalRequested request ids, drained like [`finished_signals`].
+async fn approval_signals(bus: &TestBus) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let proxy = client(bus).await;
+    let mut stream = proxy.receive_approval_requested().await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _proxy = proxy;
+        while let Some(sig) = stream.next().await {
+            if tx.send(sig.args().unwrap().request_id.to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 async fn client(bus: &TestBus) -> Agent1Proxy<'static> {
     Agent1Proxy::new(&bus.connect().await).await.unwrap()
 }
 
-/// Waits until no task is queued or running.
-async fn idle(proxy: &Agent1Proxy<'static>) {
-    let mut changes = proxy.receive_active_tasks_changed().await;
+/// Waits until no task is queued or running: re-reads the task list after every
+/// TaskFinished (each finish is what can make it idle).
+async fn idle(bus: &TestBus) {
+    let mut finished = finished_signals(bus).await;
+    let proxy = client(bus).await;
     tokio::time::timeout(PATIENCE * 10, async {
         loop {
-            // Read through the method, not the cache, then wait for a change.
             let tasks = proxy.list_tasks().await.unwrap();
             if tasks.iter().all(|t| t.2 != "running" && t.2 != "queued") {
                 return;
             }
-            changes.next().await;
+            finished.recv().await.unwrap();
         }
     })
     .await
@@ -154,7 +197,7 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
         .submit("load", "warm up", Default::default())
         .await
         .unwrap();
-    idle(&watcher).await;
+    idle(&bus).await;
     let idle_rss = daemon.rss_kib();
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
@@ -189,7 +232,7 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
         ok += o;
         limited += l;
     }
-    idle(&watcher).await;
+    idle(&bus).await;
     stop.store(true, Ordering::Release);
     let lat = prober.await.unwrap();
     let after_rss = daemon.rss_kib();
@@ -205,8 +248,7 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
 async fn many_tasks_with_many_tool_calls_all_finish() {
     let (tasks, calls): (usize, usize) = if full_load() { (50, 10) } else { (8, 4) };
     let (_server, _home, bus, daemon) = loaded_daemon(calls, 8).await;
-    let watcher = client(&bus).await;
-    let mut finished = watcher.receive_task_finished().await.unwrap();
+    let mut finished = finished_signals(&bus).await;
     let idle_rss = daemon.rss_kib();
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
@@ -227,10 +269,9 @@ async fn many_tasks_with_many_tool_calls_all_finish() {
     let mut statuses = std::collections::BTreeMap::new();
     tokio::time::timeout(PATIENCE * 10, async {
         while !ids.is_empty() {
-            let sig = finished.next().await.unwrap();
-            let a = sig.args().unwrap();
-            if ids.remove(a.task_id.as_str()) {
-                *statuses.entry(a.status.to_string()).or_insert(0) += 1;
+            let (task, status, _) = finished.recv().await.unwrap();
+            if ids.remove(&task) {
+                *statuses.entry(status).or_insert(0) += 1;
             }
         }
     })
@@ -251,8 +292,8 @@ async fn many_approvals_pending_at_once_are_all_answered() {
     let n: usize = if full_load() { 100 } else { 10 };
     let (_server, home, bus, daemon) = loaded_daemon(1, n as u32).await;
     let watcher = client(&bus).await;
-    let mut asked = watcher.receive_approval_requested().await.unwrap();
-    let mut finished = watcher.receive_task_finished().await.unwrap();
+    let mut asked = approval_signals(&bus).await;
+    let mut finished = finished_signals(&bus).await;
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
     let ws = home.path().join("work");
@@ -278,8 +319,7 @@ async fn many_approvals_pending_at_once_are_all_answered() {
     let mut requests = Vec::new();
     tokio::time::timeout(PATIENCE * 5, async {
         while requests.len() < n {
-            let sig = asked.next().await.unwrap();
-            requests.push(sig.args().unwrap().request_id.to_string());
+            requests.push(asked.recv().await.unwrap());
         }
     })
     .await
@@ -291,10 +331,9 @@ async fn many_approvals_pending_at_once_are_all_answered() {
     let mut done = 0;
     tokio::time::timeout(PATIENCE * 5, async {
         while done < n {
-            let sig = finished.next().await.unwrap();
-            let a = sig.args().unwrap();
-            if ids.contains(a.task_id.as_str()) {
-                assert_eq!(a.status, "completed", "{}", a.result);
+            let (task, status, result) = finished.recv().await.unwrap();
+            if ids.contains(&task) {
+                assert_eq!(status, "completed", "{result}");
                 done += 1;
             }
         }
@@ -325,7 +364,7 @@ async fn run_series(
             break;
         }
         let proxy = client(bus).await;
-        let mut finished = proxy.receive_task_finished().await.unwrap();
+        let mut finished = finished_signals(bus).await;
         let mut ids = std::collections::HashSet::new();
         for _ in 0..25 {
             // Each task lists a directory (a sandboxed tool process), then answers.
@@ -339,8 +378,8 @@ async fn run_series(
         }
         tokio::time::timeout(PATIENCE, async {
             while !ids.is_empty() {
-                let sig = finished.next().await.unwrap();
-                ids.remove(sig.args().unwrap().task_id.as_str());
+                let (task, _, _) = finished.recv().await.unwrap();
+                ids.remove(&task);
             }
         })
         .await
@@ -351,7 +390,7 @@ async fn run_series(
         done += 25;
         server.forget_requests();
         if done / every != before / every {
-            idle(&client(bus).await).await;
+            idle(bus).await;
             samples.push((done, daemon.rss_kib(), daemon.fds()));
         }
     }
