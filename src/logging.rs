@@ -70,9 +70,19 @@ pub fn init(base_level: &str, verbosity: u8) {
     init_stderr(filter);
 }
 
+/// Colour only for a person at a terminal that can show it: not into a pipe or a file,
+/// not on `TERM=dumb`, not with `NO_COLOR` set (no-color.org).
+fn stderr_wants_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+        && std::env::var_os("TERM").is_some_and(|t| t != "dumb")
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn init_stderr(filter: EnvFilter) {
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(stderr_wants_colour())
         .with_target(false)
         .compact();
     // A second init (tests) fails harmlessly: the first subscriber stays.

@@ -8,6 +8,14 @@ use clap::Parser;
 use familiar::cli::{self, Cli, Command, Exit};
 
 fn main() -> ExitCode {
+    // `COMPLETE=bash familiar …`: the shell asks for completions; answered and exited.
+    // Never in the sandbox helper, whatever its environment holds.
+    if std::env::args_os()
+        .nth(1)
+        .is_none_or(|a| a != "sandbox-exec")
+    {
+        cli::answer_shell();
+    }
     let cli = Cli::parse();
     // The sandbox helper must stay single-threaded and quiet until it has restricted
     // itself and exec'd the command: no logging, no runtime.

@@ -300,18 +300,24 @@ async fn ask(
 }
 
 async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
-    let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
+    // The person's time to answer is not the tool's: reported apart.
+    let mut approval_wait = None;
     // Cloned: `ask` needs the whole spec, to record the answer in its trail.
     let decision = match spec.disposition.clone() {
         Disposition::Refuse { decision, reason } => {
             return CallResult::refused(decision, reason, spec.trail);
         }
         Disposition::Run => AuditDecision::Allowed,
-        Disposition::Ask { reason } => match ask(env, &mut spec, reason).await {
-            Ok(decision) => decision,
-            Err((decision, why)) => return CallResult::refused(decision, why, spec.trail),
-        },
+        Disposition::Ask { reason } => {
+            let asked = Instant::now();
+            let answer = ask(env, &mut spec, reason).await;
+            approval_wait = Some(asked.elapsed().as_millis() as u64);
+            match answer {
+                Ok(decision) => decision,
+                Err((decision, why)) => return CallResult::refused(decision, why, spec.trail),
+            }
+        }
     };
 
     let Some(tool) = spec.tool else {
@@ -344,6 +350,7 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         decision,
         reason: Some(&reason),
     });
+    let started = Instant::now();
     let result = tokio::select! {
         r = tool.execute(spec.args.clone(), env.tool_ctx.clone()) => r,
         () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),
@@ -360,6 +367,7 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         ok,
         preview: shorten(&output, 160),
         duration_ms,
+        approval_wait_ms: approval_wait,
     });
     CallResult {
         ok,

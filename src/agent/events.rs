@@ -109,7 +109,11 @@ pub enum EventPayload {
         ok: bool,
         /// The first lines of the output (the transcript has all of it).
         preview: String,
+        /// The tool's own run time (after any approval).
         duration_ms: u64,
+        /// How long the approval took to be answered, when one was asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_wait_ms: Option<u64>,
     },
     PlanUpdated {
         plan: Plan,

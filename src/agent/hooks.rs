@@ -121,8 +121,9 @@ impl Hooks for MetricsHook {
     fn task_finished(&self, _task: &TaskRef<'_>, status: TaskStatus) {
         match status {
             TaskStatus::Completed => bump(&self.metrics.tasks_completed),
+            // Stopped on purpose (Ctrl-C, `familiar cancel`, shutdown): not a failure.
+            TaskStatus::Cancelled => bump(&self.metrics.tasks_cancelled),
             TaskStatus::Failed
-            | TaskStatus::Cancelled
             | TaskStatus::MaxIterations
             | TaskStatus::BudgetExceeded
             | TaskStatus::Timeout

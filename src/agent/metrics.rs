@@ -33,6 +33,7 @@ metrics!(
     rate_limited,
     tasks_completed,
     tasks_failed,
+    tasks_cancelled,
 );
 
 /// Adds one to a counter.
@@ -49,7 +50,7 @@ mod tests {
         let m = Metrics::default();
         bump(&m.tool_executions);
         let s = m.snapshot();
-        assert_eq!(s.len(), 9);
+        assert_eq!(s.len(), 10);
         assert_eq!(s["tool_executions"], 1);
         assert_eq!(s["rate_limited"], 0);
     }

@@ -11,6 +11,7 @@
 //! `delegate`'s sub-tasks, sharing the parent's [`budget`].
 
 pub mod budget;
+pub mod choice;
 mod collector;
 pub mod compaction;
 mod compactor;

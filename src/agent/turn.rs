@@ -169,9 +169,42 @@ pub async fn run_task(
         session_id = tracing::field::Empty,
         soul = %spec.soul.id,
     );
-    drive(rt, spec, bus, cancel, span.clone())
+    let new_session = spec.session.is_none();
+    let store_rt = Arc::clone(&rt);
+    let outcome = drive(rt, spec, bus, cancel, span.clone())
         .instrument(span)
-        .await
+        .await?;
+    // Only a failure: a cancelled or timed-out task keeps its record (and what the
+    // model had streamed so far).
+    if new_session && outcome.status == TaskStatus::Failed {
+        discard_if_unanswered(&store_rt.store, &outcome.session_id);
+    }
+    Ok(outcome)
+}
+
+/// A new session whose task failed before the model answered at all (no provider, a
+/// wrong key) holds nothing worth continuing: remove it rather than leave an empty
+/// session in `familiar sessions`.
+fn discard_if_unanswered(store: &crate::store::Store, id: &crate::ids::SessionId) {
+    let answered = match store.load_context(id) {
+        Ok(Some(ctx)) => ctx
+            .history
+            .iter()
+            .any(|m| m.role == crate::llm::Role::Assistant),
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(session_id = %id, "cannot check the session for an answer: {e}");
+            return;
+        }
+    };
+    if !answered {
+        match store.remove_session(id) {
+            Ok(_) => {
+                tracing::debug!(session_id = %id, "removed the session: the model never answered")
+            }
+            Err(e) => tracing::warn!(session_id = %id, "cannot remove the unanswered session: {e}"),
+        }
+    }
 }
 
 async fn drive(

@@ -34,7 +34,18 @@ const MENUS: &[(&str, &[&str])] = &[
 /// Characters of the result shown in a `--notify` notification.
 const NOTIFY_BODY_CHARS: usize = 400;
 
-pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
+pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
+    // Only the flag: FAMILIAR_CONFIG set for a whole session is not a per-call choice.
+    let from_env = std::env::var_os("FAMILIAR_CONFIG").map(PathBuf::from);
+    if let Some(path) = config.filter(|p| from_env.as_deref() != Some(*p)) {
+        // The daemon is one process for every client: a per-call config would let any
+        // caller swap its policy. Say so rather than ignore the flag silently.
+        writeln!(
+            std::io::stderr().lock(),
+            "familiar: warning: --config {} is not used by `ask`: the daemon reads its own config (restart it after editing: `systemctl --user restart familiar`); `familiar run` uses the file in this process",
+            path.display()
+        )?;
+    }
     let prompt = if args.dmenu {
         match dmenu()? {
             Some(p) => p,
@@ -62,6 +73,12 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
     options.insert("origin", Variant::from(origin));
     if let Some(s) = &args.task.session {
         options.insert("session", Variant::from(s.as_str()));
+    }
+    if let Some(p) = &args.task.provider {
+        options.insert("provider", Variant::from(p.as_str()));
+    }
+    if let Some(m) = &args.task.model {
+        options.insert("model", Variant::from(m.as_str()));
     }
     let ws;
     if let Some(w) = &workspace {
@@ -216,6 +233,9 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
                     "familiar: cannot show a notification: {e}"
                 )?;
             }
+        }
+        if cancelled {
+            return Ok(Exit::Interrupted);
         }
         Ok(exit_for(status))
     })?

@@ -55,7 +55,10 @@ pub fn classify(e: zbus::Error) -> Failure {
             return Failure::unreachable(format!("activation failed: {message}"));
         }
         n if n == format!("{}.ShuttingDown", crate::dbus::ERROR_PREFIX) => Exit::Unreachable,
+        // An unknown task id (cancel) and an unknown request id (approve, deny) are
+        // the same mistake, and exit alike.
         n if n == format!("{}.InvalidArgument", crate::dbus::ERROR_PREFIX)
+            || n == format!("{}.UnknownTask", crate::dbus::ERROR_PREFIX)
             || n == format!("{}.UnknownSoul", crate::dbus::ERROR_PREFIX)
             || n == format!("{}.UnknownSession", crate::dbus::ERROR_PREFIX) =>
         {
@@ -71,9 +74,12 @@ pub fn classify(e: zbus::Error) -> Failure {
 
 /// The session bus and the daemon's proxy.
 pub async fn connect() -> Result<(Connection, Agent1Proxy<'static>), Failure> {
-    let conn = Connection::session()
-        .await
-        .map_err(|e| Failure::unreachable(format!("no session bus: {e}")))?;
+    let conn = Connection::session().await.map_err(|e| Failure {
+        exit: Exit::Unreachable,
+        message: format!(
+            "no session bus ({e}): outside a desktop session (ssh, a tty) export DBUS_SESSION_BUS_ADDRESS=unix:path=$XDG_RUNTIME_DIR/bus, or use `familiar run` (no daemon needed)"
+        ),
+    })?;
     let proxy = Agent1Proxy::new(&conn).await.map_err(classify)?;
     Ok((conn, proxy))
 }
@@ -96,7 +102,58 @@ fn with_proxy<T>(
     })
 }
 
-pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+/// What this machine says without asking the daemon: version, config file, provider
+/// and model, the kernel's Landlock.
+fn local_facts(config: Option<&std::path::Path>) -> serde_json::Value {
+    let mut facts = serde_json::json!({
+        "client_version": env!("CARGO_PKG_VERSION"),
+        "landlock": crate::sandbox::status::probe(),
+    });
+    match crate::config::Config::load(config, &crate::config::ProcessEnv) {
+        Ok(c) => {
+            facts["config"] = serde_json::json!(c.source.as_ref().map(|p| p.display().to_string()));
+            facts["provider"] = serde_json::json!(c.default_provider);
+            facts["model"] = serde_json::json!(c.provider(None).ok().map(|p| p.model.clone()));
+            facts["default_soul"] = serde_json::json!(c.default_soul.to_string());
+        }
+        Err(e) => facts["config_error"] = serde_json::json!(e.to_string()),
+    }
+    facts
+}
+
+fn write_local_facts(f: &serde_json::Value, out: &mut Out) -> anyhow::Result<()> {
+    let s = |k: &str| f[k].as_str().map(str::to_owned);
+    writeln!(out, "familiar {}", s("client_version").unwrap_or_default())?;
+    match s("config_error") {
+        Some(e) => writeln!(out, "config: {e}")?,
+        None => {
+            writeln!(
+                out,
+                "config: {}",
+                s("config").unwrap_or_else(|| "none (built-in defaults)".to_owned())
+            )?;
+            writeln!(
+                out,
+                "provider: {}, model {}, default soul {}",
+                s("provider").unwrap_or_default(),
+                s("model").unwrap_or_else(|| "?".to_owned()),
+                s("default_soul").unwrap_or_default()
+            )?;
+        }
+    }
+    let landlock: Option<Enforcement> = serde_json::from_value(f["landlock"].clone()).ok();
+    writeln!(
+        out,
+        "landlock (this kernel): {}",
+        describe_sandbox(landlock.as_ref())
+    )?;
+    Ok(())
+}
+
+/// `familiar status`: the local facts, then the daemon's (or that it is not running;
+/// exit 3 then, as `systemctl status` does for an inactive unit).
+pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let local = local_facts(config);
     let got = with_proxy(async |conn, p| {
         let version = p.version().await?;
         let active = p.active_tasks().await?;
@@ -112,7 +169,18 @@ pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     })?;
     let (version, active, metrics, pid, sandbox) = match got {
         Ok(v) => v,
-        Err(f) => return f.report(),
+        Err(f) => {
+            if json {
+                let mut all = local;
+                all["daemon"] = serde_json::json!({"running": false, "error": f.message});
+                out.json_line(&all)?;
+            } else {
+                write_local_facts(&local, out)?;
+                writeln!(out, "daemon: not running")?;
+            }
+            out.flush()?;
+            return f.report();
+        }
     };
     let uptime = pid.and_then(process_uptime_secs);
     let metrics: std::collections::BTreeMap<_, _> = metrics.into_iter().collect();
@@ -124,16 +192,22 @@ pub fn status(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         }
     });
     if json {
-        out.json_line(&serde_json::json!({
-            "version": version,
-            "pid": pid,
-            "uptime_secs": uptime,
-            "active_tasks": active,
-            "metrics": metrics,
-            "sandbox": sandbox,
-        }))?;
+        let mut all = local;
+        for (k, v) in [
+            ("version", serde_json::json!(version)),
+            ("pid", serde_json::json!(pid)),
+            ("uptime_secs", serde_json::json!(uptime)),
+            ("active_tasks", serde_json::json!(active)),
+            ("metrics", serde_json::json!(metrics)),
+            ("sandbox", serde_json::json!(sandbox)),
+        ] {
+            all[k] = v;
+        }
+        all["daemon"] = serde_json::json!({"running": true});
+        out.json_line(&all)?;
         return Ok(Exit::Completed);
     }
+    write_local_facts(&local, out)?;
     writeln!(out, "familiar daemon {version}")?;
     if let Some(pid) = pid {
         match uptime {

@@ -321,6 +321,11 @@ pub fn sessions(
             show_session(&ctx, &store, out)?;
             Ok(Exit::Completed)
         }
+        Some(SessionsAction::Rm { ids }) => super::prune::rm(&store, &ids, out),
+        Some(SessionsAction::Prune {
+            older_than,
+            dry_run,
+        }) => super::prune::prune(&store, older_than, dry_run, out),
     }
 }
 

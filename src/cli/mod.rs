@@ -7,16 +7,21 @@
 
 mod ask;
 mod client;
+mod complete;
 mod doctor;
 mod local;
 mod memory;
 mod output;
+mod prune;
 mod run;
 mod setup;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use clap_complete::ArgValueCandidates;
+
+pub use complete::answer_shell;
 
 pub use output::Out;
 
@@ -33,6 +38,8 @@ pub enum Exit {
     Unreachable = 3,
     /// A limit was reached (iterations, tokens, wall clock).
     Limit = 4,
+    /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+    Interrupted = 130,
 }
 
 impl From<Exit> for std::process::ExitCode {
@@ -63,7 +70,7 @@ pub enum Command {
     /// Run the daemon in the foreground (what the systemd unit runs)
     Daemon,
     /// Run one task in this process, without the daemon
-    Run(TaskArgs),
+    Run(RunArgs),
     /// Submit a task to the daemon and stream its events
     Ask(AskArgs),
     /// Daemon version, uptime, Landlock status, active tasks, metrics
@@ -71,16 +78,26 @@ pub enum Command {
     /// List the daemon's tasks
     Tasks(JsonFlag),
     /// Cancel a task
-    Cancel { task_id: String },
+    Cancel {
+        /// The task's id (t-…), as `familiar tasks` lists it
+        task_id: String,
+    },
     /// Approve a pending approval request
-    Approve { request_id: String },
+    Approve {
+        /// The request's id (r-…), from the notification or the approval_requested event
+        request_id: String,
+    },
     /// Deny a pending approval request
-    Deny { request_id: String },
-    /// List sessions, or show one
+    Deny {
+        /// The request's id (r-…), from the notification or the approval_requested event
+        request_id: String,
+    },
+    /// List sessions, show one, remove or prune them
     Sessions {
         #[command(subcommand)]
         action: Option<SessionsAction>,
-        #[arg(long)]
+        /// JSON output (one object per line; `show`: one pretty object)
+        #[arg(long, global = true)]
         json: bool,
     },
     /// Long-term memory: list entries, forget one, clear them
@@ -95,7 +112,8 @@ pub enum Command {
     Souls {
         #[command(subcommand)]
         action: Option<SoulsAction>,
-        #[arg(long)]
+        /// JSON output (one object per line; `show`: one pretty object)
+        #[arg(long, global = true)]
         json: bool,
     },
     /// Ask the policy about a tool call
@@ -107,12 +125,22 @@ pub enum Command {
     Snapshot(JsonFlag),
     /// Install the systemd user units and the D-Bus activation file
     Setup {
-        /// Print what would be installed, change nothing
+        /// Print what would be done, change nothing
         #[arg(long)]
         dry_run: bool,
+        /// Stop and disable the units, remove the files setup installed (sessions and
+        /// config stay)
+        #[arg(long)]
+        uninstall: bool,
     },
-    /// Print shell completions
-    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff): `familiar man | man -l -`
+    Man,
+    /// Print static shell completions (for dynamic ones with soul and session names:
+    /// `source <(COMPLETE=bash familiar)`, see docs/cli.md)
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
     /// Check config, souls, provider and model, Landlock, the bus, the daemon, the
     /// units, notifications, Hyprland and the data dir; say the fix for each problem
     Doctor(JsonFlag),
@@ -123,6 +151,7 @@ pub enum Command {
         /// Perform this file operation (request as JSON on stdin) instead of a command.
         #[arg(long, value_enum)]
         op: Option<crate::sandbox::FileOpKind>,
+        /// The command to run, with its arguments
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         argv: Vec<String>,
     },
@@ -137,12 +166,19 @@ pub struct JsonFlag {
 
 #[derive(Debug, Args)]
 pub struct TaskArgs {
-    /// Soul to run under [default: default_soul from config.toml]
-    #[arg(long)]
+    /// Soul to run under [default: the session's soul, else default_soul from config.toml]
+    #[arg(long, value_name = "SOUL", add = ArgValueCandidates::new(complete::souls))]
     pub soul: Option<String>,
-    /// Continue this session
-    #[arg(long, value_name = "ID")]
+    /// Continue this session (under its own soul)
+    #[arg(long, value_name = "ID", add = ArgValueCandidates::new(complete::sessions))]
     pub session: Option<String>,
+    /// Provider for this task: a [providers.NAME] table of config.toml [default: the
+    /// soul's, else default_provider]
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// Model for this task [default: the soul's, else the provider's]
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
     /// Writable workspace for the task [default: data_dir/workspaces/SESSION_ID]
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
@@ -152,6 +188,19 @@ pub struct TaskArgs {
     /// The prompt, or `-` to read it from stdin
     #[arg(value_name = "PROMPT|-")]
     pub prompt: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// Continue the most recently updated session
+    #[arg(short = 'c', long = "continue", conflicts_with = "session")]
+    pub continue_latest: bool,
+    /// Keep nothing: the session (context, transcript, workspace) is removed when the
+    /// task ends (the audit log still records its tool calls)
+    #[arg(long, conflicts_with_all = ["session", "continue_latest"])]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Args)]
@@ -172,7 +221,26 @@ pub struct AskArgs {
 #[derive(Debug, Subcommand)]
 pub enum SessionsAction {
     /// Show one session: history, plan, usage
-    Show { id: String },
+    Show {
+        /// The session's id (s-…), as `familiar sessions` lists it
+        #[arg(add = ArgValueCandidates::new(complete::sessions))]
+        id: String,
+    },
+    /// Remove sessions: their context, transcript and workspace
+    Rm {
+        /// The sessions' ids (s-…)
+        #[arg(required = true, value_name = "ID", add = ArgValueCandidates::new(complete::sessions))]
+        ids: Vec<String>,
+    },
+    /// Remove every session not updated for longer than DURATION
+    Prune {
+        /// Age beyond which a session goes, e.g. `30d`, `2weeks`, `12h`
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
+        /// Say what would be removed, remove nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,9 +259,16 @@ pub enum MemoryAction {
 #[derive(Debug, Subcommand)]
 pub enum SoulsAction {
     /// Show one soul in full, with the modes in force under the policy
-    Show { id: String },
+    Show {
+        /// The soul's id, as `familiar souls` lists it
+        #[arg(add = ArgValueCandidates::new(complete::souls))]
+        id: String,
+    },
     /// Check a soul file against the schema and the policy, without loading it
-    Validate { file: PathBuf },
+    Validate {
+        /// The soul file (TOML)
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -201,7 +276,7 @@ pub enum PolicyAction {
     /// Say what the policy would decide for a call, and why
     Check {
         /// Judge the call as this soul would make it [default: default_soul]
-        #[arg(long)]
+        #[arg(long, add = ArgValueCandidates::new(complete::souls))]
         soul: Option<String>,
         /// Print the verdict as JSON
         #[arg(long)]
@@ -234,16 +309,20 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)
         }
+        Command::Man => {
+            complete::man(&mut out)?;
+            Ok(Exit::Completed)
+        }
         Command::Daemon => daemon(&cli.config),
         Command::Run(args) => run::run(&cli.config, args, out),
         // The daemon reads its own config; clients only talk to it.
-        Command::Ask(args) => ask::ask(args, out),
-        Command::Status(JsonFlag { json }) => client::status(json, &mut out),
+        Command::Ask(args) => ask::ask(cli.config.as_deref(), args, out),
+        Command::Status(JsonFlag { json }) => client::status(cli.config.as_deref(), json, &mut out),
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
         Command::Cancel { task_id } => client::cancel(&task_id),
         Command::Approve { request_id } => client::respond(&request_id, true),
         Command::Deny { request_id } => client::respond(&request_id, false),
-        Command::Setup { dry_run } => setup::setup(dry_run, &mut out),
+        Command::Setup { dry_run, uninstall } => setup::setup(dry_run, uninstall, &mut out),
         Command::Doctor(JsonFlag { json }) => doctor::doctor(&cli.config, json, &mut out),
         // main.rs runs the helper before logging is set up; reaching here is a bug.
         Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec is handled before dispatch"),
@@ -260,5 +339,34 @@ fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {
         }
         .report(),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every flag and positional argument says what it is for in `--help`.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "familiar", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 }

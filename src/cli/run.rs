@@ -9,11 +9,13 @@
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::{Exit, Out, TaskArgs};
+use super::{Exit, Out, RunArgs};
+use crate::agent::choice::{Choice, choose};
 use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
 use crate::agent::{Runtime, RuntimeError, TaskError, TaskSpec, run_task};
 use crate::approval::TtyFrontend;
@@ -71,28 +73,23 @@ pub fn resolve_workspace(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     Ok(abs)
 }
 
-pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result<Exit> {
+pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<Exit> {
     let config = Arc::new(Config::load(config.as_deref(), &ProcessEnv)?);
     let policy = Arc::new(policy::load(&config.policy, &config.paths)?);
     let souls = Arc::new(SoulSet::load(&config.paths, &policy)?);
     for err in &souls.errors {
         tracing::warn!("skipping soul file: {err}");
     }
-    let soul_id = args
-        .soul
-        .clone()
-        .unwrap_or_else(|| config.default_soul.to_string());
-    let soul = Arc::new(souls.get(&soul_id)?.clone());
-    let prompt = read_prompt(&args.prompt)?;
-    let session = args.session.as_deref().map(SessionId::new).transpose()?;
+    let prompt = read_prompt(&args.task.prompt)?;
     let workspace = args
+        .task
         .workspace
         .as_deref()
         .map(resolve_workspace)
         .transpose()?;
 
     let data_dir = config.paths.data_dir.clone();
-    let rt = match Runtime::from_config(config, policy, Arc::clone(&souls)) {
+    let rt = match Runtime::from_config(Arc::clone(&config), policy, Arc::clone(&souls)) {
         Ok(rt) => rt,
         // A data dir that cannot be written (full, read-only) fails the task; it is not
         // a usage error (exit 2 said "fix your command line" to someone with a full disk).
@@ -102,6 +99,34 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
                 .with_context(|| format!("cannot set up the task in {}", data_dir.display()));
         }
     };
+    let session = match (&args.task.session, args.continue_latest) {
+        (Some(s), _) => Some(SessionId::new(s)?),
+        (None, true) => Some(
+            rt.store
+                .list_sessions()?
+                .into_iter()
+                .next()
+                .map(|s| s.id)
+                .with_context(|| {
+                    format!(
+                        "--continue: there is no session yet in {}",
+                        data_dir.display()
+                    )
+                })?,
+        ),
+        (None, false) => None,
+    };
+    let soul = choose(
+        &souls,
+        &config,
+        &rt.store,
+        &Choice {
+            soul: args.task.soul.as_deref(),
+            session: session.as_ref(),
+            provider: args.task.provider.as_deref(),
+            model: args.task.model.as_deref(),
+        },
+    )?;
     rt.approvals.add_frontend(Arc::new(TtyFrontend::detect()));
     let rt = Arc::new(rt);
     let spec = TaskSpec {
@@ -120,26 +145,37 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let json = args.task.json;
+    let ephemeral = args.ephemeral;
     tokio.block_on(async move {
         let mut bus = EventBus::new();
         let rx = bus.subscribe(Delivery::Lossless);
-        let printer = tokio::spawn(print_events(rx, out, args.json));
+        let printer = tokio::spawn(print_events(rx, out, json));
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let saw_ctrl_c = Arc::clone(&interrupted);
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
+                saw_ctrl_c.store(true, Ordering::SeqCst);
                 tracing::warn!("cancelling (Ctrl-C again to quit at once)");
                 on_ctrl_c.cancel();
             }
             // A second Ctrl-C means "now": the context was saved at the last step.
             if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
+                std::process::exit(Exit::Interrupted as i32);
             }
         });
-        let outcome = run_task(rt, spec, bus, cancel).await;
+        let outcome = run_task(Arc::clone(&rt), spec, bus, cancel).await;
         // The bus was moved into the task and dropped with it: the printer ends.
         printer.await.context("the output printer failed")??;
+        if ephemeral && let Ok(o) = &outcome {
+            rt.store
+                .remove_session(&o.session_id)
+                .with_context(|| format!("cannot remove the ephemeral session {}", o.session_id))?;
+        }
         match outcome {
+            Ok(_) if interrupted.load(Ordering::SeqCst) => Ok(Exit::Interrupted),
             Ok(o) => Ok(exit_for(o.status)),
             Err(TaskError::Store(crate::store::StoreError::SessionBusy(id))) => {
                 anyhow::bail!(
@@ -221,10 +257,14 @@ pub async fn print_events(
                 ok,
                 preview,
                 duration_ms,
+                approval_wait_ms,
                 ..
             } => {
                 let mark = if *ok { "✓" } else { "✗" };
-                writeln!(err, "  {mark} {tool} ({duration_ms} ms) {preview}")?;
+                let waited = approval_wait_ms
+                    .map(|w| format!(", after {:.1}s waiting for approval", w as f64 / 1000.0))
+                    .unwrap_or_default();
+                writeln!(err, "  {mark} {tool} ({duration_ms} ms{waited}) {preview}")?;
             }
             EventPayload::ApprovalResolved { approved, .. } => {
                 writeln!(

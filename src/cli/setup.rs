@@ -1,10 +1,11 @@
-//! `familiar setup [--dry-run]`: install the systemd user units and the D-Bus
-//! activation file for this user, pointing at the running binary, and say what was
-//! done.
+//! `familiar setup [--dry-run] [--uninstall]`: install (or remove) the systemd user
+//! units and the D-Bus activation file for this user, pointing at the running binary,
+//! and say what was done.
 //!
 //! Invariant: only files under `$XDG_DATA_HOME/systemd/user` and
-//! `$XDG_DATA_HOME/dbus-1/services` are written, and nothing at all with `--dry-run`;
-//! a missing user manager is reported, not fatal (the files are still right).
+//! `$XDG_DATA_HOME/dbus-1/services` are written or removed, and nothing at all with
+//! `--dry-run`. A `systemctl --user` step that fails is reported and makes the exit
+//! code 1; the files are still right, so running the commands later is enough.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -83,8 +84,46 @@ pub(super) fn installed() -> anyhow::Result<Vec<(PathBuf, &'static str)>> {
     Ok(plan.iter().map(|p| (p.path.clone(), state(p))).collect())
 }
 
-pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
+/// Runs each command, saying what happened; false if any failed.
+fn run_commands(commands: &[&[&str]], out: &mut Out) -> anyhow::Result<bool> {
+    let mut all_ok = true;
+    for c in commands {
+        match Command::new(c[0]).args(&c[1..]).output() {
+            Ok(o) if o.status.success() => writeln!(out, "ran: {}", c.join(" "))?,
+            Ok(o) => {
+                all_ok = false;
+                let err = String::from_utf8_lossy(&o.stderr);
+                writeln!(out, "could not run `{}`: {}", c.join(" "), err.trim())?;
+            }
+            Err(e) => {
+                all_ok = false;
+                writeln!(out, "could not run `{}`: {e}", c.join(" "))?;
+            }
+        }
+    }
+    Ok(all_ok)
+}
+
+/// A binary under a cargo `target/` directory, or built without optimisations: a
+/// unit pointing at it breaks at the next `cargo clean` and runs slowly meanwhile.
+fn is_development_build(exe: &Path) -> bool {
+    cfg!(debug_assertions)
+        || exe
+            .components()
+            .any(|c| c.as_os_str() == std::ffi::OsStr::new("target"))
+}
+
+pub fn setup(dry_run: bool, uninstall: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    if uninstall {
+        return self::uninstall(dry_run, out);
+    }
     let (exe_str, unit_dir, dbus_dir, plan) = plan()?;
+    if is_development_build(Path::new(&exe_str)) {
+        writeln!(
+            std::io::stderr().lock(),
+            "familiar: warning: {exe_str} is a development build; the units will point at it. Install a release build (`cargo install --path .` or your distribution's package) and run `familiar setup` from there."
+        )?;
+    }
     let commands: [&[&str]; 2] = [
         &["systemctl", "--user", "daemon-reload"],
         &[
@@ -122,21 +161,7 @@ pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
         }
         writeln!(out, "{what}: {}", p.path.display())?;
     }
-    let mut manager_ok = true;
-    for c in commands {
-        match Command::new(c[0]).args(&c[1..]).output() {
-            Ok(o) if o.status.success() => writeln!(out, "ran: {}", c.join(" "))?,
-            Ok(o) => {
-                manager_ok = false;
-                let err = String::from_utf8_lossy(&o.stderr);
-                writeln!(out, "could not run `{}`: {}", c.join(" "), err.trim())?;
-            }
-            Err(e) => {
-                manager_ok = false;
-                writeln!(out, "could not run `{}`: {e}", c.join(" "))?;
-            }
-        }
-    }
+    let manager_ok = run_commands(&commands, out)?;
     writeln!(
         out,
         "\nThe daemon now starts on first use (`familiar ask …` activates it over D-Bus);\nstart it now with `systemctl --user start familiar`, follow it with `journalctl --user -u familiar -f`."
@@ -151,7 +176,68 @@ pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
         out,
         "Hyprland: add `exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE`\nand `bind = SUPER, A, exec, familiar ask --dmenu --notify` (see docs/systemd.md)."
     )?;
-    Ok(Exit::Completed)
+    Ok(if manager_ok {
+        Exit::Completed
+    } else {
+        Exit::Failed
+    })
+}
+
+/// `familiar setup --uninstall`: stop and disable what setup enabled, remove the files
+/// it wrote, reload. Sessions, config and the audit log stay (they are the user's).
+fn uninstall(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let data_home = data_home()?;
+    let files: Vec<PathBuf> = UNITS
+        .iter()
+        .map(|(name, _)| data_home.join("systemd/user").join(name))
+        .chain(std::iter::once(
+            data_home.join("dbus-1/services").join(ACTIVATION_FILE.0),
+        ))
+        .collect();
+    let stop: [&[&str]; 2] = [
+        &[
+            "systemctl",
+            "--user",
+            "disable",
+            "--now",
+            "familiar-maintenance.timer",
+        ],
+        &["systemctl", "--user", "stop", "familiar.service"],
+    ];
+    let reload: [&[&str]; 1] = [&["systemctl", "--user", "daemon-reload"]];
+    if dry_run {
+        writeln!(out, "familiar setup --uninstall --dry-run: would run:")?;
+        for c in stop {
+            writeln!(out, "  {}", c.join(" "))?;
+        }
+        writeln!(out, "remove:")?;
+        for f in &files {
+            let state = if f.exists() { "present" } else { "absent" };
+            writeln!(out, "  {} ({state})", f.display())?;
+        }
+        writeln!(out, "and run:\n  {}", reload[0].join(" "))?;
+        return Ok(Exit::Completed);
+    }
+    let stopped = run_commands(&stop, out)?;
+    for f in &files {
+        match std::fs::remove_file(f) {
+            Ok(()) => writeln!(out, "removed: {}", f.display())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                writeln!(out, "absent: {}", f.display())?
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", f.display())),
+        }
+    }
+    let reloaded = run_commands(&reload, out)?;
+    writeln!(
+        out,
+        "\nSessions, config and the audit log are kept (~/.local/state/familiar, ~/.config/familiar)."
+    )?;
+    Ok(if stopped && reloaded {
+        Exit::Completed
+    } else {
+        Exit::Failed
+    })
 }
 
 fn state(p: &Planned) -> &'static str {

@@ -6,6 +6,12 @@
 //! (`supervisor`) holds every piece of mutable task state; the D-Bus object
 //! ([`service::Service`]) forwards [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.
+//!
+//! The name is requested without replacement: a second `familiar daemon` is refused
+//! ("already running as pid N") instead of taking the name from the one serving. A
+//! daemon that loses its name anyway (the bus, or its own connection, released it)
+//! can no longer be reached: it stops taking work, cancels what it has and exits
+//! non-zero so systemd restarts it.
 
 mod reload;
 pub mod service;
@@ -59,6 +65,12 @@ pub enum DaemonError {
         #[source]
         source: zbus::Error,
     },
+    #[error(
+        "{name} is already running as pid {pid} (`systemctl --user status familiar`; stop it before starting another)",
+        name = dbus::NAME,
+        pid = pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+    )]
+    AlreadyRunning { pid: Option<u32> },
     #[error("cannot start the async runtime: {0}")]
     Io(#[from] std::io::Error),
     /// The session bus went away (or took our name): nobody can reach the daemon, so it
@@ -152,6 +164,8 @@ pub struct Daemon {
     conn: Connection,
     tx: mpsc::Sender<Op>,
     owner: JoinHandle<()>,
+    /// `NameLost` and the connection's end, watched from the start.
+    watch: Option<zbus::MessageStream>,
     pub shared: Arc<Shared>,
 }
 
@@ -173,12 +187,17 @@ impl Daemon {
             uid: current_uid(),
             submit_rate: options.submit_rate,
         });
+        // Not `.name()`: the builder requests with zbus's default flags, which let a
+        // second daemon replace this one. The object is served before the name is taken.
         let conn = builder
             .serve_at(dbus::PATH, Service::new(tx.clone(), Arc::clone(&shared)))
-            .name(dbus::NAME)
             .build()
             .await
             .map_err(|source| DaemonError::Bus { source })?;
+        let watch = watch_bus(&conn)
+            .await
+            .map_err(|source| DaemonError::Bus { source })?;
+        take_name(&conn).await?;
         let emitter = SignalEmitter::new(&conn, dbus::PATH)
             .map_err(|source| DaemonError::Bus { source })?
             .into_owned();
@@ -200,12 +219,40 @@ impl Daemon {
             conn,
             tx,
             owner,
+            watch: Some(watch),
             shared,
         })
     }
 
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// Serves until `stop` resolves or the daemon can no longer be reached (its bus
+    /// connection closed, or the bus took the name away: [`DaemonError::BusLost`]),
+    /// then shuts down (see [`Daemon::shutdown`]). Unreachable, it must exit non-zero
+    /// for systemd to restart it.
+    pub async fn serve_until(
+        mut self,
+        stop: impl std::future::Future<Output = ()>,
+        sd: bool,
+    ) -> Result<(), DaemonError> {
+        let lost = tokio::select! {
+            () = stop => None,
+            why = bus_lost(self.watch.take()) => Some(why),
+        };
+        match &lost {
+            None => tracing::info!("stopping: cancelling running tasks"),
+            Some(why) => tracing::error!(
+                "lost the session bus ({why}): cancelling running tasks and exiting"
+            ),
+        }
+        notify(sd, &[sd_notify::NotifyState::Stopping]);
+        self.shutdown().await;
+        match lost {
+            None => Ok(()),
+            Some(why) => Err(DaemonError::BusLost(why)),
+        }
     }
 
     /// Re-reads the policy and souls for new tasks (SIGHUP); a broken file keeps the
@@ -284,13 +331,13 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         );
         let stopped = wait_for_stop(stop);
         tokio::pin!(stopped);
-        let conn = daemon.connection().clone();
-        let lost_bus = bus_lost(&conn);
-        tokio::pin!(lost_bus);
+        let mut daemon = daemon;
+        let bus_gone = bus_lost(daemon.watch.take());
+        tokio::pin!(bus_gone);
         let lost = loop {
             tokio::select! {
                 () = &mut stopped => break None,
-                why = &mut lost_bus => break Some(why),
+                why = &mut bus_gone => break Some(why),
                 _ = hangup.recv() => {
                     notify(sd, &[sd_notify::NotifyState::Reloading]);
                     if let Err(e) = daemon.reload() {
@@ -315,24 +362,47 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
     })
 }
 
-/// Returns once the daemon can no longer be reached: the connection to the bus closed
-/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
-/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
-async fn bus_lost(conn: &Connection) -> String {
-    use futures::StreamExt;
+/// Takes [`dbus::NAME`] without allowing replacement and without queueing; a name
+/// already owned is [`DaemonError::AlreadyRunning`] with the owner's pid. ([`bus_lost`]
+/// notices if the name is ever taken away after this.)
+async fn take_name(conn: &Connection) -> Result<(), DaemonError> {
+    use zbus::fdo::{DBusProxy, RequestNameFlags, RequestNameReply};
+    let bus = |source| DaemonError::Bus { source };
+    let proxy = DBusProxy::new(conn).await.map_err(bus)?;
+    match conn
+        .request_name_with_flags(dbus::NAME, RequestNameFlags::DO_NOT_QUEUE)
+        .await
+    {
+        Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => {}
+        Ok(RequestNameReply::Exists | RequestNameReply::InQueue) | Err(zbus::Error::NameTaken) => {
+            let name: zbus::names::BusName<'_> = dbus::NAME.try_into().map_err(bus)?;
+            let pid = proxy.get_connection_unix_process_id(name).await.ok();
+            return Err(DaemonError::AlreadyRunning { pid });
+        }
+        Err(source) => return Err(DaemonError::Bus { source }),
+    }
+    Ok(())
+}
+
+/// The `NameLost` signals of the bus driver, subscribed at start (before the name is
+/// taken), so a loss at any later moment is in the stream for [`bus_lost`].
+async fn watch_bus(conn: &Connection) -> Result<zbus::MessageStream, zbus::Error> {
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .sender("org.freedesktop.DBus")
         .interface("org.freedesktop.DBus")
         .member("NameLost")
-        .build();
-    let rule = match rule {
-        Ok(rule) => rule,
-        Err(e) => return format!("cannot watch the bus connection: {e}"),
-    };
-    let mut stream = match zbus::MessageStream::for_match_rule(rule, conn, None).await {
-        Ok(stream) => stream,
-        Err(e) => return format!("cannot watch the bus connection: {e}"),
+        .build()?;
+    zbus::MessageStream::for_match_rule(rule, conn, None).await
+}
+
+/// Returns once the daemon can no longer be reached: the connection to the bus closed
+/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
+/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
+async fn bus_lost(stream: Option<zbus::MessageStream>) -> String {
+    use futures::StreamExt;
+    let Some(mut stream) = stream else {
+        return "cannot watch the bus connection".to_owned();
     };
     let mut last_error = None;
     while let Some(msg) = stream.next().await {

@@ -17,6 +17,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, interface};
 
 use super::{Op, Shared, SubmitRequest};
+use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
 use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES};
 use crate::ids::{RequestId, SessionId, TaskId};
@@ -107,15 +108,6 @@ impl Service {
         caller: String,
     ) -> Result<SubmitRequest, Error> {
         let loaded = self.shared.loaded.refresh();
-        let souls = &loaded.souls;
-        let soul_id = if soul.is_empty() {
-            self.shared.rt.config.default_soul.as_str()
-        } else {
-            soul
-        };
-        let soul = souls
-            .get(soul_id)
-            .map_err(|e| Error::UnknownSoul(format!("{e} (see `familiar souls`)")))?;
         if prompt.len() > MAX_PROMPT_BYTES {
             return Err(Error::InvalidArgument(format!(
                 "the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}: put large inputs in a file and name it in the prompt",
@@ -128,65 +120,115 @@ impl Service {
                 "the prompt is empty: say what the task is".to_owned(),
             ));
         }
-        let mut req = SubmitRequest {
-            soul: Arc::new(soul.clone()),
-            prompt,
-            session: None,
-            workspace: None,
-            origin: "dbus".to_owned(),
-            max_iterations: None,
-            caller,
+        let o = parse_options(options)?;
+        let choice = Choice {
+            soul: Some(soul),
+            session: o.session.as_ref(),
+            provider: o.provider.as_deref(),
+            model: o.model.as_deref(),
         };
-        for (key, value) in options {
-            match key.as_str() {
-                "session" => {
-                    let s = string_option(&key, value)?;
-                    let id = SessionId::new(s.clone())
-                        .map_err(|e| Error::InvalidArgument(format!("option `session`: {e}")))?;
-                    req.session = Some(id);
-                }
-                "origin" => {
-                    let s = string_option(&key, value)?;
-                    if s.is_empty() || s.chars().count() > MAX_ORIGIN_CHARS {
-                        return Err(Error::InvalidArgument(format!(
-                            "option `origin` must be 1 to {MAX_ORIGIN_CHARS} characters (cli, hyprland, timer, …)"
-                        )));
-                    }
-                    req.origin = s;
-                }
-                "workspace" => {
-                    let s = string_option(&key, value)?;
-                    let path = PathBuf::from(&s);
-                    if !path.is_absolute() {
-                        return Err(Error::InvalidArgument(format!(
-                            "option `workspace` must be an absolute path, got `{s}`"
-                        )));
-                    }
-                    if !path.is_dir() {
-                        return Err(Error::InvalidArgument(format!(
-                            "option `workspace`: {s} is not an existing directory"
-                        )));
-                    }
-                    req.workspace = Some(path);
-                }
-                "max_iterations" => {
-                    let n = u32::try_from(value).map_err(|_| wrong_type(&key, "u (uint32)"))?;
-                    if n == 0 {
-                        return Err(Error::InvalidArgument(
-                            "option `max_iterations` must be at least 1".to_owned(),
-                        ));
-                    }
-                    req.max_iterations = Some(n);
-                }
-                other => {
+        let rt = &self.shared.rt;
+        let chosen = match choose(&loaded.souls, &rt.config, &rt.store, &choice) {
+            // A session whose first task is still queued has no file yet: the
+            // supervisor answers SessionBusy (or UnknownSession) for it.
+            Err(ChoiceError::UnknownSession(_)) => choose(
+                &loaded.souls,
+                &rt.config,
+                &rt.store,
+                &Choice {
+                    session: None,
+                    ..choice
+                },
+            ),
+            other => other,
+        };
+        let soul = chosen.map_err(|e| match e {
+            ChoiceError::UnknownSoul(e) => {
+                Error::UnknownSoul(format!("{e} (see `familiar souls`)"))
+            }
+            ChoiceError::UnknownSession(_) | ChoiceError::Store(_) => {
+                Error::UnknownSession(e.to_string())
+            }
+            ChoiceError::SoulMismatch { .. }
+            | ChoiceError::UnknownProvider(_)
+            | ChoiceError::EmptyModel => Error::InvalidArgument(e.to_string()),
+        })?;
+        Ok(SubmitRequest {
+            soul,
+            prompt,
+            session: o.session,
+            workspace: o.workspace,
+            origin: o.origin.unwrap_or_else(|| "dbus".to_owned()),
+            max_iterations: o.max_iterations,
+            caller,
+        })
+    }
+}
+
+/// `Submit`'s options, checked.
+#[derive(Default)]
+struct SubmitOptions {
+    session: Option<SessionId>,
+    origin: Option<String>,
+    workspace: Option<PathBuf>,
+    max_iterations: Option<u32>,
+    provider: Option<String>,
+    model: Option<String>,
+}
+
+fn parse_options(options: HashMap<String, OwnedVariant>) -> Result<SubmitOptions, Error> {
+    let mut o = SubmitOptions::default();
+    for (key, value) in options {
+        match key.as_str() {
+            "session" => {
+                let s = string_option(&key, value)?;
+                let id = SessionId::new(s.clone())
+                    .map_err(|e| Error::InvalidArgument(format!("option `session`: {e}")))?;
+                o.session = Some(id);
+            }
+            "origin" => {
+                let s = string_option(&key, value)?;
+                if s.is_empty() || s.chars().count() > MAX_ORIGIN_CHARS {
                     return Err(Error::InvalidArgument(format!(
-                        "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u)"
+                        "option `origin` must be 1 to {MAX_ORIGIN_CHARS} characters (cli, hyprland, timer, …)"
                     )));
                 }
+                o.origin = Some(s);
+            }
+            "workspace" => {
+                let s = string_option(&key, value)?;
+                let path = PathBuf::from(&s);
+                if !path.is_absolute() {
+                    return Err(Error::InvalidArgument(format!(
+                        "option `workspace` must be an absolute path, got `{s}`"
+                    )));
+                }
+                if !path.is_dir() {
+                    return Err(Error::InvalidArgument(format!(
+                        "option `workspace`: {s} is not an existing directory"
+                    )));
+                }
+                o.workspace = Some(path);
+            }
+            "max_iterations" => {
+                let n = u32::try_from(value).map_err(|_| wrong_type(&key, "u (uint32)"))?;
+                if n == 0 {
+                    return Err(Error::InvalidArgument(
+                        "option `max_iterations` must be at least 1".to_owned(),
+                    ));
+                }
+                o.max_iterations = Some(n);
+            }
+            "provider" => o.provider = Some(string_option(&key, value)?),
+            "model" => o.model = Some(string_option(&key, value)?),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s)"
+                )));
             }
         }
-        Ok(req)
     }
+    Ok(o)
 }
 
 fn string_option(key: &str, value: OwnedVariant) -> Result<String, Error> {
@@ -283,6 +325,7 @@ impl Service {
     }
 
     /// One task as JSON: id, session_id, soul, status, prompt, plan, usage, result.
+    #[zbus(out_args("task_json"))]
     async fn get_task(
         &self,
         task_id: String,
@@ -295,6 +338,7 @@ impl Service {
     }
 
     /// Every task the daemon knows: id, soul, status, prompt (first 80 characters).
+    #[zbus(out_args("tasks"))]
     async fn list_tasks(
         &self,
         #[zbus(header)] hdr: Header<'_>,
@@ -305,6 +349,7 @@ impl Service {
     }
 
     /// Souls: id, description, model, max_iterations.
+    #[zbus(out_args("souls"))]
     async fn list_souls(
         &self,
         #[zbus(header)] hdr: Header<'_>,
@@ -337,6 +382,7 @@ impl Service {
     }
 
     /// Sessions: id, soul, title, updated (unix seconds), newest first.
+    #[zbus(out_args("sessions"))]
     async fn list_sessions(
         &self,
         #[zbus(header)] hdr: Header<'_>,
@@ -404,6 +450,7 @@ impl Service {
     }
 
     /// The environment snapshot as JSON.
+    #[zbus(out_args("snapshot_json"))]
     async fn snapshot(
         &self,
         #[zbus(header)] hdr: Header<'_>,

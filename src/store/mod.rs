@@ -13,6 +13,7 @@
 pub mod audit;
 pub mod context;
 pub mod memory;
+mod remove;
 pub mod transcript;
 
 use std::fs::{self, File, OpenOptions};

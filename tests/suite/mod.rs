@@ -2,6 +2,7 @@
 
 mod agent;
 mod cli;
+mod cli_habits;
 mod daemon;
 mod desktop_tools;
 mod llm;

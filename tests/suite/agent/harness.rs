@@ -34,15 +34,22 @@ struct TestLlm {
 }
 
 impl LlmFactory for TestLlm {
-    fn client(&self, _soul: &Soul) -> Result<(LlmClient, String, u32), LlmError> {
-        let cfg = self.config.provider(None).unwrap();
+    fn client(&self, soul: &Soul) -> Result<(LlmClient, String, u32), LlmError> {
+        // The soul's provider when the harness config has it (a per-task --provider),
+        // else the loopback one.
+        let cfg = self
+            .config
+            .provider(soul.provider.as_deref())
+            .or_else(|_| self.config.provider(None))
+            .unwrap();
         let providers = self.config.providers.clone();
         let client = LlmClient::from_config(cfg, &self.env, &|n| providers.get(n).cloned())?
             .with_retry(RetryPolicy {
                 sleeper: Sleeper::none(),
                 ..RetryPolicy::from_config(cfg)
             });
-        Ok((client, cfg.model.clone(), cfg.context_window))
+        let model = soul.model.clone().unwrap_or_else(|| cfg.model.clone());
+        Ok((client, model, cfg.context_window))
     }
 }
 

@@ -6,3 +6,4 @@ pub mod harness;
 mod hooks;
 mod loop_behaviour;
 mod run_cli;
+mod run_habits;

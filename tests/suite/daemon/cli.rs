@@ -142,13 +142,55 @@ async fn typed_daemon_errors_map_to_exit_codes() {
         "{}",
         text(&out.stderr)
     );
+    // An unknown id is the same exit code whichever command names it.
     let out = familiar(&f.harness.home, &f.bus, &["cancel", "t-nope"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("UnknownTask"),
         "{}",
         text(&out.stderr)
     );
+    for cmd in ["approve", "deny"] {
+        let out = familiar(&f.harness.home, &f.bus, &[cmd, "r-nope"], &[]).await;
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", text(&out.stderr));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_passes_model_and_provider_and_warns_about_config() {
+    let f = Fixture::new(vec![text_reply("ok")]).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &[
+            "--config",
+            "/nonexistent/config.toml",
+            "ask",
+            "--soul",
+            "test",
+            "--provider",
+            "local",
+            "--model",
+            "asked-model",
+            "hi",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("the daemon reads its own config"), "{err}");
+    assert_eq!(f.harness.server.requests()[0].body["model"], "asked-model");
+    // An unknown provider is a typed error, exit 2.
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--provider", "nope", "hi"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("unknown provider `nope`"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

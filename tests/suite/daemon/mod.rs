@@ -5,6 +5,7 @@
 
 mod cli;
 mod doctor;
+mod name;
 mod notifications;
 mod service;
 mod systemd;

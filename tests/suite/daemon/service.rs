@@ -14,7 +14,7 @@ use super::*;
 use crate::common::llm_server::{Gate, Step, oa_done, oa_finish, oa_text, oa_usage, sse};
 
 /// A text reply that waits for `gate` before sending anything.
-fn gated_reply(gate: &Gate, text: &str) -> Reply {
+pub(super) fn gated_reply(gate: &Gate, text: &str) -> Reply {
     Reply::sse_steps(vec![
         Step::Wait(gate.clone()),
         Step::Send(
@@ -249,6 +249,10 @@ async fn one_task_per_session_and_cancel_while_running() {
         .unwrap()
         .unwrap();
     assert_eq!(ctx.tasks[0].status, TaskStatus::Cancelled);
+    // Cancelled is not failed.
+    let metrics = f.proxy.metrics().await.unwrap();
+    assert_eq!(metrics["tasks_cancelled"], 1, "{metrics:?}");
+    assert_eq!(metrics["tasks_failed"], 0, "{metrics:?}");
 }
 
 #[tokio::test]
@@ -357,6 +361,10 @@ async fn an_approval_is_answered_with_respond() {
     );
     assert_eq!(w.finished(&task).await.0, "completed");
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi");
+    // The person's answer time is reported apart from the tool's own time.
+    let done = w.event(&task, "tool_call_finished").await;
+    assert!(done["approval_wait_ms"].is_u64(), "{done}");
+    assert!(done["duration_ms"].is_u64(), "{done}");
 }
 
 #[tokio::test]

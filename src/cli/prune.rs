@@ -1,0 +1,80 @@
+//! `familiar sessions rm ID…` and `familiar sessions prune --older-than DURATION`.
+//!
+//! A busy session (a task runs in it, here or in the daemon) is skipped with a
+//! message, never removed; `rm` of an unknown id is a usage error (exit 2), like the
+//! other commands that take an id.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{Exit, Out};
+use crate::ids::SessionId;
+use crate::store::{Store, StoreError};
+
+pub fn rm(store: &Store, ids: &[String], out: &mut Out) -> anyhow::Result<Exit> {
+    let mut exit = Exit::Completed;
+    for raw in ids {
+        let id = SessionId::new(raw)?;
+        match store.remove_session(&id) {
+            Ok(true) => writeln!(out, "removed {id}")?,
+            Ok(false) => {
+                writeln!(
+                    std::io::stderr().lock(),
+                    "familiar: no session `{id}` in {} (`familiar sessions` lists them)",
+                    store.data_dir().display()
+                )?;
+                exit = Exit::Usage;
+            }
+            Err(StoreError::SessionBusy(_)) => {
+                writeln!(
+                    std::io::stderr().lock(),
+                    "familiar: session {id} is busy (a task runs in it); cancel the task first"
+                )?;
+                exit = Exit::Failed;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(exit)
+}
+
+pub fn prune(
+    store: &Store,
+    older_than: Duration,
+    dry_run: bool,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let cutoff = now.saturating_sub(older_than.as_secs());
+    let mut removed = 0usize;
+    for s in store.list_sessions()? {
+        if s.updated_at >= cutoff {
+            continue;
+        }
+        if dry_run {
+            writeln!(out, "would remove {} ({})", s.id, s.title)?;
+            removed += 1;
+            continue;
+        }
+        match store.remove_session(&s.id) {
+            Ok(_) => {
+                writeln!(out, "removed {} ({})", s.id, s.title)?;
+                removed += 1;
+            }
+            Err(StoreError::SessionBusy(_)) => {
+                writeln!(out, "skipped {} (a task runs in it)", s.id)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    writeln!(
+        out,
+        "{verb} {removed} session{} not updated for {}",
+        if removed == 1 { "" } else { "s" },
+        humantime::format_duration(older_than)
+    )?;
+    Ok(Exit::Completed)
+}
