@@ -29,6 +29,8 @@ impl SystemPrompt {
             facts: &ctx.facts,
             iteration: self.iteration,
             max_iterations: task.limits.max_iterations,
+            memory: &task.memory,
+            delegates: task.delegates(),
         })
     }
 }
