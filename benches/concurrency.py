@@ -14,6 +14,10 @@ all started together; `[daemon] queue_limit` is raised to TASKS so none is refus
 
 Reported: failures (a client exiting non-zero), wall time, iterations per second, and the
 daemon's peak RSS (VmHWM) and RSS when idle again.
+
+Known: at 100 x 20 the shipped default policy's `rate_limits` refuse the reads ("every
+tool call of the last 3 turns was refused"), so this needs a bench policy with the read
+tier's rate raised before its figures mean anything (not written yet).
 """
 
 import http.server
