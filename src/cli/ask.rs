@@ -151,7 +151,20 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
                 }
                 Some(sig) = approvals.next() => {
                     let Ok(a) = sig.args() else { continue };
-                    if followed.contains_key(a.task_id.as_str()) && interactive {
+                    if !followed.contains_key(a.task_id.as_str()) {
+                        continue;
+                    }
+                    if !json {
+                        // Without a notification server this line is the only place
+                        // the request shows (issue 9 §6).
+                        let how = if interactive { "answer below, or run" } else { "run" };
+                        writeln!(
+                            std::io::stderr().lock(),
+                            "  waiting for approval {}: {how} `familiar approve {}` or `familiar deny {}`",
+                            a.request_id, a.request_id, a.request_id
+                        )?;
+                    }
+                    if interactive {
                         ask_on_tty(a.request_id.clone(), a.tool.clone(), a.summary.clone(), a.tier.clone(), answers_tx.clone());
                     }
                 }

@@ -183,30 +183,54 @@ fn process_uptime_secs(pid: u32) -> Option<u64> {
     Some((since_boot as u64).saturating_sub(start_ticks / 100))
 }
 
+/// One approval a task waits for, as `GetTask` lists it.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+struct PendingApproval {
+    request_id: String,
+    tool: String,
+    summary: String,
+}
+
 pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    // ListTasks lists sub-tasks right after their parent; GetTask says which they are.
-    let listed = with_proxy(async |_, p| {
+    // ListTasks lists sub-tasks right after their parent; GetTask says which they are,
+    // and which approvals a running task waits for.
+    let got = with_proxy(async |_, p| {
         let list = p.list_tasks().await?;
+        let mut approvals = std::collections::HashMap::new();
         let mut rows = Vec::with_capacity(list.len());
         for row in list {
-            let parent = match p.get_task(&row.0).await {
-                Ok(task) => serde_json::from_str::<serde_json::Value>(&task)
-                    .ok()
-                    .and_then(|v| v["parent_task"].as_str().map(str::to_owned)),
-                // Forgotten between the two calls: list it without a parent.
-                Err(_) => None,
-            };
+            // A task forgotten meanwhile is listed without a parent or approvals.
+            let task = p
+                .get_task(&row.0)
+                .await
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            let parent = task
+                .as_ref()
+                .and_then(|v| v["parent_task"].as_str().map(str::to_owned));
+            if row.2 == "running" {
+                // An older daemon sends no list.
+                let pending: Vec<PendingApproval> = task
+                    .as_ref()
+                    .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
+                    .unwrap_or_default();
+                approvals.insert(row.0.clone(), pending);
+            }
             rows.push((row, parent));
         }
-        Ok(rows)
+        Ok((rows, approvals))
     })?;
-    let list = match listed {
+    let (list, mut approvals) = match got {
         Ok(l) => l,
         Err(f) => return f.report(),
     };
     if json {
         for ((id, soul, status, prompt), parent) in &list {
-            out.json_line(&serde_json::json!({"id": id, "soul": soul, "status": status, "prompt": prompt, "parent_task": parent}))?;
+            let pending = approvals.remove(id).unwrap_or_default();
+            out.json_line(
+                &serde_json::json!({"id": id, "soul": soul, "status": status,
+                "prompt": prompt, "parent_task": parent, "approvals": pending}),
+            )?;
         }
         return Ok(Exit::Completed);
     }
@@ -217,11 +241,18 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     writeln!(out, "{:<18} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
     for ((id, soul, status, prompt), parent) in &list {
         let prompt = prompt.replace('\n', " ");
-        let id = match parent {
+        let shown = match parent {
             Some(_) => format!("└ {id}"),
             None => id.clone(),
         };
-        writeln!(out, "{id:<18} {soul:<18} {status:<16} {prompt}")?;
+        writeln!(out, "{shown:<18} {soul:<18} {status:<16} {prompt}")?;
+        for a in approvals.remove(id).unwrap_or_default() {
+            writeln!(
+                out,
+                "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",
+                a.request_id, a.summary, a.request_id, a.request_id
+            )?;
+        }
     }
     Ok(Exit::Completed)
 }

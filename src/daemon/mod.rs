@@ -7,8 +7,11 @@
 //! ([`service::Service`]) forwards [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.
 
+mod reload;
 pub mod service;
 mod supervisor;
+
+pub use reload::{Loaded, ReloadError};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -68,8 +71,10 @@ pub enum DaemonError {
 
 /// State the D-Bus object reads without asking the owner.
 pub struct Shared {
+    /// What every task shares whatever the policy (config, store, metrics, …).
     pub rt: Arc<Runtime>,
-    pub souls: Arc<SoulSet>,
+    /// The policy and souls new tasks get (see [`reload`]).
+    pub loaded: reload::Reloadable,
     /// Queued plus running tasks (the `ActiveTasks` property).
     pub active: AtomicU32,
     pub shutting_down: AtomicBool,
@@ -162,7 +167,7 @@ impl Daemon {
         let (tx, rx) = mpsc::channel(OP_BUFFER);
         let shared = Arc::new(Shared {
             rt: Arc::clone(&rt),
-            souls,
+            loaded: reload::Reloadable::new(Arc::clone(&rt), souls),
             active: AtomicU32::new(0),
             shutting_down: AtomicBool::new(false),
             uid: current_uid(),
@@ -201,6 +206,12 @@ impl Daemon {
 
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// Re-reads the policy and souls for new tasks (SIGHUP); a broken file keeps the
+    /// previous version in force.
+    pub fn reload(&self) -> Result<(), ReloadError> {
+        self.shared.loaded.reload()
     }
 
     /// Stops accepting tasks, cancels the running ones and waits (up to
@@ -269,9 +280,24 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        let lost = tokio::select! {
-            () = wait_for_stop(stop) => None,
-            why = bus_lost(daemon.connection()) => Some(why),
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let stopped = wait_for_stop(stop);
+        tokio::pin!(stopped);
+        let conn = daemon.connection().clone();
+        let bus_gone = bus_lost(&conn);
+        tokio::pin!(bus_gone);
+        let lost = loop {
+            tokio::select! {
+                () = &mut stopped => break None,
+                why = &mut bus_gone => break Some(why),
+                _ = hangup.recv() => {
+                    notify(sd, &[sd_notify::NotifyState::Reloading]);
+                    if let Err(e) = daemon.reload() {
+                        tracing::error!("{e}");
+                    }
+                    notify(sd, &[sd_notify::NotifyState::Ready]);
+                }
+            }
         };
         match &lost {
             None => tracing::info!("stopping: cancelling running tasks"),

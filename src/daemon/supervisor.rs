@@ -278,7 +278,8 @@ impl Supervisor {
         };
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
-        let rt = Arc::clone(&self.shared.rt);
+        // The policy in force now (a reload since Submit applies to this task too).
+        let rt = self.shared.loaded.get().rt;
         let emitter = self.emitter.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -343,13 +344,13 @@ impl Supervisor {
                     return;
                 };
                 p.children.push(child.clone());
-                let Ok(soul) = self.shared.souls.get(&soul) else {
+                let Ok(soul) = self.shared.loaded.get().souls.get(&soul).cloned() else {
                     return;
                 };
                 let entry = Entry {
                     session_id,
                     new_session: false,
-                    soul: Arc::new(soul.clone()),
+                    soul: Arc::new(soul),
                     prompt,
                     origin: format!("delegate:{parent}"),
                     workspace: None,
@@ -462,6 +463,21 @@ impl Supervisor {
             "parent_task": e.parent,
             "parent_session": parent_session,
             "children": e.children,
+            // Without a notification server nothing else shows these (issue 9 §6).
+            "approvals": self
+                .shared
+                .rt
+                .approvals
+                .pending_for(id)
+                .iter()
+                .map(|r| json!({
+                    "request_id": r.request_id,
+                    "tool": r.tool,
+                    "tier": r.tier,
+                    "summary": r.summary,
+                    "reason": r.reason,
+                }))
+                .collect::<Vec<_>>(),
         });
         let store = Arc::clone(&self.shared.rt.store);
         let (session, task) = (e.session_id.clone(), id.clone());
