@@ -326,7 +326,7 @@ async fn bench() {
     // reap. With this home's protected paths carved out of the readable tree.
     let launcher = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"));
     let sb = familiar::sandbox::SandboxPolicy::new(
-        &familiar::agent::sandbox_spec(&soul),
+        &soul.sandbox,
         &policy.protected_paths,
         &work,
         home.path(),

@@ -21,6 +21,7 @@ use crate::config::{Paths, expand_home, parse_duration};
 use crate::error::{ConfigError, FileError, parse_toml};
 use crate::ids::SoulId;
 use crate::policy::{Grant, Mode, Policy, RateLimits, TierModes};
+use crate::sandbox::SandboxSpec;
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 pub const MAX_MAX_ITERATIONS: u32 = 1000;
@@ -28,19 +29,6 @@ pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
 pub const DEFAULT_MAX_WALL_CLOCK: Duration = Duration::from_secs(10 * 60);
 /// Tools a soul gets when its file names none: the read tier only.
 pub const DEFAULT_TOOLS: &[&str] = &["read_file", "list_dir", "search_files", "system_snapshot"];
-
-/// What a soul's tools may touch, enforced by Landlock in the tool's child process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SandboxSpec {
-    /// Readable trees (absolute, `~` expanded).
-    pub read: Vec<PathBuf>,
-    /// Writable trees, besides the task workspace.
-    pub write: Vec<PathBuf>,
-    /// TCP connect/bind allowed.
-    pub network: bool,
-    /// Refuse to run unless Landlock is fully enforced.
-    pub require: bool,
-}
 
 /// Where a soul was loaded from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,6 +55,7 @@ pub struct Soul {
     /// `tools` and `permissions`).
     #[serde(flatten)]
     pub grant: Grant,
+    /// What its tools may touch: the sandbox's own spec type, taken as it is.
     pub sandbox: SandboxSpec,
     pub rate_limits: RateLimits,
     /// Souls it may hand sub-tasks to with `delegate` (none by default).
@@ -227,7 +216,9 @@ pub fn parse(
             ));
         }
         (Some(p), None) => p,
-        (None, Some(pf)) => load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e))?,
+        (None, Some(pf)) => {
+            load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e.to_string()))?
+        }
         (None, None) => return Err(whole("missing `prompt` or `prompt_file`".into())),
     };
     if prompt.trim().is_empty() {
@@ -420,15 +411,26 @@ fn allowed_modes(ceiling: Mode) -> &'static str {
     }
 }
 
-fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, String> {
+/// Why a soul's `prompt_file` could not be loaded.
+#[derive(Debug, thiserror::Error)]
+enum PromptError {
+    #[error("no built-in prompt `{0}`")]
+    NoBuiltIn(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, PromptError> {
     match source {
         PromptSource::BuiltIn => builtin_prompt(name)
             .map(str::to_owned)
-            .ok_or_else(|| format!("no built-in prompt `{name}`")),
+            .ok_or_else(|| PromptError::NoBuiltIn(name.to_owned())),
         PromptSource::Dir(dir) => {
             let path = dir.join(name);
-            std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read_to_string(&path).map_err(|source| PromptError::Read { path, source })
         }
     }
 }

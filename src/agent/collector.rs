@@ -22,7 +22,6 @@ use crate::agent::hooks::ToolCallRef;
 use crate::agent::plan::describe_call;
 use crate::agent::prompt::wrap_tool_output;
 use crate::agent::task::Task;
-use crate::agent::turn::{MAX_CONSECUTIVE_ERRORS, State, Turn};
 use crate::ids::CallId;
 use crate::llm::{
     ClientEvent, ContentBlock, FinishReason, InvalidArguments, LlmClient, LlmError, Message,
@@ -30,6 +29,26 @@ use crate::llm::{
 };
 use crate::store::{AuditDecision, TaskStatus};
 use crate::tools::ToolContext;
+
+/// What one model call and its tools produced.
+#[derive(Debug)]
+pub(super) struct Turn {
+    pub(super) text: String,
+    pub(super) finish: FinishReason,
+    /// Signatures of the calls, for loop detection.
+    pub(super) calls: Vec<(String, serde_json::Value)>,
+    pub(super) all_refused: bool,
+    pub(super) fatal: Option<String>,
+}
+
+/// How a model call ended.
+pub(super) enum CallEnd {
+    Turn(Turn),
+    /// A transient failure (the client's retries spent); the turn is dropped.
+    Failed(LlmError),
+    /// The task cannot go on: cancelled, or a failure no retry will fix.
+    Finish(TaskStatus, String),
+}
 
 /// What one model call left behind once every call it made has finished.
 #[derive(Default)]
@@ -110,6 +129,7 @@ impl Task {
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
+            hooks: self.rt.hooks.iter().cloned().collect(),
         }
     }
 
@@ -292,7 +312,6 @@ impl Task {
                 reason: Some(&audit_reason),
             };
             for h in &self.rt.hooks {
-                h.before_tool(&self.task_ref(), &cref);
                 h.after_tool(&self.task_ref(), &cref, result.outcome);
             }
             self.session
@@ -316,9 +335,8 @@ impl Task {
         folded
     }
 
-    /// Folds the results into the conversation and says what comes next: the turn, a
-    /// retry after a transient model failure, or the finish status.
-    pub(super) async fn conclude(&mut self, mut c: Collected) -> State {
+    /// Folds the results into the conversation and says how the call ended.
+    pub(super) async fn conclude(&mut self, mut c: Collected) -> CallEnd {
         let folded = self.fold_results(&c.calls);
         if !c.calls.is_empty() {
             let plan = self.plan.plan().clone();
@@ -331,7 +349,6 @@ impl Task {
             // recorded above (transcript, plan, audit) and remembered by the dispatcher.
             return self.after_stream_error(err, c.blocks, folded.results);
         }
-        self.progress.consecutive_errors = 0;
 
         if !c.text.is_empty() {
             c.blocks.push(ContentBlock::Text {
@@ -351,7 +368,7 @@ impl Task {
             .join("");
         self.record_turn(c.blocks, folded.results);
         let called_tools = !c.calls.is_empty();
-        State::AfterTurn(Turn {
+        CallEnd::Turn(Turn {
             text: full_text,
             finish: c.finish.unwrap_or(if called_tools {
                 FinishReason::ToolUse
@@ -382,13 +399,13 @@ impl Task {
     }
 
     /// A failed stream: cancelled (keep what ran, stop), fatal (fail the task), or
-    /// transient (count it and try again, up to [`MAX_CONSECUTIVE_ERRORS`]).
+    /// transient (the state machine decides whether to try again).
     fn after_stream_error(
         &mut self,
         err: LlmError,
         blocks: Vec<ContentBlock>,
         results: Vec<ContentBlock>,
-    ) -> State {
+    ) -> CallEnd {
         match err {
             LlmError::Cancelled => {
                 // Calls that ran before the cancel are part of the work: keep them
@@ -404,7 +421,7 @@ impl Task {
                     });
                 }
                 let (s, r) = self.cancelled_status();
-                State::Finish(s, r)
+                CallEnd::Finish(s, r)
             }
             e @ (LlmError::Auth(_)
             | LlmError::BadRequest(_)
@@ -413,7 +430,7 @@ impl Task {
             | LlmError::Config(_)
             | LlmError::Http { .. }
             | LlmError::RetriesExhausted { .. }) => {
-                State::Finish(TaskStatus::Failed, model_failure(&e))
+                CallEnd::Finish(TaskStatus::Failed, model_failure(&e))
             }
             e @ (LlmError::RateLimited { .. }
             | LlmError::Overloaded { .. }
@@ -421,21 +438,13 @@ impl Task {
             | LlmError::Connect(_)
             | LlmError::Stalled(_)
             | LlmError::Truncated(_)
-            | LlmError::Protocol(_)) => {
-                self.progress.consecutive_errors += 1;
-                tracing::warn!(task_id = %self.spec.task_id, "model call failed: {e}");
-                if self.progress.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                    State::Finish(TaskStatus::Failed, model_failure(&e))
-                } else {
-                    State::CheckLimits
-                }
-            }
+            | LlmError::Protocol(_)) => CallEnd::Failed(e),
         }
     }
 }
 
 /// A failed model call as a task result: what failed, and what the person can do.
-fn model_failure(e: &LlmError) -> String {
+pub(super) fn model_failure(e: &LlmError) -> String {
     let hint = match e {
         // These carry their own remedy (fix the key, the model name, the request).
         LlmError::Auth(_)

@@ -23,6 +23,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tracing::Instrument;
 
 use crate::agent::events::EventPayload;
+use crate::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use crate::agent::plan::shorten;
 use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution};
 use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
@@ -103,9 +104,26 @@ pub struct CallEnv {
     pub tool_ctx: ToolContext,
     pub events: mpsc::UnboundedSender<EventPayload>,
     pub parallel: Arc<Semaphore>,
+    /// Told just before a decided call runs (`before_tool`).
+    pub hooks: Arc<[Arc<dyn Hooks>]>,
 }
 
 impl CallEnv {
+    fn task_ref(&self) -> TaskRef<'_> {
+        TaskRef {
+            task_id: &self.task_id,
+            session_id: &self.session_id,
+            soul: &self.soul,
+        }
+    }
+
+    /// Fires `before_tool` for a call that is about to run.
+    fn before_tool(&self, call: &ToolCallRef<'_>) {
+        for h in self.hooks.iter() {
+            h.before_tool(&self.task_ref(), call);
+        }
+    }
+
     fn send(&self, payload: EventPayload) {
         // The loop holds the receiver until every call of the turn has finished, so a
         // closed channel means the loop itself is gone; there is nobody left to tell.
@@ -232,65 +250,68 @@ impl Dispatcher {
     }
 }
 
+/// Asks for approval of a call (`reason`: why it is asked) and records the answer in
+/// its trail. The audit decision when approved; when not, the decision and the reason
+/// the model is told.
+async fn ask(
+    env: &CallEnv,
+    spec: &mut CallSpec,
+    reason: String,
+) -> Result<AuditDecision, (AuditDecision, String)> {
+    let request = ApprovalRequest {
+        request_id: RequestId::generate(),
+        task_id: env.task_id.clone(),
+        session_id: env.session_id.clone(),
+        soul: env.soul.clone(),
+        tool: spec.name.clone(),
+        tier: spec.tier,
+        args: spec.args.clone(),
+        summary: spec.summary.clone(),
+        reason: reason.clone(),
+    };
+    let request_id = request.request_id.clone();
+    env.send(EventPayload::ApprovalRequested {
+        request_id: request_id.to_string(),
+        call_id: spec.call_id.to_string(),
+        tool: spec.name.clone(),
+        summary: spec.summary.clone(),
+        tier: spec.tier.to_string(),
+        reason,
+    });
+    let resolution = env.approvals.ask(request, &env.tool_ctx.cancel).await;
+    env.send(EventPayload::ApprovalResolved {
+        request_id: request_id.to_string(),
+        call_id: spec.call_id.to_string(),
+        approved: resolution.approved(),
+        outcome: serde_json::to_value(&resolution).unwrap_or_default(),
+    });
+    spec.trail.push_str(if resolution.approved() {
+        ", approval=approved"
+    } else {
+        ", approval=refused"
+    });
+    match resolution {
+        Resolution::Approved { .. } | Resolution::Granted => Ok(AuditDecision::Approved),
+        Resolution::TimedOut => Err((AuditDecision::ApprovalTimeout, resolution.denial_reason())),
+        Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
+            Err((AuditDecision::Denied, resolution.denial_reason()))
+        }
+    }
+}
+
 async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
     let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
-    let decision = match spec.disposition {
+    // Cloned: `ask` needs the whole spec, to record the answer in its trail.
+    let decision = match spec.disposition.clone() {
         Disposition::Refuse { decision, reason } => {
             return CallResult::refused(decision, reason, spec.trail);
         }
         Disposition::Run => AuditDecision::Allowed,
-        Disposition::Ask { reason } => {
-            let request = ApprovalRequest {
-                request_id: RequestId::generate(),
-                task_id: env.task_id.clone(),
-                session_id: env.session_id.clone(),
-                soul: env.soul.clone(),
-                tool: spec.name.clone(),
-                tier: spec.tier,
-                args: spec.args.clone(),
-                summary: spec.summary.clone(),
-                reason: reason.clone(),
-            };
-            let request_id = request.request_id.clone();
-            env.send(EventPayload::ApprovalRequested {
-                request_id: request_id.to_string(),
-                call_id: spec.call_id.to_string(),
-                tool: spec.name.clone(),
-                summary: spec.summary.clone(),
-                tier: spec.tier.to_string(),
-                reason,
-            });
-            let resolution = env.approvals.ask(request, &cancel).await;
-            env.send(EventPayload::ApprovalResolved {
-                request_id: request_id.to_string(),
-                call_id: spec.call_id.to_string(),
-                approved: resolution.approved(),
-                outcome: serde_json::to_value(&resolution).unwrap_or_default(),
-            });
-            spec.trail.push_str(if resolution.approved() {
-                ", approval=approved"
-            } else {
-                ", approval=refused"
-            });
-            match resolution {
-                Resolution::Approved { .. } | Resolution::Granted => AuditDecision::Approved,
-                Resolution::TimedOut => {
-                    return CallResult::refused(
-                        AuditDecision::ApprovalTimeout,
-                        resolution.denial_reason(),
-                        spec.trail,
-                    );
-                }
-                Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
-                    return CallResult::refused(
-                        AuditDecision::Denied,
-                        resolution.denial_reason(),
-                        spec.trail,
-                    );
-                }
-            }
-        }
+        Disposition::Ask { reason } => match ask(env, &mut spec, reason).await {
+            Ok(decision) => decision,
+            Err((decision, why)) => return CallResult::refused(decision, why, spec.trail),
+        },
     };
 
     let Some(tool) = spec.tool else {
@@ -314,6 +335,15 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         // The semaphore is never closed, so acquiring only waits.
         env.parallel.clone().acquire_owned().await.ok()
     };
+    let reason = format!("[{}]", spec.trail);
+    env.before_tool(&ToolCallRef {
+        call_id: &spec.call_id,
+        tool: &spec.name,
+        tier: spec.tier,
+        args: &spec.args,
+        decision,
+        reason: Some(&reason),
+    });
     let result = tokio::select! {
         r = tool.execute(spec.args.clone(), env.tool_ctx.clone()) => r,
         () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),

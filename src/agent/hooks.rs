@@ -1,8 +1,18 @@
-//! Hooks around model and tool calls: the one place the audit log and the metrics are
-//! fed from, and where a later user-hook feature will plug in.
+//! Hooks: the one place the audit log and the metrics are fed from, and where a later
+//! user-hook feature will plug in. Nothing else bumps a counter or writes an audit line.
 //!
-//! Hooks observe; they cannot change a decision. They run on the loop's task and must
-//! be quick (an audit line is one `write`).
+//! Each hook fires where the thing happens:
+//! - `before_llm` just before a model request is sent (a turn's, or a full compaction's
+//!   summary), `after_llm` once its stream has ended, with its usage or its error;
+//! - `before_tool` just before a decided call runs (after its approval, on the call's own
+//!   task; a refused call never reaches it), `after_tool` once per call of a turn when its
+//!   result is folded into the turn, in call order, refused calls included;
+//! - `compacted` after a micro or full compaction changed the history;
+//! - `task_finished` when a started task records its finish status;
+//! - `submit_limited` when the daemon refuses a `Submit` over its caller's rate limit.
+//!
+//! Hooks observe; they cannot change a decision. They must be quick (an audit line is one
+//! `write`): they run on the loop's task, or the call's.
 
 use std::sync::Arc;
 
@@ -11,6 +21,7 @@ use crate::agent::metrics::{Metrics, bump};
 use crate::ids::{CallId, SessionId, SoulId, TaskId};
 use crate::llm::{LlmError, Request, Usage};
 use crate::policy::Tier;
+use crate::ratelimit::RateLimited;
 use crate::store::{AuditDecision, AuditEntry, AuditOutcome, Store, TaskStatus, args_digest};
 
 /// Which task a hook call is about.
@@ -38,6 +49,8 @@ pub trait Hooks: Send + Sync {
     fn after_tool(&self, _task: &TaskRef<'_>, _call: &ToolCallRef<'_>, _outcome: AuditOutcome) {}
     fn compacted(&self, _task: &TaskRef<'_>, _mode: CompactionMode) {}
     fn task_finished(&self, _task: &TaskRef<'_>, _status: TaskStatus) {}
+    /// Not about a task: the submission was refused before one existed.
+    fn submit_limited(&self, _caller: &str, _limited: &RateLimited) {}
 }
 
 /// Writes one audit line per tool call: the decision, why, and what happened.
@@ -119,5 +132,9 @@ impl Hooks for MetricsHook {
             | TaskStatus::Queued
             | TaskStatus::Running => bump(&self.metrics.tasks_failed),
         }
+    }
+
+    fn submit_limited(&self, _caller: &str, _limited: &RateLimited) {
+        bump(&self.metrics.rate_limited);
     }
 }

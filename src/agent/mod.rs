@@ -4,7 +4,8 @@
 //! task; each model call is built by [`request`], its calls pass the [`gate`] (policy
 //! and quotas), and the [`collector`] turns its stream into a turn while [`dispatch`]
 //! schedules the calls as they stream in. [`plan`], [`compaction`], [`loop_detect`] and
-//! [`prompt`] are its pure parts (compaction's `apply` runs its rules on a live task);
+//! [`prompt`] are its pure parts ([`compactor`] runs compaction's rules on a live task,
+//! [`repair`] mends a history a crash left invalid);
 //! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside; [`runtime`]
 //! is what the tasks of one process share, model clients included. [`subagent`] runs
 //! `delegate`'s sub-tasks, sharing the parent's [`budget`].
@@ -12,6 +13,7 @@
 pub mod budget;
 mod collector;
 pub mod compaction;
+mod compactor;
 pub mod dispatch;
 pub mod events;
 mod gate;
@@ -20,12 +22,14 @@ pub mod loop_detect;
 pub mod metrics;
 pub mod plan;
 pub mod prompt;
+pub mod repair;
 mod request;
 pub mod runtime;
 pub mod subagent;
 pub mod task;
 pub mod turn;
 
+pub use repair::repair_dangling;
 pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
-pub use task::{TaskError, TaskOutcome, TaskSpec, repair_dangling, sandbox_spec};
+pub use task::{TaskError, TaskOutcome, TaskSpec};
 pub use turn::run_task;

@@ -26,8 +26,9 @@ use tokio::sync::Semaphore;
 
 use crate::agent::budget::{Budget, Exhausted};
 use crate::agent::events::{Event, EventBus, EventPayload};
+use crate::agent::task::Limits;
 use crate::agent::task::Task;
-use crate::agent::turn::{Limits, State};
+use crate::agent::turn::State;
 use crate::agent::{Runtime, TaskSpec, run_task};
 use crate::ids::{SessionId, SoulId, TaskId};
 use crate::soul::Soul;

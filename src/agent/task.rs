@@ -15,13 +15,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::events::{Event, EventBus, EventPayload};
 use crate::agent::hooks::TaskRef;
+use crate::agent::loop_detect::LoopDetector;
 use crate::agent::plan::PlanTracker;
+use crate::agent::repair::repair_dangling;
 use crate::agent::runtime::Runtime;
 use crate::agent::subagent::{Family, ParentLink, memory_notes};
-use crate::agent::turn::{Limits, Progress};
-use crate::ids::{CallId, SessionId, TaskId};
+use crate::ids::{SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, SandboxSpec};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
 use crate::soul::Soul;
 use crate::store::{
     Context, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript,
@@ -118,6 +119,47 @@ pub(super) struct Model {
 pub(super) struct Place {
     pub(super) workspace: PathBuf,
     pub(super) sandbox: Arc<SandboxPolicy>,
+}
+
+/// The limits a task runs under: its soul's, `max_iterations` lowered by the spec.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) max_iterations: u32,
+    pub(super) max_tokens: u64,
+    pub(super) max_wall_clock: Duration,
+}
+
+impl Limits {
+    fn for_spec(spec: &TaskSpec) -> Limits {
+        let soul = &spec.soul;
+        Limits {
+            max_iterations: lowered(soul.max_iterations, spec.max_iterations),
+            max_tokens: soul.max_tokens,
+            max_wall_clock: soul.max_wall_clock,
+        }
+    }
+}
+
+/// A task's `max_iterations`: the request may only lower the soul's, and a task makes at
+/// least one model call.
+fn lowered(souls: u32, requested: Option<u32>) -> u32 {
+    requested.map_or(souls, |m| m.min(souls)).max(1)
+}
+
+/// What the loop counts and remembers from turn to turn; the state machine's rules
+/// (in [`turn`](crate::agent::turn)) read and update it.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Model calls made.
+    pub(super) iteration: u32,
+    pub(super) usage: Usage,
+    pub(super) consecutive_errors: u32,
+    pub(super) denied_turns: u32,
+    pub(super) length_continuations: u32,
+    pub(super) full_compactions: u32,
+    pub(super) loops: LoopDetector,
+    /// Notes to add to the next user turn (loop warnings, continuations).
+    pub(super) notes: Vec<String>,
 }
 
 /// Why a task stops before its work is done, as the clock sees it.
@@ -286,7 +328,7 @@ impl Task {
             None => store.ensure_workspace(&ctx.session_id)?,
         };
         let sandbox = SandboxPolicy::new(
-            &sandbox_spec(&spec.soul),
+            &spec.soul.sandbox,
             &rt.policy.protected_paths,
             &workspace,
             &rt.config.paths.home,
@@ -439,9 +481,6 @@ impl Task {
         }
         ctx.usage.input_tokens += usage.input_tokens;
         ctx.usage.output_tokens += usage.output_tokens;
-        for h in &self.rt.hooks {
-            h.task_finished(&self.task_ref(), status);
-        }
         // A task whose end could not be saved (a disk that filled up mid-task) did not
         // complete: saying "completed" lost the work silently (issue 13).
         let (status, result) = match self.persist() {
@@ -451,6 +490,10 @@ impl Task {
                 format!("{e}; the task's last steps are not saved. Its last answer was: {result}"),
             ),
         };
+        // Before the event, so a reader who saw `task_finished` sees it counted.
+        for h in &self.rt.hooks {
+            h.task_finished(&self.task_ref(), status);
+        }
         self.emit(EventPayload::TaskFinished {
             status,
             result: result.clone(),
@@ -472,111 +515,15 @@ impl Task {
     }
 }
 
-/// Gives every tool_use without a result a synthetic error result, so the history is
-/// valid for every provider again. Returns how many were repaired.
-pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
-    const INTERRUPTED: &str = "[familiar: this call was interrupted before it returned a result (the task stopped or familiar restarted); it may or may not have run. Check before repeating it.]";
-    let mut repaired = 0;
-    let mut i = 0;
-    while i < history.len() {
-        if history[i].role != Role::Assistant {
-            i += 1;
-            continue;
-        }
-        let uses: Vec<CallId> = history[i]
-            .content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::ToolUse { id, .. } => Some(id.clone()),
-                ContentBlock::Text { .. }
-                | ContentBlock::Thinking { .. }
-                | ContentBlock::ToolResult { .. } => None,
-            })
-            .collect();
-        if uses.is_empty() {
-            i += 1;
-            continue;
-        }
-        let next_is_results = history.get(i + 1).is_some_and(|m| {
-            m.role == Role::User
-                && m.content
-                    .iter()
-                    .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
-        });
-        if !next_is_results {
-            history.insert(
-                i + 1,
-                Message {
-                    role: Role::User,
-                    content: Vec::new(),
-                },
-            );
-        }
-        let results = &mut history[i + 1].content;
-        for id in uses {
-            let answered = results.iter().any(
-                |b| matches!(b, ContentBlock::ToolResult { tool_use_id, .. } if *tool_use_id == id),
-            );
-            if !answered {
-                results.push(ContentBlock::ToolResult {
-                    tool_use_id: id,
-                    content: INTERRUPTED.to_owned(),
-                    is_error: true,
-                });
-                repaired += 1;
-            }
-        }
-        i += 2;
-    }
-    repaired
-}
-
-/// The sandbox's spec from the soul's `[sandbox]` table.
-pub fn sandbox_spec(soul: &Soul) -> SandboxSpec {
-    SandboxSpec {
-        read: soul.sandbox.read.clone(),
-        write: soul.sandbox.write.clone(),
-        network: soul.sandbox.network,
-        require: soul.sandbox.require,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn dangling_calls_get_an_interrupted_result() {
-        let call = |id: &str| ContentBlock::ToolUse {
-            id: CallId::from_provider(id),
-            name: "read_file".into(),
-            input: json!({"path": "x"}),
-        };
-        let mut h = vec![
-            Message::user_text("go"),
-            Message {
-                role: Role::Assistant,
-                content: vec![call("a"), call("b")],
-            },
-            Message {
-                role: Role::User,
-                content: vec![ContentBlock::ToolResult {
-                    tool_use_id: CallId::from_provider("a"),
-                    content: "ok".into(),
-                    is_error: false,
-                }],
-            },
-            Message {
-                role: Role::Assistant,
-                content: vec![call("c")],
-            },
-        ];
-        assert_eq!(repair_dangling(&mut h), 2);
-        assert_eq!(h.len(), 5);
-        assert_eq!(h[2].content.len(), 2);
-        assert!(
-            matches!(&h[4].content[0], ContentBlock::ToolResult { tool_use_id, is_error: true, .. } if tool_use_id.as_str() == "c")
-        );
-        assert_eq!(repair_dangling(&mut h), 0, "idempotent");
+    fn spec_may_only_lower_the_souls_max_iterations() {
+        assert_eq!(lowered(20, None), 20);
+        assert_eq!(lowered(20, Some(25)), 20);
+        assert_eq!(lowered(20, Some(7)), 7);
+        assert_eq!(lowered(20, Some(0)), 1);
     }
 }

@@ -14,21 +14,21 @@
 //! at most the turn in flight, and every exit path goes through `Task::finish`, which
 //! records the status with the partial work.
 //!
-//! The rules live here as plain functions of [`Progress`] and [`Limits`]
-//! ([`Progress::check_limits`], [`Progress::after_turn`]); one model call is built in
-//! [`request`](crate::agent::request), passes the [`gate`](crate::agent::gate) and is
-//! collected into a [`Turn`] by the [`collector`](crate::agent::collector).
+//! The rules live here as plain functions of the task's `Progress` and `Limits`
+//! (`check_limits`, `after_turn`, `after_model_failure`); one model call is built in
+//! [`request`](crate::agent::request), its calls pass the [`gate`](crate::agent::gate),
+//! and the [`collector`](crate::agent::collector) turns its stream into a `Turn`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::collector::{CallEnd, Turn, model_failure};
 use crate::agent::events::{EventBus, EventPayload};
-use crate::agent::loop_detect::{LoopDetector, LoopVerdict, signature};
+use crate::agent::loop_detect::{LoopVerdict, signature};
 use crate::agent::runtime::Runtime;
-use crate::agent::task::{Stop, Task, TaskError, TaskOutcome, TaskSpec};
-use crate::llm::{FinishReason, LlmClient, Usage};
+use crate::agent::task::{Limits, Progress, Stop, Task, TaskError, TaskOutcome, TaskSpec};
+use crate::llm::{FinishReason, LlmClient, LlmError};
 use crate::store::TaskStatus;
 
 /// Model failures in a row (after the client's own retries) before the task fails.
@@ -45,156 +45,110 @@ pub(super) enum State {
     Finish(TaskStatus, String),
 }
 
-/// What one model call and its tools produced.
-#[derive(Debug)]
-pub(super) struct Turn {
-    pub(super) text: String,
-    pub(super) finish: FinishReason,
-    /// Signatures of the calls, for loop detection.
-    pub(super) calls: Vec<(String, serde_json::Value)>,
-    pub(super) all_refused: bool,
-    pub(super) fatal: Option<String>,
-}
-
-/// The limits a task runs under: its soul's, `max_iterations` lowered by the spec.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
-    pub(super) max_iterations: u32,
-    pub(super) max_tokens: u64,
-    pub(super) max_wall_clock: Duration,
-}
-
-impl Limits {
-    pub(super) fn for_spec(spec: &TaskSpec) -> Limits {
-        let soul = &spec.soul;
-        Limits {
-            max_iterations: lowered(soul.max_iterations, spec.max_iterations),
-            max_tokens: soul.max_tokens,
-            max_wall_clock: soul.max_wall_clock,
-        }
+/// Whether the task may make another model call; `stop` is what the clock says.
+fn check_limits(p: &Progress, limits: &Limits, stop: Option<Stop>) -> State {
+    if let Some(stop) = stop {
+        let (s, r) = stop.status(limits.max_wall_clock);
+        return State::Finish(s, r);
     }
-}
-
-/// A task's `max_iterations`: the request may only lower the soul's, and a task makes at
-/// least one model call.
-fn lowered(souls: u32, requested: Option<u32>) -> u32 {
-    requested.map_or(souls, |m| m.min(souls)).max(1)
-}
-
-/// What the loop's rules count and remember from turn to turn.
-#[derive(Debug, Default)]
-pub(super) struct Progress {
-    /// Model calls made.
-    pub(super) iteration: u32,
-    pub(super) usage: Usage,
-    pub(super) consecutive_errors: u32,
-    pub(super) denied_turns: u32,
-    pub(super) length_continuations: u32,
-    pub(super) full_compactions: u32,
-    pub(super) loops: LoopDetector,
-    /// Notes to add to the next user turn (loop warnings, continuations).
-    pub(super) notes: Vec<String>,
-}
-
-impl Progress {
-    /// Whether the task may make another model call; `stop` is what the clock says.
-    pub(super) fn check_limits(&self, limits: &Limits, stop: Option<Stop>) -> State {
-        if let Some(stop) = stop {
-            let (s, r) = stop.status(limits.max_wall_clock);
-            return State::Finish(s, r);
-        }
-        if self.usage.total() >= limits.max_tokens {
-            return State::Finish(
-                TaskStatus::BudgetExceeded,
-                format!(
-                    "stopped: the task used {} tokens, its budget is {}",
-                    self.usage.total(),
-                    limits.max_tokens
-                ),
-            );
-        }
-        if self.iteration >= limits.max_iterations {
-            return State::Finish(
-                TaskStatus::MaxIterations,
-                format!(
-                    "stopped after {} model calls without finishing (max_iterations = {})",
-                    self.iteration, limits.max_iterations
-                ),
-            );
-        }
-        if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-            return State::Finish(
-                TaskStatus::Failed,
-                format!(
-                    "the model failed {} times in a row",
-                    self.consecutive_errors
-                ),
-            );
-        }
-        State::CallModel
-    }
-
-    /// What follows a turn: finish (an answer, a fatal tool error, too many refusals, a
-    /// loop) or another call. Returns the loop warning to report, if any; its note is
-    /// already queued for the model.
-    pub(super) fn after_turn(&mut self, turn: Turn) -> (State, Option<String>) {
-        if let Some(fatal) = turn.fatal {
-            return (State::Finish(TaskStatus::Failed, fatal), None);
-        }
-        if turn.calls.is_empty() {
-            return (self.after_answer(turn.finish, turn.text), None);
-        }
-        if turn.all_refused {
-            self.denied_turns += 1;
-            if self.denied_turns >= MAX_DENIED_TURNS {
-                let why = format!(
-                    "stopped: every tool call of the last {MAX_DENIED_TURNS} turns was refused"
-                );
-                return (State::Finish(TaskStatus::Denied, why), None);
-            }
-        } else {
-            self.denied_turns = 0;
-        }
-        let sig = signature(turn.calls.iter().map(|(n, a)| (n.as_str(), a)));
-        match self.loops.record(sig) {
-            LoopVerdict::Fine => (State::CheckLimits, None),
-            LoopVerdict::Warn(note) => {
-                self.notes.push(format!("[familiar: {note}]"));
-                (State::CheckLimits, Some(note))
-            }
-            LoopVerdict::Stop(reason) => (
-                State::Finish(TaskStatus::LoopDetected, format!("stopped: {reason}")),
-                None,
+    if p.usage.total() >= limits.max_tokens {
+        return State::Finish(
+            TaskStatus::BudgetExceeded,
+            format!(
+                "stopped: the task used {} tokens, its budget is {}",
+                p.usage.total(),
+                limits.max_tokens
             ),
-        }
+        );
     }
-
-    /// A turn without tool calls: the answer, unless it was cut off or filtered.
-    fn after_answer(&mut self, finish: FinishReason, text: String) -> State {
-        match finish {
-            FinishReason::Length => {
-                self.length_continuations += 1;
-                if self.length_continuations > MAX_LENGTH_CONTINUATIONS {
-                    State::Finish(
-                        TaskStatus::Failed,
-                        "the model's answer hit the output limit again; ask for a shorter answer or raise max_output_tokens".into(),
-                    )
-                } else {
-                    self.notes.push("[familiar: your previous answer was cut off at the output limit. Continue where you stopped, concisely.]".into());
-                    State::CheckLimits
-                }
-            }
-            FinishReason::ContentFilter => State::Finish(
-                TaskStatus::Failed,
-                "the provider's content filter stopped the response".into(),
+    if p.iteration >= limits.max_iterations {
+        return State::Finish(
+            TaskStatus::MaxIterations,
+            format!(
+                "stopped after {} model calls without finishing (max_iterations = {})",
+                p.iteration, limits.max_iterations
             ),
-            FinishReason::Error => {
-                State::Finish(TaskStatus::Failed, "the model reported an error".into())
-            }
-            FinishReason::Stop | FinishReason::ToolUse => {
-                State::Finish(TaskStatus::Completed, text)
+        );
+    }
+    if p.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+        return State::Finish(
+            TaskStatus::Failed,
+            format!("the model failed {} times in a row", p.consecutive_errors),
+        );
+    }
+    State::CallModel
+}
+
+/// What follows a turn: finish (an answer, a fatal tool error, too many refusals, a
+/// loop) or another call. Returns the loop warning to report, if any; its note is
+/// already queued for the model.
+fn after_turn(p: &mut Progress, turn: Turn) -> (State, Option<String>) {
+    if let Some(fatal) = turn.fatal {
+        return (State::Finish(TaskStatus::Failed, fatal), None);
+    }
+    if turn.calls.is_empty() {
+        return (after_answer(p, turn.finish, turn.text), None);
+    }
+    if turn.all_refused {
+        p.denied_turns += 1;
+        if p.denied_turns >= MAX_DENIED_TURNS {
+            let why = format!(
+                "stopped: every tool call of the last {MAX_DENIED_TURNS} turns was refused"
+            );
+            return (State::Finish(TaskStatus::Denied, why), None);
+        }
+    } else {
+        p.denied_turns = 0;
+    }
+    let sig = signature(turn.calls.iter().map(|(n, a)| (n.as_str(), a)));
+    match p.loops.record(sig) {
+        LoopVerdict::Fine => (State::CheckLimits, None),
+        LoopVerdict::Warn(note) => {
+            p.notes.push(format!("[familiar: {note}]"));
+            (State::CheckLimits, Some(note))
+        }
+        LoopVerdict::Stop(reason) => (
+            State::Finish(TaskStatus::LoopDetected, format!("stopped: {reason}")),
+            None,
+        ),
+    }
+}
+
+/// A turn without tool calls: the answer, unless it was cut off or filtered.
+fn after_answer(p: &mut Progress, finish: FinishReason, text: String) -> State {
+    match finish {
+        FinishReason::Length => {
+            p.length_continuations += 1;
+            if p.length_continuations > MAX_LENGTH_CONTINUATIONS {
+                State::Finish(
+                    TaskStatus::Failed,
+                    "the model's answer hit the output limit again; ask for a shorter answer or raise max_output_tokens".into(),
+                )
+            } else {
+                p.notes.push("[familiar: your previous answer was cut off at the output limit. Continue where you stopped, concisely.]".into());
+                State::CheckLimits
             }
         }
+        FinishReason::ContentFilter => State::Finish(
+            TaskStatus::Failed,
+            "the provider's content filter stopped the response".into(),
+        ),
+        FinishReason::Error => {
+            State::Finish(TaskStatus::Failed, "the model reported an error".into())
+        }
+        FinishReason::Stop | FinishReason::ToolUse => State::Finish(TaskStatus::Completed, text),
+    }
+}
+
+/// A transient model failure (the client's own retries spent): try again on the next
+/// iteration, unless the model failed too often in a row.
+fn after_model_failure(p: &mut Progress, error: &LlmError) -> State {
+    p.consecutive_errors += 1;
+    tracing::warn!("model call failed: {error}");
+    if p.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+        State::Finish(TaskStatus::Failed, model_failure(error))
+    } else {
+        State::CheckLimits
     }
 }
 
@@ -240,7 +194,7 @@ async fn drive(
         state = match state {
             State::CheckLimits => {
                 let stop = task.clock.stop(task.limits.max_wall_clock);
-                match task.progress.check_limits(&task.limits, stop) {
+                match check_limits(&task.progress, &task.limits, stop) {
                     // What sub-tasks spent counts too (and a sub-task stops when the
                     // task that started it is out of budget).
                     State::CallModel => task.family.check_budget(),
@@ -249,7 +203,7 @@ async fn drive(
             }
             State::CallModel => task.call_model().await,
             State::AfterTurn(turn) => {
-                let (next, warning) = task.progress.after_turn(turn);
+                let (next, warning) = after_turn(&mut task.progress, turn);
                 if let Some(note) = warning {
                     task.emit(EventPayload::LoopWarning { note }).await;
                 }
@@ -302,12 +256,21 @@ impl Task {
         }
         let collected = self.collect(client, &request).await;
         self.account(estimate, &collected);
-        self.conclude(collected).await
+        match self.conclude(collected).await {
+            CallEnd::Turn(turn) => {
+                self.progress.consecutive_errors = 0;
+                State::AfterTurn(turn)
+            }
+            CallEnd::Failed(e) => after_model_failure(&mut self.progress, &e),
+            CallEnd::Finish(s, r) => State::Finish(s, r),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use serde_json::json;
 
@@ -343,7 +306,10 @@ mod tests {
     #[test]
     fn fresh_task_may_call_the_model() {
         let p = Progress::default();
-        assert!(matches!(p.check_limits(&limits(), None), State::CallModel));
+        assert!(matches!(
+            check_limits(&p, &limits(), None),
+            State::CallModel
+        ));
     }
 
     #[test]
@@ -353,13 +319,13 @@ mod tests {
             consecutive_errors: 3,
             ..Progress::default()
         };
-        let (s, r) = finish(p.check_limits(&limits(), Some(Stop::TimedOut)));
+        let (s, r) = finish(check_limits(&p, &limits(), Some(Stop::TimedOut)));
         assert_eq!(s, TaskStatus::Timeout);
         assert_eq!(
             r,
             "stopped: the task ran longer than its wall-clock budget of 1m"
         );
-        let (s, r) = finish(p.check_limits(&limits(), Some(Stop::Cancelled)));
+        let (s, r) = finish(check_limits(&p, &limits(), Some(Stop::Cancelled)));
         assert_eq!((s, r.as_str()), (TaskStatus::Cancelled, "cancelled"));
     }
 
@@ -371,7 +337,7 @@ mod tests {
         };
         p.usage.input_tokens = 600;
         p.usage.output_tokens = 400;
-        let (s, r) = finish(p.check_limits(&limits(), None));
+        let (s, r) = finish(check_limits(&p, &limits(), None));
         assert_eq!(s, TaskStatus::BudgetExceeded);
         assert_eq!(r, "stopped: the task used 1000 tokens, its budget is 1000");
     }
@@ -382,7 +348,7 @@ mod tests {
             iteration: 5,
             ..Progress::default()
         };
-        let (s, r) = finish(p.check_limits(&limits(), None));
+        let (s, r) = finish(check_limits(&p, &limits(), None));
         assert_eq!(s, TaskStatus::MaxIterations);
         assert_eq!(
             r,
@@ -396,23 +362,30 @@ mod tests {
             consecutive_errors: MAX_CONSECUTIVE_ERRORS,
             ..Progress::default()
         };
-        let (s, r) = finish(p.check_limits(&limits(), None));
+        let (s, r) = finish(check_limits(&p, &limits(), None));
         assert_eq!(s, TaskStatus::Failed);
         assert_eq!(r, "the model failed 3 times in a row");
     }
 
     #[test]
-    fn spec_may_only_lower_the_souls_max_iterations() {
-        assert_eq!(lowered(20, None), 20);
-        assert_eq!(lowered(20, Some(25)), 20);
-        assert_eq!(lowered(20, Some(7)), 7);
-        assert_eq!(lowered(20, Some(0)), 1);
+    fn transient_model_failures_are_retried_until_too_many_in_a_row() {
+        let mut p = Progress::default();
+        let e = LlmError::Stalled(Duration::from_secs(60));
+        for _ in 1..MAX_CONSECUTIVE_ERRORS {
+            assert!(matches!(
+                after_model_failure(&mut p, &e),
+                State::CheckLimits
+            ));
+        }
+        let (s, r) = finish(after_model_failure(&mut p, &e));
+        assert_eq!(s, TaskStatus::Failed);
+        assert!(r.starts_with("the model call failed: "), "{r}");
     }
 
     #[test]
     fn an_answer_without_calls_completes_with_its_text() {
         let mut p = Progress::default();
-        let (s, r) = finish(p.after_turn(turn(0, FinishReason::Stop)).0);
+        let (s, r) = finish(after_turn(&mut p, turn(0, FinishReason::Stop)).0);
         assert_eq!((s, r.as_str()), (TaskStatus::Completed, "done"));
     }
 
@@ -422,7 +395,7 @@ mod tests {
         let mut t = turn(1, FinishReason::ToolUse);
         t.all_refused = true;
         t.fatal = Some("shell failed fatally: boom".into());
-        let (s, r) = finish(p.after_turn(t).0);
+        let (s, r) = finish(after_turn(&mut p, t).0);
         assert_eq!(
             (s, r.as_str()),
             (TaskStatus::Failed, "shell failed fatally: boom")
@@ -437,12 +410,12 @@ mod tests {
     fn a_cut_off_answer_is_continued_twice_then_fails() {
         let mut p = Progress::default();
         for n in 1..=MAX_LENGTH_CONTINUATIONS {
-            let (state, warning) = p.after_turn(turn(0, FinishReason::Length));
+            let (state, warning) = after_turn(&mut p, turn(0, FinishReason::Length));
             assert!(matches!(state, State::CheckLimits));
             assert_eq!(warning, None);
             assert_eq!(p.notes.len(), n as usize);
         }
-        let (s, _) = finish(p.after_turn(turn(0, FinishReason::Length)).0);
+        let (s, _) = finish(after_turn(&mut p, turn(0, FinishReason::Length)).0);
         assert_eq!(s, TaskStatus::Failed);
     }
 
@@ -450,7 +423,7 @@ mod tests {
     fn filtered_or_failed_answers_fail_the_task() {
         for finish_reason in [FinishReason::ContentFilter, FinishReason::Error] {
             let mut p = Progress::default();
-            let (s, _) = finish(p.after_turn(turn(0, finish_reason)).0);
+            let (s, _) = finish(after_turn(&mut p, turn(0, finish_reason)).0);
             assert_eq!(s, TaskStatus::Failed);
         }
     }
@@ -464,18 +437,24 @@ mod tests {
             calls: vec![("shell".to_owned(), json!({ "command": i }))],
             ..turn(0, FinishReason::ToolUse)
         };
-        p.after_turn(refused(0));
-        p.after_turn(refused(1));
+        after_turn(&mut p, refused(0));
+        after_turn(&mut p, refused(1));
         assert_eq!(p.denied_turns, 2);
-        p.after_turn(Turn {
-            calls: vec![("shell".to_owned(), json!({ "command": 2 }))],
-            ..turn(0, FinishReason::ToolUse)
-        });
+        after_turn(
+            &mut p,
+            Turn {
+                calls: vec![("shell".to_owned(), json!({ "command": 2 }))],
+                ..turn(0, FinishReason::ToolUse)
+            },
+        );
         assert_eq!(p.denied_turns, 0);
         for i in 3..3 + MAX_DENIED_TURNS as usize - 1 {
-            assert!(matches!(p.after_turn(refused(i)).0, State::CheckLimits));
+            assert!(matches!(
+                after_turn(&mut p, refused(i)).0,
+                State::CheckLimits
+            ));
         }
-        let (s, r) = finish(p.after_turn(refused(99)).0);
+        let (s, r) = finish(after_turn(&mut p, refused(99)).0);
         assert_eq!(s, TaskStatus::Denied);
         assert_eq!(
             r,
@@ -489,14 +468,14 @@ mod tests {
         let mut p = Progress::default();
         let mut warnings = Vec::new();
         for _ in 1..STOP_AFTER {
-            let (state, warning) = p.after_turn(turn(1, FinishReason::ToolUse));
+            let (state, warning) = after_turn(&mut p, turn(1, FinishReason::ToolUse));
             assert!(matches!(state, State::CheckLimits));
             warnings.extend(warning);
         }
         assert_eq!(warnings.len(), 1, "one warning per run");
         assert_eq!(p.notes.len(), 1);
         assert!(p.notes[0].starts_with("[familiar: "));
-        let (s, _) = finish(p.after_turn(turn(1, FinishReason::ToolUse)).0);
+        let (s, _) = finish(after_turn(&mut p, turn(1, FinishReason::ToolUse)).0);
         assert_eq!(s, TaskStatus::LoopDetected);
     }
 }

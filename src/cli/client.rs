@@ -192,14 +192,13 @@ struct PendingApproval {
 }
 
 pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    // ListTasks lists sub-tasks right after their parent; GetTask says which they are,
-    // and which approvals a running task waits for.
-    let got = with_proxy(async |_, p| {
+    // ListTasks lists sub-tasks right after their parent; GetTask says which they are
+    // and which approvals a running one waits for.
+    let listed = with_proxy(async |_, p| {
         let list = p.list_tasks().await?;
-        let mut approvals = std::collections::HashMap::new();
         let mut rows = Vec::with_capacity(list.len());
         for row in list {
-            // A task forgotten meanwhile is listed without a parent or approvals.
+            // Forgotten between the two calls: list it without a parent or approvals.
             let task = p
                 .get_task(&row.0)
                 .await
@@ -208,25 +207,22 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             let parent = task
                 .as_ref()
                 .and_then(|v| v["parent_task"].as_str().map(str::to_owned));
-            if row.2 == "running" {
-                // An older daemon sends no list.
-                let pending: Vec<PendingApproval> = task
-                    .as_ref()
-                    .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
-                    .unwrap_or_default();
-                approvals.insert(row.0.clone(), pending);
-            }
-            rows.push((row, parent));
+            // An older daemon sends no list.
+            let pending: Vec<PendingApproval> = task
+                .as_ref()
+                .filter(|_| row.2 == "running")
+                .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
+                .unwrap_or_default();
+            rows.push((row, parent, pending));
         }
-        Ok((rows, approvals))
+        Ok(rows)
     })?;
-    let (list, mut approvals) = match got {
+    let list = match listed {
         Ok(l) => l,
         Err(f) => return f.report(),
     };
     if json {
-        for ((id, soul, status, prompt), parent) in &list {
-            let pending = approvals.remove(id).unwrap_or_default();
+        for ((id, soul, status, prompt), parent, pending) in &list {
             out.json_line(
                 &serde_json::json!({"id": id, "soul": soul, "status": status,
                 "prompt": prompt, "parent_task": parent, "approvals": pending}),
@@ -239,14 +235,14 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         return Ok(Exit::Completed);
     }
     writeln!(out, "{:<18} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
-    for ((id, soul, status, prompt), parent) in &list {
+    for ((id, soul, status, prompt), parent, pending) in &list {
         let prompt = prompt.replace('\n', " ");
-        let shown = match parent {
+        let id = match parent {
             Some(_) => format!("└ {id}"),
             None => id.clone(),
         };
-        writeln!(out, "{shown:<18} {soul:<18} {status:<16} {prompt}")?;
-        for a in approvals.remove(id).unwrap_or_default() {
+        writeln!(out, "{id:<18} {soul:<18} {status:<16} {prompt}")?;
+        for a in pending {
             writeln!(
                 out,
                 "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",

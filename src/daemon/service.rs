@@ -232,7 +232,9 @@ impl Service {
                 .limiters
                 .check(Scope::Submit, &req.caller, self.shared.submit_rate)
         {
-            crate::agent::metrics::bump(&self.shared.rt.metrics.rate_limited);
+            for h in &self.shared.rt.hooks {
+                h.submit_limited(&req.caller, &limited);
+            }
             return Err(Error::RateLimited(format!(
                 "{limited}; wait before submitting again"
             )));

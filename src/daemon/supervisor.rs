@@ -344,13 +344,14 @@ impl Supervisor {
                     return;
                 };
                 p.children.push(child.clone());
-                let Ok(soul) = self.shared.loaded.get().souls.get(&soul).cloned() else {
+                let loaded = self.shared.loaded.get();
+                let Ok(soul) = loaded.souls.get(&soul) else {
                     return;
                 };
                 let entry = Entry {
                     session_id,
                     new_session: false,
-                    soul: Arc::new(soul),
+                    soul: Arc::new(soul.clone()),
                     prompt,
                     origin: format!("delegate:{parent}"),
                     workspace: None,
@@ -410,15 +411,11 @@ impl Supervisor {
                 Ok(())
             }
             // Cancelling a finished task changes nothing; saying so is not an error.
-            TaskStatus::Completed
-            | TaskStatus::Failed
-            | TaskStatus::Cancelled
-            | TaskStatus::MaxIterations
-            | TaskStatus::BudgetExceeded
-            | TaskStatus::Timeout
-            | TaskStatus::LoopDetected
-            | TaskStatus::Denied
-            | TaskStatus::Interrupted => Ok(()),
+            // (`TaskStatus::is_finished` is the one list of finished statuses.)
+            finished => {
+                debug_assert!(finished.is_finished(), "{finished} is not finished");
+                Ok(())
+            }
         }
     }
 
@@ -460,9 +457,6 @@ impl Supervisor {
             "plan": null,
             "usage": e.usage,
             "result": e.result,
-            "parent_task": e.parent,
-            "parent_session": parent_session,
-            "children": e.children,
             // Without a notification server nothing else shows these (issue 9 §6).
             "approvals": self
                 .shared
@@ -478,6 +472,9 @@ impl Supervisor {
                     "reason": r.reason,
                 }))
                 .collect::<Vec<_>>(),
+            "parent_task": e.parent,
+            "parent_session": parent_session,
+            "children": e.children,
         });
         let store = Arc::clone(&self.shared.rt.store);
         let (session, task) = (e.session_id.clone(), id.clone());

@@ -465,12 +465,22 @@ struct SummaryProbe {
     tasks: Vec<IgnoredAny>,
 }
 
-fn read_summary(path: &Path) -> Result<SessionSummary, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
-    let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))
-        .map_err(|e| format!("invalid JSON context: {e}"))?;
+/// Why a listing skips a context file (it is logged, and the file is left alone).
+#[derive(Debug, thiserror::Error)]
+enum Unlisted {
+    #[error("{0}")]
+    Open(#[from] std::io::Error),
+    #[error("invalid JSON context: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{}", unknown_version(*.0))]
+    Version(u32),
+}
+
+fn read_summary(path: &Path) -> Result<SessionSummary, Unlisted> {
+    let file = File::open(path)?;
+    let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))?;
     if probe.version != CONTEXT_VERSION {
-        return Err(unknown_version(probe.version));
+        return Err(Unlisted::Version(probe.version));
     }
     Ok(SessionSummary {
         id: probe.session_id,

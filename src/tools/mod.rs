@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::ToolInfo;
 use crate::ids::{SessionId, SoulId};
 use crate::llm::ToolDef;
-use crate::sandbox::{SandboxLauncher, SandboxPolicy};
+use crate::sandbox::{SandboxError, SandboxLauncher, SandboxPolicy};
 use crate::snapshot::Snapshotter;
 use crate::store::Memory;
 
@@ -85,6 +85,29 @@ pub enum ToolError {
 impl ToolError {
     pub fn model(msg: impl Into<String>) -> Self {
         ToolError::RespondToModel(msg.into())
+    }
+}
+
+/// A sandbox failure as the model or the task sees it, the same for every tool: a
+/// cancelled call and a kernel that cannot enforce what the soul requires are answers
+/// the model reads (the task goes on, the call did nothing); a helper that could not be
+/// started or answered garbage means the tools are broken, and the task ends.
+impl From<SandboxError> for ToolError {
+    fn from(e: SandboxError) -> Self {
+        match e {
+            SandboxError::Cancelled => ToolError::model("cancelled: the task was stopped"),
+            SandboxError::NotEnforced(_) => ToolError::model(format!(
+                "refused: {e}; this soul's tools do not run on this kernel"
+            )),
+            e @ (SandboxError::Workspace { .. }
+            | SandboxError::CurrentExe(_)
+            | SandboxError::Spawn { .. }
+            | SandboxError::Wait(_)
+            | SandboxError::Spec(_)
+            | SandboxError::Setup(_)
+            | SandboxError::Helper { .. }
+            | SandboxError::Reply(_)) => ToolError::Fatal(format!("the sandbox failed: {e}")),
+        }
     }
 }
 
@@ -188,5 +211,43 @@ impl Registry {
                 input_schema: t.schema(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::Enforcement;
+
+    #[test]
+    fn sandbox_errors_map_the_same_for_every_tool() {
+        assert_eq!(
+            ToolError::from(SandboxError::Cancelled),
+            ToolError::model("cancelled: the task was stopped")
+        );
+        let none = Enforcement::for_abi(None);
+        match ToolError::from(SandboxError::NotEnforced(none)) {
+            ToolError::RespondToModel(m) => {
+                assert!(
+                    m.starts_with("refused: the soul requires a fully enforced sandbox"),
+                    "{m}"
+                );
+                assert!(
+                    m.ends_with("this soul's tools do not run on this kernel"),
+                    "{m}"
+                );
+            }
+            ToolError::Fatal(m) => panic!("a kernel without Landlock is not fatal: {m}"),
+        }
+        assert_eq!(
+            ToolError::from(SandboxError::Setup("no ruleset".to_owned())),
+            ToolError::Fatal(
+                "the sandbox failed: the sandbox could not be set up: no ruleset".to_owned()
+            )
+        );
+        assert!(matches!(
+            ToolError::from(SandboxError::Reply("eof".to_owned())),
+            ToolError::Fatal(_)
+        ));
     }
 }

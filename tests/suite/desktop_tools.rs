@@ -60,7 +60,7 @@ fn direct_ctx(h: &Harness) -> ToolContext {
     ToolContext {
         sandbox: Arc::new(
             SandboxPolicy::new(
-                &familiar::agent::sandbox_spec(&soul),
+                &soul.sandbox,
                 &h.policy.protected_paths,
                 &workspace,
                 h.home.path(),

@@ -46,7 +46,7 @@ fn sandbox_for(h: &SandboxHome, data_dir: &std::path::Path) -> SandboxPolicy {
     )
     .unwrap();
     SandboxPolicy::new(
-        &familiar::agent::sandbox_spec(&soul),
+        &soul.sandbox,
         &policy.protected_paths,
         &h.workspace,
         &h.home,

@@ -5,10 +5,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use familiar::agent::events::{Delivery, Event, EventBus};
-use familiar::agent::hooks::{AuditHook, MetricsHook};
+use familiar::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use familiar::agent::metrics::Metrics;
 use familiar::agent::{LlmFactory, Runtime, TaskOutcome, TaskSpec, run_task};
 use familiar::approval::ApprovalBroker;
+use familiar::catalog::ToolInfo;
 use familiar::config::Config;
 use familiar::ids::{SessionId, TaskId};
 use familiar::llm::{LlmClient, LlmError, RetryPolicy, Sleeper};
@@ -18,8 +19,9 @@ use familiar::sandbox::SandboxLauncher;
 use familiar::snapshot::Snapshotter;
 use familiar::soul::{PromptSource, Soul, SoulOrigin, SoulSet};
 use familiar::store::{Memory, Store};
-use familiar::tools::{Registry, Tool};
-use serde_json::Value;
+use familiar::tools::{Registry, Tool, ToolContext, ToolError};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::TestHome;
@@ -124,11 +126,34 @@ impl Harness {
     }
 
     pub fn runtime(&self, tools: Registry) -> Arc<Runtime> {
-        self.runtime_with_souls(tools, SoulSet::default())
+        self.runtime_with(tools, SoulSet::default(), Vec::new())
     }
 
     /// A runtime whose `delegate` finds its souls in `souls`.
     pub fn runtime_with_souls(&self, tools: Registry, souls: SoulSet) -> Arc<Runtime> {
+        self.runtime_with(tools, souls, Vec::new())
+    }
+
+    /// Like `runtime`, with `extra` hooks after the audit and metrics ones.
+    pub fn runtime_with_hooks(&self, tools: Registry, extra: Vec<Arc<dyn Hooks>>) -> Arc<Runtime> {
+        self.runtime_with(tools, SoulSet::default(), extra)
+    }
+
+    fn runtime_with(
+        &self,
+        tools: Registry,
+        souls: SoulSet,
+        extra: Vec<Arc<dyn Hooks>>,
+    ) -> Arc<Runtime> {
+        let mut hooks: Vec<Arc<dyn Hooks>> = vec![
+            Arc::new(AuditHook {
+                store: Arc::clone(&self.store),
+            }),
+            Arc::new(MetricsHook {
+                metrics: Arc::clone(&self.metrics),
+            }),
+        ];
+        hooks.extend(extra);
         Arc::new(Runtime {
             config: Arc::clone(&self.config),
             policy: Arc::clone(&self.policy),
@@ -138,14 +163,7 @@ impl Harness {
             approvals: self.approvals.clone(),
             metrics: Arc::clone(&self.metrics),
             snapshotter: Arc::new(Mutex::new(Snapshotter::with_hyprland(None).unwrap())),
-            hooks: vec![
-                Arc::new(AuditHook {
-                    store: Arc::clone(&self.store),
-                }),
-                Arc::new(MetricsHook {
-                    metrics: Arc::clone(&self.metrics),
-                }),
-            ],
+            hooks,
             llm: Arc::new(TestLlm {
                 config: Arc::clone(&self.config),
                 env: self.env.clone(),
@@ -205,6 +223,47 @@ impl Harness {
     pub fn workspace(&self) -> std::path::PathBuf {
         self.home.path().join("work")
     }
+}
+
+/// A test tool under a catalog name, whose behaviour is a closure.
+type ToolFn =
+    dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>> + Send + Sync;
+
+struct FnTool {
+    info: &'static ToolInfo,
+    run: Arc<ToolFn>,
+}
+
+impl Tool for FnTool {
+    fn info(&self) -> &'static ToolInfo {
+        self.info
+    }
+    fn description(&self) -> &'static str {
+        "test tool"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn execute(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        (self.run)(args, ctx)
+    }
+}
+
+pub fn fn_tool(
+    info: &'static ToolInfo,
+    run: impl Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>>
+    + Send
+    + Sync
+    + 'static,
+) -> Arc<dyn Tool> {
+    Arc::new(FnTool {
+        info,
+        run: Arc::new(run),
+    })
 }
 
 pub fn kinds(events: &[Arc<Event>]) -> Vec<&'static str> {

@@ -8,56 +8,14 @@ use familiar::catalog::{self, ToolInfo};
 use familiar::ids::SessionId;
 use familiar::llm::{ContentBlock, Message, Role};
 use familiar::store::{Context, StepStatus, TaskStatus};
-use familiar::tools::{Tool, ToolContext, ToolError};
+use familiar::tools::ToolError;
 use futures::FutureExt;
-use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
 use super::harness::*;
 use crate::common::llm_server::*;
-
-/// A test tool under a catalog name, whose behaviour is a closure.
-type ToolFn =
-    dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>> + Send + Sync;
-
-struct FnTool {
-    info: &'static ToolInfo,
-    run: Arc<ToolFn>,
-}
-
-impl Tool for FnTool {
-    fn info(&self) -> &'static ToolInfo {
-        self.info
-    }
-    fn description(&self) -> &'static str {
-        "test tool"
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
-        (self.run)(args, ctx)
-    }
-}
-
-fn fn_tool(
-    info: &'static ToolInfo,
-    run: impl Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>>
-    + Send
-    + Sync
-    + 'static,
-) -> Arc<dyn Tool> {
-    Arc::new(FnTool {
-        info,
-        run: Arc::new(run),
-    })
-}
 
 const READ_SOUL: &str = "max_iterations = 10\ntools = [\"read_file\", \"list_dir\", \"disk_usage\", \"search_files\", \"write_file\"]\n";
 

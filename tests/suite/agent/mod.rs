@@ -3,5 +3,6 @@
 
 mod desktop_tools;
 pub mod harness;
+mod hooks;
 mod loop_behaviour;
 mod run_cli;

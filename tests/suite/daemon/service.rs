@@ -316,6 +316,8 @@ async fn submit_is_rate_limited_per_caller() {
         error_name(f.submit("test", "three").await),
         format!("{E}RateLimited")
     );
+    // Counted by the metrics hook like every other refusal over a limit.
+    assert_eq!(f.proxy.metrics().await.unwrap()["rate_limited"], 1);
     // Another caller has its own budget.
     let other = Agent1Proxy::new(&f.bus.connect().await).await.unwrap();
     other.list_tasks().await.unwrap();

@@ -1,10 +1,10 @@
-//! Compacting a running task's context: micro before every model call, full (a summary
+//! The compactor: compacting a running task's context: micro before every model call, full (a summary
 //! written by the model) when the request's estimate says the window is nearly full.
 //! Each compaction is reported as a `compaction` event and to the hooks.
 
 use futures::StreamExt;
 
-use super::{
+use crate::agent::compaction::{
     CONTEXT_RESERVE, CompactionMode, MAX_FACTS, MAX_FULL_COMPACTIONS, apply_cut, merge_facts,
     micro_compact, needs_full, parse_summary, split_point, summary_prompt,
 };
@@ -15,7 +15,7 @@ use crate::llm::{ClientEvent, LlmClient, LlmError, Message, Request, StreamEvent
 
 impl Task {
     /// Clears old tool results when that saves enough.
-    pub(in crate::agent) async fn micro_compact(&mut self) {
+    pub(super) async fn micro_compact(&mut self) {
         let history = &mut self.session.ctx.history;
         let Some(stats) = micro_compact(history) else {
             return;
@@ -34,7 +34,7 @@ impl Task {
 
     /// Runs a full compaction when `estimate` (of `request`) leaves too little room, and
     /// rebuilds the request over the compacted history. Returns the request's estimate.
-    pub(in crate::agent) async fn compact_if_full(
+    pub(super) async fn compact_if_full(
         &mut self,
         client: &mut LlmClient,
         request: &mut Request,
@@ -131,7 +131,15 @@ impl Task {
                         usage.add(&u);
                     }
                     Ok(ClientEvent::AttemptDiscarded) => answer.clear(),
-                    Ok(_) => {}
+                    // A summary request offers no tools; the rest is progress.
+                    Ok(ClientEvent::Event(
+                        StreamEvent::ThinkingDelta { .. }
+                        | StreamEvent::ThinkingComplete { .. }
+                        | StreamEvent::ToolCallStarted { .. }
+                        | StreamEvent::ToolCallComplete { .. }
+                        | StreamEvent::Finish { .. },
+                    ))
+                    | Ok(ClientEvent::Retry { .. } | ClientEvent::ModelFallback { .. }) => {}
                     Err(e) => {
                         failed = Some(e);
                         break;

@@ -13,10 +13,9 @@
 //! always a user message; the session transcript, which compaction never touches, keeps
 //! every original message.
 //!
-//! This module holds the rules, as plain functions of a history; [`apply`] runs them on a
-//! live task (with the model call a summary needs, and the events it reports).
-
-mod apply;
+//! This module holds the rules, as plain functions of a history; the
+//! [`compactor`](crate::agent::compactor) runs them on a live task (with the model call a
+//! summary needs, and the events it reports).
 
 use crate::llm::{ContentBlock, Message, Role};
 
