@@ -128,16 +128,20 @@ impl HttpCtx {
 }
 
 /// The message inside an error body: `error.message` (OpenAI, Anthropic), `error` as a
-/// string (Ollama), else the body itself; cut to [`MAX_MESSAGE`].
+/// string (Ollama), a top-level `message` (older vLLM), else the body itself; cut to
+/// [`MAX_MESSAGE`].
 pub(crate) fn server_message(body: &str) -> String {
     let from_json = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| {
-            let err = v.get("error")?;
-            err.get("message")
-                .and_then(|m| m.as_str())
-                .or_else(|| err.as_str())
-                .map(str::to_owned)
+            let text = match v.get("error") {
+                Some(err) => err
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .or_else(|| err.as_str()),
+                None => v.get("message").and_then(|m| m.as_str()),
+            };
+            text.map(str::to_owned)
         });
     let text = from_json.unwrap_or_else(|| body.trim().to_owned());
     let mut end = text.len().min(MAX_MESSAGE);

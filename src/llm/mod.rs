@@ -18,6 +18,7 @@ mod http;
 pub use http::new_client;
 mod keys;
 mod openai;
+pub mod overflow;
 pub mod retry;
 pub mod sse;
 pub mod tokens;
@@ -31,6 +32,7 @@ use crate::config::{Env, ProviderConfig, ProviderKind};
 
 pub use client::{ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK};
 pub use error::LlmError;
+pub use overflow::ContextOverflow;
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
 
