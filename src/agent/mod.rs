@@ -12,6 +12,7 @@ pub mod loop_detect;
 pub mod metrics;
 pub mod plan;
 pub mod prompt;
+pub mod reminder;
 pub mod runtime;
 pub mod turn;
 

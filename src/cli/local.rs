@@ -342,11 +342,7 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
         "  created {}, updated {}",
         ctx.created_at, ctx.updated_at
     )?;
-    writeln!(
-        out,
-        "  usage: {} input + {} output tokens",
-        ctx.usage.input_tokens, ctx.usage.output_tokens
-    )?;
+    writeln!(out, "  usage: {}", describe_usage(&ctx.usage))?;
     writeln!(
         out,
         "  workspace: {}",
@@ -377,6 +373,9 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
                 step.status.as_str(),
                 first_line(&step.description, 66)
             )?;
+        }
+        if t.usage != crate::llm::Usage::default() {
+            writeln!(out, "    usage: {}", describe_usage(&t.usage))?;
         }
         if let Some(result) = &t.result {
             writeln!(out, "    result: {}", first_line(result, 70))?;
@@ -414,6 +413,21 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
         }
     }
     Ok(())
+}
+
+/// `N input + M output tokens`, and what the prompt cache did when it did anything.
+fn describe_usage(u: &crate::llm::Usage) -> String {
+    let mut s = format!(
+        "{} input + {} output tokens",
+        u.input_tokens, u.output_tokens
+    );
+    if u.cache_read_tokens > 0 || u.cache_write_tokens > 0 {
+        s.push_str(&format!(
+            " (prompt cache: {} read, {} written)",
+            u.cache_read_tokens, u.cache_write_tokens
+        ));
+    }
+    s
 }
 
 /// The first line of `s`, cut to `max` characters with an ellipsis.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -74,22 +74,28 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
+/// The Messages API body, its fields in the order the server caches them (model
+/// settings, system, tools, messages): a request's bytes then repeat the previous
+/// request's up to its last message, which the loopback tests check.
+#[derive(Serialize)]
+pub(crate) struct Body {
+    model: String,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Value>,
+    messages: Value,
+}
+
 /// The Messages API body for `req`.
-pub(crate) fn request_body(req: &Request) -> Value {
-    let mut body = json!({
-        "model": req.model,
-        "max_tokens": req.max_tokens,
-        "stream": true,
-        "messages": wire_messages(&req.messages),
-    });
-    if !req.system.is_empty() {
-        body["system"] =
-            json!([{"type": "text", "text": req.system, "cache_control": ephemeral()}]);
-    }
-    if let Some(t) = req.temperature {
-        body["temperature"] = json!(t);
-    }
-    if !req.tools.is_empty() {
+pub(crate) fn request_body(req: &Request) -> Body {
+    let system = (!req.system.is_empty())
+        .then(|| json!([{"type": "text", "text": req.system, "cache_control": ephemeral()}]));
+    let tools = (!req.tools.is_empty()).then(|| {
         let mut tools: Vec<Value> = req
             .tools
             .iter()
@@ -98,9 +104,17 @@ pub(crate) fn request_body(req: &Request) -> Value {
         if let Some(last) = tools.last_mut() {
             last["cache_control"] = ephemeral();
         }
-        body["tools"] = Value::Array(tools);
+        Value::Array(tools)
+    });
+    Body {
+        model: req.model.clone(),
+        max_tokens: req.max_tokens,
+        temperature: req.temperature,
+        stream: true,
+        system,
+        tools,
+        messages: wire_messages(&req.messages),
     }
-    body
 }
 
 fn wire_messages(messages: &[Message]) -> Value {
@@ -564,7 +578,7 @@ mod tests {
                 is_error: false,
             }],
         };
-        let body = request_body(&req(vec![
+        let body = serde_json::to_value(request_body(&req(vec![
             Message::user_text("go"),
             Message {
                 role: Role::Assistant,
@@ -572,7 +586,8 @@ mod tests {
             },
             result("c2"),
             result("c1"),
-        ]));
+        ])))
+        .unwrap();
         let msgs = body["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 3);
         assert_eq!(

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -68,8 +68,24 @@ impl Provider for OpenAi {
     }
 }
 
+/// The chat completions body, its fields in prompt order (settings, tools, messages):
+/// a request's bytes repeat the previous request's up to its last message, which keeps
+/// prompt caches (llama.cpp, vLLM, OpenAI) warm and the loopback tests check.
+#[derive(Serialize)]
+pub(crate) struct Body {
+    model: String,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    stream: bool,
+    stream_options: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Value>,
+    messages: Vec<Value>,
+}
+
 /// The chat completions body for `req`.
-pub(crate) fn request_body(req: &Request) -> Value {
+pub(crate) fn request_body(req: &Request) -> Body {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if !req.system.is_empty() {
         messages.push(json!({"role": "system", "content": req.system}));
@@ -77,28 +93,25 @@ pub(crate) fn request_body(req: &Request) -> Value {
     for m in &req.messages {
         push_message(m, &mut messages);
     }
-    let mut body = json!({
-        "model": req.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "max_tokens": req.max_tokens,
-    });
-    if let Some(t) = req.temperature {
-        body["temperature"] = json!(t);
-    }
-    if !req.tools.is_empty() {
-        body["tools"] = req
-            .tools
+    let tools = (!req.tools.is_empty()).then(|| {
+        req.tools
             .iter()
             .map(|t| {
                 json!({"type": "function", "function": {
                     "name": t.name, "description": t.description, "parameters": t.input_schema,
                 }})
             })
-            .collect();
+            .collect()
+    });
+    Body {
+        model: req.model.clone(),
+        max_tokens: req.max_tokens,
+        temperature: req.temperature,
+        stream: true,
+        stream_options: json!({"include_usage": true}),
+        tools,
+        messages,
     }
-    body
 }
 
 fn push_message(m: &Message, out: &mut Vec<Value>) {
