@@ -3,10 +3,11 @@
 //! Start-up order is the contract's (DESIGN §9, STYLE "Concurrency"): load config,
 //! policy and souls; mark tasks a crash left `running` as `interrupted`; serve the
 //! object; only then take the bus name; then `READY=1`. One owner task
-//! ([`supervisor`]) holds every piece of mutable task state; the D-Bus object forwards
-//! [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
+//! ([`supervisor`]) holds every piece of mutable task state; the D-Bus object
+//! ([`service::Service`]) forwards [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.
 
+pub mod service;
 mod supervisor;
 
 use std::path::Path;
@@ -22,13 +23,13 @@ use zbus::object_server::SignalEmitter;
 use crate::agent::{Runtime, RuntimeError};
 use crate::approval::{ApprovalBroker, ApprovalRequest, Frontend};
 use crate::config::{Config, ProcessEnv};
-use crate::dbus::interface::Agent;
 use crate::dbus::{self, Error};
 use crate::error::ConfigError;
 use crate::ids::{RequestId, SessionId, TaskId};
 use crate::policy::{self, RateSpec};
 use crate::soul::{Soul, SoulSet};
 use crate::store::Store;
+use service::Service;
 
 /// Ops waiting for the owner; D-Bus callers wait (backpressure) when it is full.
 pub const OP_BUFFER: usize = 64;
@@ -160,7 +161,7 @@ impl Daemon {
             submit_rate: options.submit_rate,
         });
         let conn = builder
-            .serve_at(dbus::PATH, Agent::new(tx.clone(), Arc::clone(&shared)))
+            .serve_at(dbus::PATH, Service::new(tx.clone(), Arc::clone(&shared)))
             .name(dbus::NAME)
             .build()
             .await
@@ -376,7 +377,7 @@ impl Frontend for SignalFrontend {
         );
         handle.spawn(async move {
             if let Err(e) =
-                Agent::approval_requested(&emitter, &task, &request, &tool, &summary, &tier).await
+                Service::approval_requested(&emitter, &task, &request, &tool, &summary, &tier).await
             {
                 tracing::warn!(task_id = %task, "cannot emit ApprovalRequested: {e}");
             }

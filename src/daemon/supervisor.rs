@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
+use super::service::Service;
 use super::{DaemonOptions, MAX_FINISHED, Op, Shared, SubmitRequest, notify};
 use crate::agent::events::{Delivery, Event, EventBus};
 use crate::agent::{TaskError, TaskOutcome, TaskSpec, run_task};
-use crate::dbus::interface::{Agent, LIST_PROMPT_CHARS};
-use crate::dbus::{self, Error};
+use crate::dbus::{self, Error, LIST_PROMPT_CHARS};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
 use crate::soul::Soul;
@@ -344,7 +344,7 @@ impl Supervisor {
             self.busy_sessions.remove(&e.session_id);
         }
         if let Err(e) =
-            Agent::task_finished(&self.emitter, id.as_str(), status.as_str(), result).await
+            Service::task_finished(&self.emitter, id.as_str(), status.as_str(), result).await
         {
             tracing::warn!(task_id = %id, "cannot emit TaskFinished: {e}");
         }
@@ -411,7 +411,7 @@ impl Supervisor {
         match self
             .conn
             .object_server()
-            .interface::<_, Agent>(dbus::PATH)
+            .interface::<_, Service>(dbus::PATH)
             .await
         {
             Ok(iface) => {
@@ -455,7 +455,7 @@ fn create_session(
 async fn forward_events(emitter: SignalEmitter<'static>, mut rx: mpsc::Receiver<Arc<Event>>) {
     while let Some(ev) = rx.recv().await {
         if let Err(e) =
-            Agent::task_event(&emitter, ev.task_id.as_str(), ev.kind(), &ev.payload_json()).await
+            Service::task_event(&emitter, ev.task_id.as_str(), ev.kind(), &ev.payload_json()).await
         {
             tracing::warn!(task_id = %ev.task_id, "cannot emit TaskEvent: {e}");
         }

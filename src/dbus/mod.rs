@@ -1,11 +1,13 @@
-//! The session-bus contract of DESIGN §3: the service ([`interface`]), the client
-//! ([`proxy`]) and desktop notifications ([`notifications`]).
+//! The session-bus contract of DESIGN §3: names, the typed error, the limits both
+//! sides share, the `Agent1` client proxy ([`proxy`]) and the desktop-notification
+//! proxy ([`notifications`]). The service object that implements the contract lives in
+//! `daemon::service`.
 //!
-//! Invariant: every name, signature and error name used on the bus is defined here or
-//! in the `#[interface]`/`#[proxy]` attributes next to it, so the server and the
-//! client cannot disagree; `docs/dbus.md` mirrors them for users.
+//! Invariant: every name, error name and shared limit used on the bus is defined here,
+//! and the client's signatures in [`proxy`] mirror the server's `#[interface]`, so
+//! server and client cannot disagree; `docs/dbus.md` mirrors them for users. This
+//! module never imports the daemon: cli, tools and daemon import it, one way.
 
-pub mod interface;
 pub mod notifications;
 pub mod proxy;
 
@@ -17,6 +19,13 @@ pub const PATH: &str = "/dev/familiar/Agent1";
 pub const INTERFACE: &str = "dev.familiar.Agent1";
 /// Prefix of our error names.
 pub const ERROR_PREFIX: &str = "dev.familiar.Agent1.Error";
+
+/// Longest prompt `Submit` takes (the same cap `familiar run` puts on stdin).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+/// Longest `origin` label `Submit` takes.
+pub const MAX_ORIGIN_CHARS: usize = 64;
+/// Characters of a prompt `ListTasks` shows.
+pub const LIST_PROMPT_CHARS: usize = 80;
 
 /// The errors a method can return, named `dev.familiar.Agent1.Error.<Variant>`. Each
 /// carries a sentence a person can act on.

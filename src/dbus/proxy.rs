@@ -1,8 +1,9 @@
 //! The client side of `dev.familiar.Agent1`, for `familiar ask`, `status`, `tasks`,
 //! `cancel`, `approve`, `deny` and for tests.
 //!
-//! Invariant: signatures match [`super::interface::Agent`] exactly (a mismatch shows
-//! up in the daemon tests, which drive the daemon through this proxy).
+//! Invariant: signatures match the service object's `#[interface]` in
+//! `daemon::service` exactly (a mismatch shows up in the daemon tests, which drive the
+//! daemon through this proxy).
 
 use std::collections::HashMap;
 

@@ -1,4 +1,5 @@
-//! The `dev.familiar.Agent1` service object.
+//! The `dev.familiar.Agent1` service object (the server half of the contract in
+//! [`crate::dbus`]).
 //!
 //! Invariant: this struct owns no task state. It checks the caller (same Unix user),
 //! validates arguments into typed values, and forwards to the supervisor's single owner
@@ -15,21 +16,14 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, interface};
 
-use super::Error;
+use super::{Op, Shared, SubmitRequest};
 use crate::approval::Answer;
-use crate::daemon::{Op, Shared, SubmitRequest};
+use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES};
 use crate::ids::{RequestId, SessionId, TaskId};
 use crate::ratelimit::Scope;
 
-/// Longest prompt `Submit` takes (the same cap `familiar run` puts on stdin).
-pub const MAX_PROMPT_BYTES: usize = 1 << 20;
-/// Longest `origin` label.
-pub const MAX_ORIGIN_CHARS: usize = 64;
-/// Characters of a prompt `ListTasks` shows.
-pub const LIST_PROMPT_CHARS: usize = 80;
-
 /// The served object.
-pub struct Agent {
+pub struct Service {
     pub(crate) tx: mpsc::Sender<Op>,
     pub(crate) shared: Arc<Shared>,
     /// The bus driver, made once: a proxy per call would add a match rule and a
@@ -37,9 +31,9 @@ pub struct Agent {
     bus_driver: tokio::sync::OnceCell<zbus::fdo::DBusProxy<'static>>,
 }
 
-impl Agent {
-    pub fn new(tx: mpsc::Sender<Op>, shared: Arc<Shared>) -> Agent {
-        Agent {
+impl Service {
+    pub fn new(tx: mpsc::Sender<Op>, shared: Arc<Shared>) -> Service {
+        Service {
             tx,
             shared,
             bus_driver: tokio::sync::OnceCell::new(),
@@ -73,7 +67,7 @@ impl Agent {
         Ok(sender.to_string())
     }
 
-    /// [`Agent::caller`] for property reads. No header means the daemon itself is
+    /// [`Service::caller`] for property reads. No header means the daemon itself is
     /// reading the value for `PropertiesChanged`.
     async fn property_caller(
         &self,
@@ -209,7 +203,7 @@ fn task_id(s: &str) -> Result<TaskId, Error> {
 }
 
 #[interface(name = "dev.familiar.Agent1")]
-impl Agent {
+impl Service {
     /// Queues a task; returns its id and its session's id at once.
     #[zbus(out_args("task_id", "session_id"))]
     async fn submit(
