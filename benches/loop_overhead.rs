@@ -26,6 +26,7 @@ use familiar::agent::metrics::Metrics;
 use familiar::agent::prompt::{PromptParts, system_prompt};
 use familiar::agent::{LlmFactory, Runtime, TaskSpec, run_task};
 use familiar::approval::ApprovalBroker;
+use familiar::catalog::ToolInfo;
 use familiar::config::Config;
 use familiar::ids::TaskId;
 use familiar::llm::{ClientEvent, LlmClient, LlmError, Message, Request, RetryPolicy, Sleeper};
@@ -34,7 +35,7 @@ use familiar::ratelimit::RateLimiters;
 use familiar::snapshot::Snapshotter;
 use familiar::soul::{PromptSource, Soul, SoulOrigin};
 use familiar::store::{Context, Store};
-use familiar::tools::{Registry, Tool, ToolContext, ToolError, ToolInfo};
+use familiar::tools::{Registry, Tool, ToolContext, ToolError};
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -52,7 +53,7 @@ struct InProcessRead;
 
 impl Tool for InProcessRead {
     fn info(&self) -> &'static ToolInfo {
-        &familiar::tools::READ_FILE
+        &familiar::catalog::READ_FILE
     }
     fn description(&self) -> &'static str {
         "read"
@@ -211,7 +212,7 @@ async fn bench() {
             model,
             system: "s".repeat(3000),
             messages: vec![Message::user_text("hi")],
-            tools: Registry::builtin().definitions(&soul),
+            tools: Registry::builtin().definitions(&soul.grant.tools),
             max_tokens: 100,
             temperature: None,
         };
@@ -248,7 +249,8 @@ async fn bench() {
         .map(|_| {
             let t = Instant::now();
             let v = familiar::policy::decide(
-                &soul,
+                &soul.id,
+                &soul.grant,
                 &policy,
                 &Call {
                     tool: "read_file",
@@ -266,7 +268,8 @@ async fn bench() {
         .map(|_| {
             let t = Instant::now();
             let v = familiar::policy::decide(
-                &soul,
+                &soul.id,
+                &soul.grant,
                 &policy,
                 &Call {
                     tool: "shell",

@@ -17,6 +17,7 @@
 
 pub mod agent;
 pub mod approval;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -4,8 +4,10 @@
 //! tier modes it asks for and its sandbox. It can only tighten the policy: the modes it
 //! asks for are clamped to the policy's at decision time ([`TierModes::tighten`]), and
 //! a soul *file* that asks for more than the policy gives is a validation error naming
-//! the key. The shipped souls are compiled in; a file in the user's souls directory
-//! with the same id replaces the built-in one.
+//! the key. What the policy decides over is the soul's [`Grant`] (allowlist and
+//! modes); tool names are checked against [`crate::catalog`]. The shipped souls are
+//! compiled in; a file in the user's souls directory with the same id replaces the
+//! built-in one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,10 +16,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::catalog::{self, Tier};
 use crate::config::{Paths, expand_home, parse_duration};
 use crate::error::{ConfigError, FileError, parse_toml};
 use crate::ids::SoulId;
-use crate::policy::{Mode, Policy, RateLimits, Tier, TierModes};
+use crate::policy::{Grant, Mode, Policy, RateLimits, TierModes};
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 pub const MAX_MAX_ITERATIONS: u32 = 1000;
@@ -60,11 +63,10 @@ pub struct Soul {
     pub max_tokens: u64,
     #[serde(serialize_with = "ser_duration")]
     pub max_wall_clock: Duration,
-    /// The allowlist, in file order.
-    pub tools: Vec<String>,
-    /// The modes the soul asks for; a tier the file leaves out is `allow` here, which
-    /// means "whatever the policy says". The policy's modes are the ceiling.
-    pub permissions: TierModes,
+    /// The tools and tier modes the policy decides over (serialised in place, as
+    /// `tools` and `permissions`).
+    #[serde(flatten)]
+    pub grant: Grant,
     pub sandbox: SandboxSpec,
     pub rate_limits: RateLimits,
     pub origin: SoulOrigin,
@@ -73,12 +75,7 @@ pub struct Soul {
 impl Soul {
     /// The modes in force under `policy`.
     pub fn effective_modes(&self, policy: &Policy) -> TierModes {
-        self.permissions.tighten(&policy.tiers)
-    }
-
-    /// Whether the allowlist names `tool`.
-    pub fn allows_tool(&self, tool: &str) -> bool {
-        self.tools.iter().any(|t| t == tool)
+        self.grant.effective_modes(policy)
     }
 }
 
@@ -199,7 +196,7 @@ pub fn parse(
         None => DEFAULT_MAX_TOKENS,
     };
     let max_wall_clock = match raw.max_wall_clock {
-        Some(s) => parse_duration(s.get_ref()).map_err(|e| at(s.span(), e))?,
+        Some(s) => parse_duration(s.get_ref()).map_err(|e| at(s.span(), e.to_string()))?,
         None => DEFAULT_MAX_WALL_CLOCK,
     };
 
@@ -207,13 +204,13 @@ pub fn parse(
         Some(list) => {
             let mut tools = Vec::with_capacity(list.len());
             for t in list {
-                if crate::tools::info(t.get_ref()).is_none() {
+                if catalog::info(t.get_ref()).is_none() {
                     return Err(at(
                         t.span(),
                         format!(
                             "unknown tool `{}` (known: {})",
                             t.get_ref(),
-                            crate::tools::names().collect::<Vec<_>>().join(", ")
+                            catalog::names().collect::<Vec<_>>().join(", ")
                         ),
                     ));
                 }
@@ -301,8 +298,7 @@ pub fn parse(
         max_iterations,
         max_tokens,
         max_wall_clock,
-        tools,
-        permissions,
+        grant: Grant { tools, permissions },
         sandbox,
         rate_limits: raw.rate_limits.unwrap_or_default(),
         origin,

@@ -565,9 +565,9 @@ impl Task {
             self.add_user_note(text);
         }
 
-        let offered = self.rt.tools.offered(&self.spec.soul);
+        let offered = self.rt.tools.offered(&self.spec.soul.grant.tools);
         let tool_names: Vec<&str> = offered.iter().map(|t| t.info().name).collect();
-        let tool_defs = self.rt.tools.definitions(&self.spec.soul);
+        let tool_defs = self.rt.tools.definitions(&self.spec.soul.grant.tools);
         let (soul, policy) = (Arc::clone(&self.spec.soul), Arc::clone(&self.rt.policy));
         let (workspace, max_iterations) = (self.workspace.clone(), self.max_iterations);
         let build_system = |ctx: &Context| {
@@ -697,8 +697,8 @@ impl Task {
                                 }
                                 blocks.push(ContentBlock::ToolUse { id: id.clone(), name: name.clone(), input: args.clone() });
                                 let tool = self.rt.tools.get(&name).cloned();
-                                let tier = crate::tools::info(&name)
-                                    .map_or(crate::policy::Tier::SystemCritical, |i| crate::tools::tier_for_call(i, &args));
+                                let tier = crate::catalog::info(&name)
+                                    .map_or(crate::policy::Tier::SystemCritical, |i| crate::catalog::tier_for_call(i, &args));
                                 let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
                                 self.plan.start(&id, describe_call(&name, &args));
                                 dispatcher.submit(&env, CallSpec {
@@ -979,15 +979,16 @@ impl Task {
     /// Decides one call: policy, then rate limits. Emits `tool_call_started`. Returns
     /// the gate and the decision's steps for the audit log.
     async fn gate(&mut self, id: &CallId, name: &str, args: &serde_json::Value) -> (Gate, String) {
-        let tier = crate::tools::info(name).map_or(crate::policy::Tier::SystemCritical, |i| {
-            crate::tools::tier_for_call(i, args)
+        let tier = crate::catalog::info(name).map_or(crate::policy::Tier::SystemCritical, |i| {
+            crate::catalog::tier_for_call(i, args)
         });
         let ctx = PathContext {
             home: &self.rt.config.paths.home,
             cwd: &self.workspace,
         };
         let mut verdict = policy::decide(
-            &self.spec.soul,
+            &self.spec.soul.id,
+            &self.spec.soul.grant,
             &self.rt.policy,
             &Call {
                 tool: name,
@@ -997,7 +998,7 @@ impl Task {
             &ctx,
         );
         let mut gate = match &verdict.decision {
-            Decision::Allow => match crate::tools::runs_outside_sandbox(name, args) {
+            Decision::Allow => match crate::catalog::runs_outside_sandbox(name, args) {
                 Some(why) => {
                     verdict.record(StepName::ShellAnalysis, Outcome::Ask, why);
                     Gate::Ask {

@@ -90,7 +90,7 @@ pub fn souls(
                 "{}: ok: soul `{}`, {} tools, {} iterations, valid under policy `{}`",
                 file.display(),
                 soul.id,
-                soul.tools.len(),
+                soul.grant.tools.len(),
                 soul.max_iterations,
                 policy.name
             )?;
@@ -146,8 +146,8 @@ fn show_soul(l: &Loaded, soul: &Soul, out: &mut Out) -> anyhow::Result<()> {
         "  tools (mode in force under policy `{}`):",
         l.policy.name
     )?;
-    for tool in &soul.tools {
-        if let Some(info) = crate::tools::info(tool) {
+    for tool in &soul.grant.tools {
+        if let Some(info) = crate::catalog::info(tool) {
             writeln!(
                 out,
                 "    {:<16} {:<16} {}",
@@ -220,13 +220,13 @@ pub fn policy_check(
         args.is_object(),
         "ARGS_JSON must be a JSON object, like '{{\"path\": \"~/notes.txt\"}}'"
     );
-    let info = crate::tools::info(tool).with_context(|| {
+    let info = crate::catalog::info(tool).with_context(|| {
         format!(
             "unknown tool `{tool}` (known: {})",
-            crate::tools::names().collect::<Vec<_>>().join(", ")
+            crate::catalog::names().collect::<Vec<_>>().join(", ")
         )
     })?;
-    let tier = crate::tools::tier_for_call(info, &args);
+    let tier = crate::catalog::tier_for_call(info, &args);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let ctx = PathContext {
         home: &l.config.paths.home,
@@ -237,7 +237,7 @@ pub fn policy_check(
         tier,
         args: &args,
     };
-    let verdict = policy::decide(soul, &l.policy, &call, &ctx);
+    let verdict = policy::decide(&soul.id, &soul.grant, &l.policy, &call, &ctx);
     if json {
         out.json_pretty(&verdict)?;
     } else {

@@ -11,14 +11,14 @@ use serde::Serialize;
 
 use super::paths::{PathContext, protected_entry};
 use super::shell::{Analysis, analyze};
-use super::{Mode, Policy, Tier};
-use crate::soul::Soul;
+use super::{Grant, Mode, Policy, Tier};
+use crate::ids::SoulId;
 
 /// One tool call as the model asked for it.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     pub tool: &'a str,
-    /// From [`crate::tools::tier_for_call`].
+    /// From [`crate::catalog::tier_for_call`].
     pub tier: Tier,
     pub args: &'a serde_json::Value,
 }
@@ -168,7 +168,15 @@ impl fmt::Display for Verdict {
 /// deny → (rate limits: applied afterwards by the agent loop, which records its own
 /// [`StepName::RateLimit`] step with [`Verdict::record`]) → ask (tier mode, `[[ask]]`
 /// patterns, opaque or unparseable shell) → allow.
-pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> Verdict {
+///
+/// `soul` names the grant's holder in the reasons.
+pub fn decide(
+    soul: &SoulId,
+    grant: &Grant,
+    policy: &Policy,
+    call: &Call,
+    ctx: &PathContext,
+) -> Verdict {
     let mut steps = Vec::new();
     let mut step = |name, outcome, detail: String| {
         steps.push(Step {
@@ -182,12 +190,11 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
         steps,
     };
 
-    if !soul.tools.iter().any(|t| t == call.tool) {
+    if !grant.allows_tool(call.tool) {
         let reason = format!(
-            "`{}` is not one of soul `{}`'s tools (it may use: {})",
+            "`{}` is not one of soul `{soul}`'s tools (it may use: {})",
             call.tool,
-            soul.id,
-            soul.tools.join(", ")
+            grant.tools.join(", ")
         );
         step(StepName::SoulTools, Outcome::Deny, reason.clone());
         return deny(steps, DenyRule::NotInSoul, reason);
@@ -195,7 +202,7 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
     step(
         StepName::SoulTools,
         Outcome::Pass,
-        format!("`{}` is in soul `{}`'s tools", call.tool, soul.id),
+        format!("`{}` is in soul `{soul}`'s tools", call.tool),
     );
 
     let command = command_of(call);
@@ -253,9 +260,9 @@ pub fn decide(soul: &Soul, policy: &Policy, call: &Call, ctx: &PathContext) -> V
         },
     );
 
-    let mode = soul.permissions.tighten(&policy.tiers).get(call.tier);
-    let who = if soul.permissions.get(call.tier) > policy.tiers.get(call.tier) {
-        format!("soul `{}`", soul.id)
+    let mode = grant.effective_modes(policy).get(call.tier);
+    let who = if grant.permissions.get(call.tier) > policy.tiers.get(call.tier) {
+        format!("soul `{soul}`")
     } else {
         format!("policy `{}`", policy.name)
     };

@@ -134,7 +134,7 @@ fn resolve(
 
     let approval_timeout = match raw.approval_timeout {
         Some(s) => {
-            let d = parse_duration(s.get_ref()).map_err(|m| at(s.span(), m))?;
+            let d = parse_duration(s.get_ref()).map_err(|e| at(s.span(), e.to_string()))?;
             if d.is_zero() {
                 return Err(at(
                     s.span(),
@@ -162,8 +162,8 @@ fn resolve(
                 Some(map) => {
                     let mut tools = BTreeMap::new();
                     for (tool, rate) in map {
-                        if crate::tools::info(tool.get_ref()).is_none() {
-                            let known: Vec<_> = crate::tools::names().collect();
+                        if crate::catalog::info(tool.get_ref()).is_none() {
+                            let known: Vec<_> = crate::catalog::names().collect();
                             return Err(at(
                                 tool.span(),
                                 format!(

@@ -1,7 +1,8 @@
 //! Permission tiers, modes, blocked patterns, protected paths and rate-limit specs.
 //!
 //! A policy (`policies/NAME.toml`) is the ceiling every soul obeys. Deciding one tool
-//! call is a pure function of (soul, policy, tool, tier, arguments), apart from
+//! call is a pure function of (the soul's [`Grant`], policy, tool, tier, arguments),
+//! apart from
 //! resolving symlinks in the paths it names: see [`decide`]. The rate limiter and the
 //! approval broker come after it; this module only says whether a call is allowed,
 //! must be asked, or is denied, and why.
@@ -26,41 +27,16 @@ pub use decide::{Call, Decision, DenyRule, Outcome, Step, StepName, Verdict, dec
 pub use file::{PatternRule, PolicyToml, builtin_names, builtin_source, load};
 pub use paths::PathContext;
 
+/// The tiers live with the tool catalog (plain data at the bottom of the crate);
+/// policies give them modes.
+pub use crate::catalog::Tier;
+
 use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-/// How dangerous a tool is, lowest to highest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    Read,
-    Write,
-    Execute,
-    SystemCritical,
-}
-
-impl Tier {
-    pub const ALL: [Tier; 4] = [Tier::Read, Tier::Write, Tier::Execute, Tier::SystemCritical];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Read => "read",
-            Tier::Write => "write",
-            Tier::Execute => "execute",
-            Tier::SystemCritical => "system_critical",
-        }
-    }
-}
-
-impl fmt::Display for Tier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What happens to a call of a tier. Ordered by strictness: `Allow < Ask < Deny`, so the
 /// effective mode of a soul under a policy is the `max` of the two.
@@ -115,6 +91,30 @@ impl TierModes {
             execute: self.execute.max(other.execute),
             system_critical: self.system_critical.max(other.system_critical),
         }
+    }
+}
+
+/// What a soul is granted, the part of it a decision reads: the tools it may call and
+/// the modes it asks for. `Soul` embeds one, so the policy decides without knowing
+/// souls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    /// The allowlist, in file order.
+    pub tools: Vec<String>,
+    /// The modes the soul asks for; a tier the file leaves out is `allow` here, which
+    /// means "whatever the policy says". The policy's modes are the ceiling.
+    pub permissions: TierModes,
+}
+
+impl Grant {
+    /// Whether the allowlist names `tool`.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == tool)
+    }
+
+    /// The modes in force under `policy`.
+    pub fn effective_modes(&self, policy: &Policy) -> TierModes {
+        self.permissions.tighten(&policy.tiers)
     }
 }
 

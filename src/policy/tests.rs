@@ -3,13 +3,11 @@
 //! into it.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::*;
 use crate::ids::SoulId;
-use crate::soul::{SandboxSpec, Soul, SoulOrigin};
 
 const ALL_TOOLS: &[&str] = &[
     "read_file",
@@ -33,26 +31,10 @@ const ALLOW_ALL: TierModes = TierModes {
     system_critical: Mode::Allow,
 };
 
-fn soul(tools: &[&str], permissions: TierModes) -> Soul {
-    Soul {
-        id: SoulId::new("tester").unwrap(),
-        description: String::new(),
-        prompt: String::new(),
-        provider: None,
-        model: None,
-        max_iterations: 10,
-        max_tokens: 100_000,
-        max_wall_clock: Duration::from_secs(60),
+fn grant(tools: &[&str], permissions: TierModes) -> Grant {
+    Grant {
         tools: tools.iter().map(|t| (*t).to_owned()).collect(),
         permissions,
-        sandbox: SandboxSpec {
-            read: vec![],
-            write: vec![],
-            network: false,
-            require: false,
-        },
-        rate_limits: RateLimits::default(),
-        origin: SoulOrigin::BuiltIn,
     }
 }
 
@@ -115,18 +97,18 @@ fn kind(d: &Decision) -> Want {
 }
 
 impl World {
-    fn decide_with(&self, soul: &Soul, policy: &Policy, tool: &str, args: &Value) -> Verdict {
-        let info = crate::tools::info(tool).unwrap();
+    fn decide_with(&self, grant: &Grant, policy: &Policy, tool: &str, args: &Value) -> Verdict {
+        let info = crate::catalog::info(tool).unwrap();
         let call = Call {
             tool,
-            tier: crate::tools::tier_for_call(info, args),
+            tier: crate::catalog::tier_for_call(info, args),
             args,
         };
         let ctx = PathContext {
             home: &self.home,
             cwd: &self.cwd,
         };
-        decide(soul, policy, &call, &ctx)
+        decide(&SoulId::new("tester").unwrap(), grant, policy, &call, &ctx)
     }
 
     fn policy(&self, name: &str) -> &Policy {
@@ -149,7 +131,7 @@ use Want::{Allow, Ask, Deny};
 #[test]
 fn decision_table() {
     let w = world();
-    let full = soul(ALL_TOOLS, ALLOW_ALL);
+    let full = grant(ALL_TOOLS, ALLOW_ALL);
     #[rustfmt::skip]
     let cases: Vec<(&str, (&str, Value), Want)> = vec![
         // Tier modes per tier, per shipped policy.
@@ -301,7 +283,7 @@ fn decision_table() {
 #[test]
 fn soul_allowlist_and_soul_modes_tighten_only() {
     let w = world();
-    let readonly = soul(&["read_file", "list_dir"], ALLOW_ALL);
+    let readonly = grant(&["read_file", "list_dir"], ALLOW_ALL);
     let v = w.decide_with(&readonly, &w.open, "shell", &json!({"command": "ls"}));
     assert_eq!(kind(&v.decision), Deny(NotInSoul));
     assert_eq!(
@@ -310,7 +292,7 @@ fn soul_allowlist_and_soul_modes_tighten_only() {
     );
 
     // A soul asks for less than the policy gives: the soul wins.
-    let cautious = soul(
+    let cautious = grant(
         ALL_TOOLS,
         TierModes {
             read: Mode::Ask,
@@ -339,7 +321,7 @@ fn soul_allowlist_and_soul_modes_tighten_only() {
 #[test]
 fn a_deny_beats_an_ask_and_protected_beats_tier() {
     let w = world();
-    let full = soul(ALL_TOOLS, ALLOW_ALL);
+    let full = grant(ALL_TOOLS, ALLOW_ALL);
     // Opaque and blocked at once: blocked wins.
     let v = w.decide_with(
         &full,
@@ -361,7 +343,7 @@ fn a_deny_beats_an_ask_and_protected_beats_tier() {
 #[test]
 fn strict_asks_for_package_managers_and_network_when_execute_is_loosened() {
     let w = world();
-    let full = soul(ALL_TOOLS, ALLOW_ALL);
+    let full = grant(ALL_TOOLS, ALLOW_ALL);
     let mut loosened = w.strict.clone();
     loosened.tiers = ALLOW_ALL;
     for cmd in [
@@ -381,7 +363,7 @@ fn strict_asks_for_package_managers_and_network_when_execute_is_loosened() {
 #[test]
 fn blocked_reason_is_actionable() {
     let w = world();
-    let full = soul(ALL_TOOLS, ALLOW_ALL);
+    let full = grant(ALL_TOOLS, ALLOW_ALL);
     let v = w.decide_with(&full, &w.default, "shell", &json!({"command": "rm -rf ~"}));
     assert_eq!(
         v.decision,
@@ -398,7 +380,7 @@ fn blocked_reason_is_actionable() {
 #[test]
 fn verdict_serialises_and_displays_with_its_steps() {
     let w = world();
-    let full = soul(ALL_TOOLS, ALLOW_ALL);
+    let full = grant(ALL_TOOLS, ALLOW_ALL);
     let v = w.decide_with(
         &full,
         &w.default,
@@ -419,7 +401,7 @@ fn verdict_serialises_and_displays_with_its_steps() {
 #[test]
 fn loop_can_record_its_own_steps() {
     let w = world();
-    let full = soul(ALL_TOOLS, ALLOW_ALL);
+    let full = grant(ALL_TOOLS, ALLOW_ALL);
     let mut v = w.decide_with(&full, &w.open, "list_dir", &json!({"path": "."}));
     v.record(StepName::RateLimit, Outcome::Pass, "12/60 per min");
     assert_eq!(v.steps.last().map(|s| s.name), Some(StepName::RateLimit));

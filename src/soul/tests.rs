@@ -78,11 +78,15 @@ fn safe_assistant_is_read_only() {
         SoulOrigin::BuiltIn,
     )
     .unwrap();
-    for tool in &soul.tools {
-        assert_eq!(crate::tools::info(tool).unwrap().tier, Tier::Read, "{tool}");
+    for tool in &soul.grant.tools {
+        assert_eq!(
+            crate::catalog::info(tool).unwrap().tier,
+            Tier::Read,
+            "{tool}"
+        );
     }
-    assert_eq!(soul.permissions.write, Mode::Deny);
-    assert_eq!(soul.permissions.execute, Mode::Deny);
+    assert_eq!(soul.grant.permissions.write, Mode::Deny);
+    assert_eq!(soul.grant.permissions.execute, Mode::Deny);
     assert!(soul.sandbox.write.is_empty());
 }
 
@@ -93,7 +97,7 @@ fn minimal_soul_gets_the_defaults() {
     assert_eq!(soul.max_iterations, DEFAULT_MAX_ITERATIONS);
     assert_eq!(soul.max_tokens, DEFAULT_MAX_TOKENS);
     assert_eq!(soul.max_wall_clock, DEFAULT_MAX_WALL_CLOCK);
-    assert_eq!(soul.tools, DEFAULT_TOOLS);
+    assert_eq!(soul.grant.tools, DEFAULT_TOOLS);
     assert_eq!(soul.sandbox.read, vec![PathBuf::from("/home/user")]);
     assert!(!soul.sandbox.network);
 }

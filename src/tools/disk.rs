@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use super::files::human_size;
 use super::shell::sandbox_error;
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 
 /// Entries listed at most (the total covers all of them).
 pub const TOP_ENTRIES: usize = 20;
@@ -24,7 +26,7 @@ pub struct DiskUsage;
 
 impl Tool for DiskUsage {
     fn info(&self) -> &'static ToolInfo {
-        &super::DISK_USAGE
+        &catalog::DISK_USAGE
     }
 
     fn description(&self) -> &'static str {

@@ -10,7 +10,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolInfo, opt_u64, str_arg};
+use super::util::{opt_u64, str_arg};
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 use crate::sandbox::SandboxError;
 use crate::sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
 
@@ -50,7 +52,7 @@ pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply
 
 impl Tool for ReadFile {
     fn info(&self) -> &'static ToolInfo {
-        &super::READ_FILE
+        &catalog::READ_FILE
     }
 
     fn description(&self) -> &'static str {
@@ -146,7 +148,7 @@ pub struct ListDir;
 
 impl Tool for ListDir {
     fn info(&self) -> &'static ToolInfo {
-        &super::LIST_DIR
+        &catalog::LIST_DIR
     }
 
     fn description(&self) -> &'static str {
@@ -206,7 +208,7 @@ pub struct WriteFile;
 
 impl Tool for WriteFile {
     fn info(&self) -> &'static ToolInfo {
-        &super::WRITE_FILE
+        &catalog::WRITE_FILE
     }
 
     fn description(&self) -> &'static str {
@@ -256,7 +258,7 @@ pub struct EditFile;
 
 impl Tool for EditFile {
     fn info(&self) -> &'static ToolInfo {
-        &super::EDIT_FILE
+        &catalog::EDIT_FILE
     }
 
     fn description(&self) -> &'static str {

@@ -13,7 +13,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 use crate::hyprland::Hyprland;
 
 /// Finds the compositor now (it may start or stop while the daemon runs).
@@ -23,9 +25,6 @@ pub type Locate = Arc<dyn Fn() -> Option<Hyprland> + Send + Sync>;
 pub fn locate_from_env() -> Locate {
     Arc::new(|| Hyprland::detect(&crate::config::ProcessEnv))
 }
-
-/// Dispatchers that launch a program through the compositor (outside the sandbox).
-pub const LAUNCHING_DISPATCHERS: &[&str] = &["exec", "execr"];
 
 /// Dispatchers the model may use.
 pub const DISPATCHERS: &[&str] = &[
@@ -71,7 +70,7 @@ pub struct HyprState {
 
 impl Tool for HyprState {
     fn info(&self) -> &'static ToolInfo {
-        &super::HYPR_STATE
+        &catalog::HYPR_STATE
     }
 
     fn description(&self) -> &'static str {
@@ -142,7 +141,7 @@ pub fn validate(dispatcher: &str, args: &str) -> Result<(), ToolError> {
 
 impl Tool for HyprDispatch {
     fn info(&self) -> &'static ToolInfo {
-        &super::HYPR_DISPATCH
+        &catalog::HYPR_DISPATCH
     }
 
     fn description(&self) -> &'static str {

@@ -13,7 +13,9 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::shell::sandbox_error;
-use super::{Tool, ToolContext, ToolError, ToolInfo, opt_u64};
+use super::util::{find_program, opt_u64};
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 
 pub const DEFAULT_LINES: u64 = 100;
 pub const MAX_LINES: u64 = 1000;
@@ -39,19 +41,6 @@ impl Journal {
                 .collect(),
         }
     }
-}
-
-/// `name` in the daemon's `PATH`, if it is there as an executable file.
-pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path =
-        std::env::var_os("PATH").unwrap_or_else(|| crate::sandbox::spec::DEFAULT_PATH.into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
 }
 
 /// A unit name: `[A-Za-z0-9@._:-]`, not starting with `-`.
@@ -122,7 +111,7 @@ fn journalctl_args(args: &Value) -> Result<Vec<String>, ToolError> {
 
 impl Tool for Journal {
     fn info(&self) -> &'static ToolInfo {
-        &super::JOURNAL
+        &catalog::JOURNAL
     }
 
     fn description(&self) -> &'static str {

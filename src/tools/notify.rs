@@ -14,7 +14,9 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::bus::{Bus, Presence, clean_text};
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 use crate::dbus::notifications::NotificationsProxy;
 
 /// The notification server's bus name.
@@ -53,7 +55,7 @@ fn escape_markup(s: &str) -> String {
 
 impl Tool for Notify {
     fn info(&self) -> &'static ToolInfo {
-        &super::NOTIFY
+        &catalog::NOTIFY
     }
 
     fn description(&self) -> &'static str {

@@ -3,7 +3,7 @@
 //! This deliberately runs outside familiar's sandbox: the browser or viewer it starts
 //! must work normally, with the user's files and network. That is why the loop always
 //! asks before an `open` call, whatever the policy's execute mode
-//! (`tools::runs_outside_sandbox`), and why the target is narrowed here: an existing
+//! (`catalog::runs_outside_sandbox`), and why the target is narrowed here: an existing
 //! path, or an `http(s)://` or `mailto:` URL, one line, never something an opener would
 //! read as an option. The invariant: the opener is started detached (own process group,
 //! no stdio, not waited for) with the daemon's environment minus anything that looks
@@ -16,8 +16,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::journal::find_program;
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::{find_program, str_arg};
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 
 /// Longest target accepted (URLs included).
 pub const MAX_TARGET_LEN: usize = 4096;
@@ -133,7 +134,7 @@ fn is_secret_var(name: &str) -> bool {
 
 impl Tool for Open {
     fn info(&self) -> &'static ToolInfo {
-        &super::OPEN
+        &catalog::OPEN
     }
 
     fn description(&self) -> &'static str {

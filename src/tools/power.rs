@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 
 /// logind's bus name.
 pub const SERVICE: &str = "org.freedesktop.login1";
@@ -108,7 +110,7 @@ fn refusal(action: Action, answer: &str) -> Option<String> {
 
 impl Tool for Power {
     fn info(&self) -> &'static ToolInfo {
-        &super::POWER
+        &catalog::POWER
     }
 
     fn description(&self) -> &'static str {

@@ -15,7 +15,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolInfo};
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 
 /// Signals the model may send, by name.
 pub const SIGNALS: &[(&str, Signal)] = &[
@@ -157,7 +158,7 @@ fn refusal(pid: i32) -> Result<(), ToolError> {
 
 impl Tool for KillProcess {
     fn info(&self) -> &'static ToolInfo {
-        &super::KILL_PROCESS
+        &catalog::KILL_PROCESS
     }
 
     fn description(&self) -> &'static str {

@@ -11,7 +11,9 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::files::sandboxed;
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 use crate::sandbox::fileops::{
     FileOp, FileReply, MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch,
     SearchStop,
@@ -22,7 +24,7 @@ pub struct SearchFiles;
 
 impl Tool for SearchFiles {
     fn info(&self) -> &'static ToolInfo {
-        &super::SEARCH_FILES
+        &catalog::SEARCH_FILES
     }
 
     fn description(&self) -> &'static str {

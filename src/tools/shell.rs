@@ -13,7 +13,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolInfo, opt_u64, str_arg};
+use super::util::{opt_u64, str_arg};
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 use crate::sandbox::{SandboxError, SandboxOutput};
 
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -41,7 +43,7 @@ pub(crate) fn sandbox_error(e: SandboxError) -> ToolError {
 
 impl Tool for Shell {
     fn info(&self) -> &'static ToolInfo {
-        &super::SHELL
+        &catalog::SHELL
     }
 
     fn description(&self) -> &'static str {

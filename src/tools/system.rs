@@ -5,7 +5,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolInfo, opt_u64};
+use super::util::opt_u64;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 use crate::snapshot::Snapshot;
 
 pub const DEFAULT_PROCESS_LIMIT: u64 = 15;
@@ -20,7 +22,7 @@ pub struct SystemSnapshot;
 
 impl Tool for SystemSnapshot {
     fn info(&self) -> &'static ToolInfo {
-        &super::SYSTEM_SNAPSHOT
+        &catalog::SYSTEM_SNAPSHOT
     }
 
     fn description(&self) -> &'static str {
@@ -52,7 +54,7 @@ pub struct ProcessList;
 
 impl Tool for ProcessList {
     fn info(&self) -> &'static ToolInfo {
-        &super::PROCESS_LIST
+        &catalog::PROCESS_LIST
     }
 
     fn description(&self) -> &'static str {

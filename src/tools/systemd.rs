@@ -18,7 +18,9 @@ use zbus::OwnedObjectPath;
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::{Tool, ToolContext, ToolError, ToolInfo, str_arg};
+use super::util::str_arg;
+use super::{Tool, ToolContext, ToolError};
+use crate::catalog::{self, ToolInfo};
 
 /// The user manager's bus name.
 pub const SERVICE: &str = "org.freedesktop.systemd1";
@@ -208,7 +210,7 @@ impl SystemdUser {
 
 impl Tool for SystemdUser {
     fn info(&self) -> &'static ToolInfo {
-        &super::SYSTEMD_USER
+        &catalog::SYSTEMD_USER
     }
 
     fn description(&self) -> &'static str {

@@ -396,12 +396,12 @@ async fn systemd_user_is_hidden_without_a_user_manager() {
     let h = Harness::new(vec![]).await;
     let soul = h.soul("tools = [\"systemd_user\"]\n");
     let absent = Registry::with(vec![systemd_tool(&bus)]);
-    let defs = tokio::task::block_in_place(|| absent.definitions(&soul));
+    let defs = tokio::task::block_in_place(|| absent.definitions(&soul.grant.tools));
     assert!(defs.is_empty(), "offered without a manager");
 
     let (_systemd, _) = fake_systemd(&bus).await;
     let present = Registry::with(vec![systemd_tool(&bus)]);
-    let defs = tokio::task::block_in_place(|| present.definitions(&soul));
+    let defs = tokio::task::block_in_place(|| present.definitions(&soul.grant.tools));
     assert_eq!(
         defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         ["systemd_user"]

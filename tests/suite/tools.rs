@@ -192,7 +192,7 @@ async fn injected_instructions_in_a_tool_output_are_still_asked() {
     );
 }
 
-/// Issue item 13: a burst of 100 calls against a limit of 30 per minute.
+/// Issue item 13: a burst of 100 calls against a limit of 30.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_calls_past_the_rate_limit_is_refused_call_by_call() {
     let calls: Vec<(String, Value)> = (0..100)
@@ -209,8 +209,11 @@ async fn a_burst_of_calls_past_the_rate_limit_is_refused_call_by_call() {
     )
     .await;
     let rt = h.runtime(builtin(&["list_dir"]));
+    // 30 a day, not 30 a minute: the quota is the same burst, but 30/min refills one
+    // call every 2 s, and on a loaded machine 100 sandboxed calls take longer than that
+    // (refilled calls were allowed and the count came out short).
     let soul = h.soul(&format!(
-        "{}[rate_limits]\ntool_calls = \"30/min\"\n",
+        "{}[rate_limits]\ntool_calls = \"30/day\"\n",
         soul_with(&["list_dir"])
     ));
     let (out, events) = h.run(rt, h.spec(soul, "list a lot", None)).await;

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use familiar::agent::events::EventPayload;
+use familiar::catalog::{self, ToolInfo};
 use familiar::ids::SessionId;
 use familiar::llm::{ContentBlock, Message, Role};
 use familiar::store::{Context, StepStatus, TaskStatus};
-use familiar::tools::{self, Tool, ToolContext, ToolError, ToolInfo};
+use familiar::tools::{Tool, ToolContext, ToolError};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -221,7 +222,7 @@ async fn ask_with_nobody_to_ask_is_denied_and_nothing_is_written() {
     .await;
     let ran = Arc::new(AtomicUsize::new(0));
     let r = Arc::clone(&ran);
-    let writer = fn_tool(&tools::WRITE_FILE, move |_, _| {
+    let writer = fn_tool(&catalog::WRITE_FILE, move |_, _| {
         r.fetch_add(1, Ordering::SeqCst);
         async { Ok("written".to_owned()) }.boxed()
     });
@@ -365,7 +366,7 @@ async fn cancel_mid_tool_stops_the_tool_and_records_its_result() {
     .await;
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
     let started_tx = std::sync::Mutex::new(Some(started_tx));
-    let slow = fn_tool(&tools::DISK_USAGE, move |_, ctx| {
+    let slow = fn_tool(&catalog::DISK_USAGE, move |_, ctx| {
         if let Some(tx) = started_tx.lock().unwrap().take() {
             tx.send(()).unwrap();
         }
@@ -538,14 +539,14 @@ async fn reads_run_in_parallel_and_a_write_runs_alone() {
         Arc::clone(&write_saw),
         Arc::clone(&order),
     );
-    let writer = fn_tool(&tools::WRITE_FILE, move |_, _| {
+    let writer = fn_tool(&catalog::WRITE_FILE, move |_, _| {
         w.store(f.load(Ordering::SeqCst), Ordering::SeqCst);
         o.lock().unwrap().push("write".to_owned());
         async { Ok("written".to_owned()) }.boxed()
     });
     let rt = h.runtime(builtin_plus(vec![
-        read(&tools::DISK_USAGE),
-        read(&tools::SEARCH_FILES),
+        read(&catalog::DISK_USAGE),
+        read(&catalog::SEARCH_FILES),
         writer,
     ]));
     let run = h.run(rt, h.spec(h.soul(READ_SOUL), "go", None));
@@ -593,7 +594,7 @@ async fn a_retried_response_does_not_run_a_finished_tool_again() {
     .await;
     let runs = Arc::new(AtomicUsize::new(0));
     let (r, g) = (Arc::clone(&runs), gate.clone());
-    let du = fn_tool(&tools::DISK_USAGE, move |_, _| {
+    let du = fn_tool(&catalog::DISK_USAGE, move |_, _| {
         r.fetch_add(1, Ordering::SeqCst);
         // The tool has run: now let the server cut the first stream.
         g.open();

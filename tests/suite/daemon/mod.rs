@@ -14,10 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use familiar::catalog::ToolInfo;
 use familiar::daemon::{Daemon, DaemonOptions};
 use familiar::dbus::proxy::Agent1Proxy;
 use familiar::soul::{PromptSource, SoulOrigin, SoulSet};
-use familiar::tools::{Tool, ToolContext, ToolError, ToolInfo};
+use familiar::tools::{Tool, ToolContext, ToolError};
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -293,7 +294,7 @@ struct WriteFile;
 
 impl Tool for WriteFile {
     fn info(&self) -> &'static ToolInfo {
-        familiar::tools::info("write_file").unwrap()
+        familiar::catalog::info("write_file").unwrap()
     }
     fn description(&self) -> &'static str {
         "writes a file"

@@ -1,0 +1,295 @@
+//! The daemon config (`config.toml`): loading and resolving it.
+//!
+//! Raw ([`ConfigToml`], exactly the file, every key optional, unknown keys rejected)
+//! and effective ([`Config`], every default filled in, paths resolved) are different
+//! types ([`types`]). Where files live is [`paths`] (XDG and systemd directories,
+//! through [`Env`] so resolution is testable without touching the process
+//! environment); `[providers.*]` tables resolve in [`providers`]; [`parse`] holds the
+//! small helpers (durations, `~`) that souls and policies use too. This module owns
+//! the order: read, parse, resolve, check cross-references.
+
+pub mod parse;
+pub mod paths;
+pub mod providers;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::{ConfigError, FileError, parse_toml, read_file};
+use crate::ids::SoulId;
+
+pub use parse::{DurationError, expand_home, parse_duration};
+pub use paths::{
+    ConfigSource, Env, Paths, ProcessEnv, config_dir, config_source, default_data_dir,
+};
+pub use providers::{
+    DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_LOCAL_BASE_URL, DEFAULT_LOCAL_MODEL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_RETRIES,
+    DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_MODEL, DEFAULT_STALL_TIMEOUT,
+};
+pub use types::{
+    ApiKeySource, Config, ConfigToml, DaemonConfig, DaemonToml, ProviderConfig, ProviderKind,
+    ProviderToml,
+};
+
+pub const DEFAULT_SOUL: &str = "safe_assistant";
+pub const DEFAULT_PROVIDER: &str = "local";
+pub const DEFAULT_POLICY: &str = "default";
+pub const DEFAULT_MAX_CONCURRENT_TASKS: u32 = 4;
+pub const DEFAULT_QUEUE_LIMIT: u32 = 64;
+
+impl Config {
+    /// Reads and resolves the config.
+    pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let (raw, source) = match config_source(explicit, env) {
+            ConfigSource::Explicit(path) => {
+                let src = read_file(&path)?;
+                (parse_toml(&path.display().to_string(), &src)?, Some(path))
+            }
+            ConfigSource::Default(path) => match std::fs::read_to_string(&path) {
+                Ok(src) => (parse_toml(&path.display().to_string(), &src)?, Some(path)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (ConfigToml::default(), None),
+                Err(source) => return Err(ConfigError::Read { path, source }),
+            },
+        };
+        Config::resolve(raw, source, env)
+    }
+
+    /// Parses a config from a string (for `validate`-style checks and tests).
+    pub fn from_toml(file: &str, src: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        let raw: ConfigToml = parse_toml(file, src)?;
+        Config::resolve(raw, Some(PathBuf::from(file)), env)
+    }
+
+    fn resolve(
+        raw: ConfigToml,
+        source: Option<PathBuf>,
+        env: &dyn Env,
+    ) -> Result<Config, ConfigError> {
+        let file = source
+            .as_ref()
+            .map_or_else(|| "config".to_owned(), |p| p.display().to_string());
+        let invalid = |key: &str, message: String| {
+            ConfigError::File(FileError {
+                file: file.clone(),
+                line: None,
+                key: Some(key.to_owned()),
+                message,
+            })
+        };
+
+        let home = paths::home_dir(env);
+        let data_dir = match raw.data_dir {
+            Some(p) => expand_home(&p, &home),
+            None => default_data_dir(env),
+        };
+        if !data_dir.is_absolute() {
+            return Err(invalid(
+                "data_dir",
+                format!(
+                    "`{}` must be an absolute path (or start with ~/)",
+                    data_dir.display()
+                ),
+            ));
+        }
+        let paths = Paths {
+            config_dir: config_dir(env),
+            data_dir,
+            home,
+        };
+
+        let default_soul = raw.default_soul.unwrap_or_else(|| DEFAULT_SOUL.to_owned());
+        let default_soul =
+            SoulId::new(default_soul).map_err(|e| invalid("default_soul", e.to_string()))?;
+
+        let daemon_raw = raw.daemon.unwrap_or_default();
+        let daemon = DaemonConfig {
+            max_concurrent_tasks: daemon_raw
+                .max_concurrent_tasks
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_TASKS),
+            queue_limit: daemon_raw.queue_limit.unwrap_or(DEFAULT_QUEUE_LIMIT),
+        };
+        if daemon.max_concurrent_tasks == 0 {
+            return Err(invalid(
+                "daemon.max_concurrent_tasks",
+                "must be at least 1".to_owned(),
+            ));
+        }
+
+        let mut providers = BTreeMap::new();
+        for (name, p) in raw.providers {
+            let key = |k: &str| format!("providers.{name}.{k}");
+            let resolved =
+                providers::resolve_provider(&name, p).map_err(|(k, m)| invalid(&key(k), m))?;
+            providers.insert(name, resolved);
+        }
+        let default_provider = raw
+            .default_provider
+            .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
+        if providers.is_empty() && default_provider == DEFAULT_PROVIDER {
+            // No providers configured: pick one from the environment (docs/config.md).
+            let auto = providers::auto_provider(&default_provider, env);
+            providers.insert(default_provider.clone(), auto);
+        }
+        if !providers.contains_key(&default_provider) {
+            return Err(invalid(
+                "default_provider",
+                format!(
+                    "no [providers.{default_provider}] table (configured: {})",
+                    providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        for p in providers.values() {
+            if let Some(fb) = &p.fallback_provider
+                && !providers.contains_key(fb)
+            {
+                return Err(invalid(
+                    &format!("providers.{}.fallback_provider", p.name),
+                    format!("no [providers.{fb}] table"),
+                ));
+            }
+        }
+
+        Ok(Config {
+            default_soul,
+            default_provider,
+            policy: raw.policy.unwrap_or_else(|| DEFAULT_POLICY.to_owned()),
+            daemon,
+            providers,
+            paths,
+            source,
+        })
+    }
+
+    /// The provider a soul names, or the default one.
+    pub fn provider(&self, name: Option<&str>) -> Result<&ProviderConfig, ConfigError> {
+        let name = name.unwrap_or(&self.default_provider);
+        self.providers.get(name).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "unknown provider `{name}` (configured: {})",
+                self.providers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    pub(crate) fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn empty_config_uses_every_default() {
+        let e = env(&[("HOME", "/home/u")]);
+        let c = Config::from_toml("c.toml", "", &e).unwrap();
+        assert_eq!(c.default_soul.as_str(), DEFAULT_SOUL);
+        assert_eq!(c.policy, "default");
+        assert_eq!(c.daemon.max_concurrent_tasks, 4);
+        assert_eq!(c.daemon.queue_limit, 64);
+        assert_eq!(
+            c.paths.config_dir,
+            PathBuf::from("/home/u/.config/familiar")
+        );
+        assert_eq!(
+            c.paths.data_dir,
+            PathBuf::from("/home/u/.local/state/familiar")
+        );
+        let p = &c.providers["local"];
+        assert_eq!(p.kind, ProviderKind::Openai);
+        assert_eq!(p.base_url, DEFAULT_LOCAL_BASE_URL);
+        assert_eq!(p.api_key, ApiKeySource::None);
+    }
+
+    #[test]
+    fn api_keys_pick_the_provider_when_nothing_is_configured() {
+        let c = Config::from_toml("c", "", &env(&[("ANTHROPIC_API_KEY", "k")])).unwrap();
+        assert_eq!(c.providers["local"].kind, ProviderKind::Anthropic);
+        let c = Config::from_toml("c", "", &env(&[("OPENAI_API_KEY", "k")])).unwrap();
+        assert_eq!(c.providers["local"].base_url, DEFAULT_OPENAI_BASE_URL);
+    }
+
+    #[test]
+    fn full_config_resolves() {
+        let src = r#"
+default_soul = "system_admin"
+default_provider = "claude"
+policy = "strict"
+data_dir = "~/familiar-data"
+
+[daemon]
+max_concurrent_tasks = 2
+queue_limit = 8
+
+[providers.claude]
+kind = "anthropic"
+model = "claude-x"
+api_key_file = "anthropic"
+stall_timeout = "45s"
+fallback_provider = "local"
+
+[providers.local]
+base_url = "http://127.0.0.1:8080/v1/"
+"#;
+        let c = Config::from_toml("c.toml", src, &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(c.paths.data_dir, PathBuf::from("/h/familiar-data"));
+        let claude = &c.providers["claude"];
+        assert_eq!(
+            claude.api_key,
+            ApiKeySource::CredentialFile("anthropic".into())
+        );
+        assert_eq!(claude.stall_timeout, Duration::from_secs(45));
+        assert_eq!(claude.base_url, DEFAULT_ANTHROPIC_BASE_URL);
+        assert_eq!(c.providers["local"].base_url, "http://127.0.0.1:8080/v1");
+    }
+
+    #[test]
+    fn bad_configs_name_the_key() {
+        let e = env(&[("HOME", "/h")]);
+        let cases = [
+            (
+                "polcy = \"x\"\n",
+                "c.toml:1: key `polcy`: unknown field `polcy`",
+            ),
+            (
+                "[daemon]\nqueue_limit = -1\n",
+                "c.toml:2: key `daemon.queue_limit`:",
+            ),
+            (
+                "[providers.x]\nkind = \"gemini\"\n",
+                "c.toml:2: key `providers.x.kind`: unknown variant `gemini`, expected `openai` or `anthropic`",
+            ),
+            (
+                "default_provider = \"nope\"\n",
+                "c.toml: key `default_provider`: no [providers.nope] table",
+            ),
+            (
+                "[providers.x]\nstall_timeout = \"soon\"\n",
+                "key `providers.x.stall_timeout`: invalid duration `soon`",
+            ),
+            (
+                "[providers.x]\nbase_url = \"localhost:1\"\n",
+                "key `providers.x.base_url`: `localhost:1` must start with http:// or https://",
+            ),
+        ];
+        for (src, want) in cases {
+            let err = Config::from_toml("c.toml", src, &e)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{src:?}\n got: {err}\nwant: {want}");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The config's types: raw ([`ConfigToml`] and its tables, exactly the file, every key
+//! optional, unknown keys rejected) and effective ([`Config`], every default filled
+//! in, paths resolved).
+//!
+//! Invariant: the effective types hold no secret (an API key is only ever named by
+//! [`ApiKeySource`]), so a `Config` can be logged and printed as JSON.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::paths::Paths;
+use crate::ids::SoulId;
+
+/// `config.toml` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigToml {
+    pub default_soul: Option<String>,
+    pub default_provider: Option<String>,
+    pub policy: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub daemon: Option<DaemonToml>,
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderToml>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonToml {
+    pub max_concurrent_tasks: Option<u32>,
+    pub queue_limit: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderToml {
+    pub kind: Option<ProviderKind>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<String>,
+    pub context_window: Option<u32>,
+    pub fallback_model: Option<String>,
+    /// Another `[providers.NAME]` to switch to after repeated overload or a stall.
+    pub fallback_provider: Option<String>,
+    pub stall_timeout: Option<String>,
+    pub max_retries: Option<u32>,
+    pub max_output_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+}
+
+/// Which wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Chat completions with SSE (Ollama, llama.cpp, vLLM, LM Studio, OpenRouter, OpenAI).
+    Openai,
+    /// The Messages API with SSE.
+    Anthropic,
+}
+
+/// Where a provider's API key comes from. The key itself is read only when a request
+/// is made and never stored in a type that is logged or serialised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiKeySource {
+    None,
+    /// An environment variable's name.
+    Env(String),
+    /// A file name in `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`).
+    CredentialFile(String),
+}
+
+/// One effective provider.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub base_url: String,
+    pub model: String,
+    pub api_key: ApiKeySource,
+    pub context_window: u32,
+    pub fallback_model: Option<String>,
+    pub fallback_provider: Option<String>,
+    #[serde(with = "humantime_serde_compat")]
+    pub stall_timeout: Duration,
+    pub max_retries: u32,
+    pub max_output_tokens: u32,
+    pub temperature: Option<f32>,
+}
+
+/// Daemon limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DaemonConfig {
+    pub max_concurrent_tasks: u32,
+    pub queue_limit: u32,
+}
+
+/// The effective config.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    pub default_soul: SoulId,
+    pub default_provider: String,
+    pub policy: String,
+    pub daemon: DaemonConfig,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub paths: Paths,
+    /// The file this came from, if any.
+    pub source: Option<PathBuf>,
+}
+
+/// Serialises a `Duration` as humantime text (`"30s"`) in JSON output.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+}

@@ -1,0 +1,43 @@
+//! Helpers the tool implementations share: reading the model's arguments and finding
+//! programs on the daemon's `PATH`.
+//!
+//! Invariant: a bad argument is a [`ToolError::RespondToModel`] that names the key, so
+//! the model can correct the call; nothing here panics on what a model sent.
+
+use std::path::PathBuf;
+
+use super::ToolError;
+
+/// A required string argument, or an error the model can act on.
+pub(crate) fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| ToolError::model(format!("missing string argument `{key}`")))
+}
+
+/// An optional unsigned argument (numbers sent as strings are accepted: small models do).
+pub(crate) fn opt_u64(args: &serde_json::Value, key: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            .map(Some)
+            .ok_or_else(|| {
+                ToolError::model(format!("`{key}` must be a non-negative integer, got {v}"))
+            }),
+    }
+}
+
+/// `name` in the daemon's `PATH`, if it is there as an executable file.
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path =
+        std::env::var_os("PATH").unwrap_or_else(|| crate::sandbox::spec::DEFAULT_PATH.into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
