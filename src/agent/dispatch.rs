@@ -33,9 +33,10 @@ use crate::tools::{Tool, ToolContext, ToolError};
 /// Non-mutating calls running at once.
 pub const MAX_PARALLEL: usize = 10;
 
-/// What the decision pipeline concluded for a call before it was submitted.
+/// How the dispatcher treats a call: what the call gate ([`crate::agent::gate`])
+/// concluded before it was submitted.
 #[derive(Debug, Clone)]
-pub enum Gate {
+pub enum Disposition {
     Run,
     Ask {
         reason: String,
@@ -55,7 +56,7 @@ pub struct CallSpec {
     /// `None` for tools this build does not implement.
     pub tool: Option<Arc<dyn Tool>>,
     pub mutating: bool,
-    pub gate: Gate,
+    pub disposition: Disposition,
     pub summary: String,
     /// The decision's steps, for the audit log (`soul_tools=pass, tier_mode=ask, …`).
     pub trail: String,
@@ -234,12 +235,12 @@ impl Dispatcher {
 async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
     let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
-    let decision = match spec.gate {
-        Gate::Refuse { decision, reason } => {
+    let decision = match spec.disposition {
+        Disposition::Refuse { decision, reason } => {
             return CallResult::refused(decision, reason, spec.trail);
         }
-        Gate::Run => AuditDecision::Allowed,
-        Gate::Ask { reason } => {
+        Disposition::Run => AuditDecision::Allowed,
+        Disposition::Ask { reason } => {
             let request = ApprovalRequest {
                 request_id: RequestId::generate(),
                 task_id: env.task_id.clone(),

@@ -6,11 +6,12 @@
 
 use std::sync::Arc;
 
+use crate::agent::compaction::CompactionMode;
 use crate::agent::metrics::{Metrics, bump};
 use crate::ids::{CallId, SessionId, SoulId, TaskId};
 use crate::llm::{LlmError, Request, Usage};
 use crate::policy::Tier;
-use crate::store::{AuditDecision, AuditEntry, AuditOutcome, Store, args_digest};
+use crate::store::{AuditDecision, AuditEntry, AuditOutcome, Store, TaskStatus, args_digest};
 
 /// Which task a hook call is about.
 pub struct TaskRef<'a> {
@@ -35,6 +36,8 @@ pub trait Hooks: Send + Sync {
     fn after_llm(&self, _task: &TaskRef<'_>, _result: Result<&Usage, &LlmError>) {}
     fn before_tool(&self, _task: &TaskRef<'_>, _call: &ToolCallRef<'_>) {}
     fn after_tool(&self, _task: &TaskRef<'_>, _call: &ToolCallRef<'_>, _outcome: AuditOutcome) {}
+    fn compacted(&self, _task: &TaskRef<'_>, _mode: CompactionMode) {}
+    fn task_finished(&self, _task: &TaskRef<'_>, _status: TaskStatus) {}
 }
 
 /// Writes one audit line per tool call: the decision, why, and what happened.
@@ -95,6 +98,26 @@ impl Hooks for MetricsHook {
                 bump(&self.metrics.tool_failures);
             }
             AuditOutcome::NotRun => {}
+        }
+    }
+
+    fn compacted(&self, _task: &TaskRef<'_>, _mode: CompactionMode) {
+        bump(&self.metrics.compactions);
+    }
+
+    fn task_finished(&self, _task: &TaskRef<'_>, status: TaskStatus) {
+        match status {
+            TaskStatus::Completed => bump(&self.metrics.tasks_completed),
+            TaskStatus::Failed
+            | TaskStatus::Cancelled
+            | TaskStatus::MaxIterations
+            | TaskStatus::BudgetExceeded
+            | TaskStatus::Timeout
+            | TaskStatus::LoopDetected
+            | TaskStatus::Denied
+            | TaskStatus::Interrupted
+            | TaskStatus::Queued
+            | TaskStatus::Running => bump(&self.metrics.tasks_failed),
         }
     }
 }

@@ -1,20 +1,29 @@
 //! The agent loop: one task from prompt to finish status.
 //!
-//! [`turn`] is the state machine; [`dispatch`] schedules tool calls as they stream in;
-//! [`plan`], [`compaction`], [`loop_detect`] and [`prompt`] are its pure parts;
-//! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside.
+//! [`turn`] is the state machine and its rules; [`task`] starts, reports and finishes a
+//! task; each model call is built by [`request`], its calls pass the [`gate`] (policy
+//! and quotas), and the [`collector`] turns its stream into a turn while [`dispatch`]
+//! schedules the calls as they stream in. [`plan`], [`compaction`], [`loop_detect`] and
+//! [`prompt`] are its pure parts (compaction's `apply` runs its rules on a live task);
+//! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside; [`runtime`]
+//! is what the tasks of one process share, model clients included.
 
+mod collector;
 pub mod compaction;
 pub mod dispatch;
 pub mod events;
+mod gate;
 pub mod hooks;
 pub mod loop_detect;
 pub mod metrics;
 pub mod plan;
 pub mod prompt;
 pub mod reminder;
+mod request;
 pub mod runtime;
+pub mod task;
 pub mod turn;
 
-pub use runtime::RuntimeError;
-pub use turn::{ConfigLlmFactory, LlmFactory, Runtime, TaskError, TaskOutcome, TaskSpec, run_task};
+pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
+pub use task::{TaskError, TaskOutcome, TaskSpec, repair_dangling};
+pub use turn::run_task;

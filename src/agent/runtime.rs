@@ -1,20 +1,93 @@
-//! Building a [`Runtime`] from the user's configuration: the one construction shared by
-//! `familiar run` (one task in-process) and `familiar daemon` (many tasks), so the two
-//! can never drift apart in which hooks, tools or limits a task runs under.
+//! What the tasks of one process share ([`Runtime`]), how a task gets its model client
+//! ([`LlmFactory`]), and building both from the user's configuration: the one
+//! construction shared by `familiar run` (one task in-process) and `familiar daemon`
+//! (many tasks), so the two can never drift apart in which hooks, tools or limits a task
+//! runs under.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::agent::hooks::{AuditHook, MetricsHook};
+use crate::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use crate::agent::metrics::Metrics;
-use crate::agent::{ConfigLlmFactory, Runtime};
 use crate::approval::ApprovalBroker;
 use crate::config::Config;
+use crate::llm::{LlmClient, LlmError};
 use crate::policy::Policy;
 use crate::ratelimit::RateLimiters;
-use crate::sandbox::{SandboxError, SandboxLauncher};
+use crate::sandbox::{Enforcement, SandboxError, SandboxLauncher};
 use crate::snapshot::{SnapshotError, Snapshotter};
+use crate::soul::Soul;
 use crate::store::{Store, StoreError};
 use crate::tools::Registry;
+
+/// What tasks of one process share.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub policy: Arc<Policy>,
+    pub store: Arc<Store>,
+    pub tools: Arc<Registry>,
+    pub limiters: Arc<RateLimiters>,
+    pub approvals: ApprovalBroker,
+    pub metrics: Arc<Metrics>,
+    pub snapshotter: Arc<Mutex<Snapshotter>>,
+    pub hooks: Vec<Arc<dyn Hooks>>,
+    pub llm: Arc<dyn LlmFactory>,
+    /// Starts the sandboxed helper for tools.
+    pub launcher: Arc<SandboxLauncher>,
+    /// What the kernel enforces ([`crate::sandbox::probe`], taken once).
+    pub enforcement: Enforcement,
+}
+
+/// Builds a model client for a soul.
+pub trait LlmFactory: Send + Sync {
+    /// The client, the model name requests use, and that model's context window.
+    fn client(&self, soul: &Soul) -> Result<(LlmClient, String, u32), LlmError>;
+}
+
+/// The factory that reads `config.toml`'s providers and the process environment.
+///
+/// Its tasks share one HTTP client (built on first use): the TLS roots are loaded once
+/// per process and connections to the model server stay alive from task to task. A
+/// runtime lives on one tokio runtime, which the client's pooled connections need.
+pub struct ConfigLlmFactory {
+    config: Arc<Config>,
+    http: OnceLock<reqwest::Client>,
+}
+
+impl ConfigLlmFactory {
+    pub fn new(config: Arc<Config>) -> Self {
+        ConfigLlmFactory {
+            config,
+            http: OnceLock::new(),
+        }
+    }
+
+    fn http(&self) -> Result<reqwest::Client, LlmError> {
+        if let Some(c) = self.http.get() {
+            return Ok(c.clone());
+        }
+        let client = crate::llm::new_client()?;
+        // Two tasks racing here both build one; the first stored wins, which is fine.
+        Ok(self.http.get_or_init(|| client).clone())
+    }
+}
+
+impl LlmFactory for ConfigLlmFactory {
+    fn client(&self, soul: &Soul) -> Result<(LlmClient, String, u32), LlmError> {
+        let cfg = self
+            .config
+            .provider(soul.provider.as_deref())
+            .map_err(|e| LlmError::Config(e.to_string()))?;
+        let providers = &self.config.providers;
+        let client = LlmClient::from_config_with(
+            cfg,
+            &crate::config::ProcessEnv,
+            &|name| providers.get(name).cloned(),
+            &self.http()?,
+        )?;
+        let model = soul.model.clone().unwrap_or_else(|| cfg.model.clone());
+        Ok((client, model, cfg.context_window))
+    }
+}
 
 /// Why a runtime could not be built.
 #[derive(Debug, thiserror::Error)]

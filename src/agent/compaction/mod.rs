@@ -12,6 +12,11 @@
 //! at an assistant message, behind a synthetic user message); the first message is
 //! always a user message; the session transcript, which compaction never touches, keeps
 //! every original message.
+//!
+//! This module holds the rules, as plain functions of a history; [`apply`] runs them on a
+//! live task (with the model call a summary needs, and the events it reports).
+
+mod apply;
 
 use crate::llm::{ContentBlock, Message, Role};
 
@@ -22,6 +27,27 @@ pub const HISTORY_LIMIT: usize = 50;
 pub const KEEP_RECENT: usize = 10;
 /// Full compactions per task before giving up on the model's summaries.
 pub const MAX_FULL_COMPACTIONS: u32 = 3;
+
+/// Tokens kept free below the context window besides the output budget.
+pub const CONTEXT_RESERVE: u64 = 2_000;
+/// Facts kept across compactions.
+pub const MAX_FACTS: usize = 40;
+
+/// Which compaction ran (the `compaction` event's `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionMode {
+    Micro,
+    Full,
+}
+
+impl CompactionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionMode::Micro => "micro",
+            CompactionMode::Full => "full",
+        }
+    }
+}
 
 pub const CLEARED_MARKER: &str = "[familiar: this tool output was cleared to save context; the full output is in the session transcript]";
 

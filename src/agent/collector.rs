@@ -1,0 +1,430 @@
+//! Collecting one model call into a [`Turn`]: the stream loop that passes each complete
+//! tool call through the gate and submits it to the dispatcher while the model is still
+//! writing, draining the calls' events until every call has finished, folding the
+//! results back into the conversation in call order, and classifying a failed stream
+//! (retry on the next iteration, or finish the task).
+//!
+//! The calls' events are forwarded while the stream runs, so an approval prompt is seen
+//! at once, not at the end of the model's answer.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde_json::json;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::dispatch::{
+    CallEnv, CallResult, CallSpec, Dispatcher, Disposition, MAX_PARALLEL, Submitted,
+};
+use crate::agent::events::EventPayload;
+use crate::agent::hooks::ToolCallRef;
+use crate::agent::plan::describe_call;
+use crate::agent::prompt::wrap_tool_output;
+use crate::agent::task::Task;
+use crate::agent::turn::{MAX_CONSECUTIVE_ERRORS, State, Turn};
+use crate::ids::CallId;
+use crate::llm::{
+    ClientEvent, ContentBlock, FinishReason, InvalidArguments, LlmClient, LlmError, Message,
+    Request, Role, StreamEvent, Usage,
+};
+use crate::store::{AuditDecision, TaskStatus};
+use crate::tools::ToolContext;
+
+/// What one model call left behind once every call it made has finished.
+#[derive(Default)]
+pub(super) struct Collected {
+    /// The assistant's content so far (text before a call, thinking, calls).
+    blocks: Vec<ContentBlock>,
+    /// Text after the last block.
+    text: String,
+    finish: Option<FinishReason>,
+    usage: Usage,
+    /// Calls the gate refused.
+    refused: usize,
+    error: Option<LlmError>,
+    calls: Vec<(Submitted, CallResult)>,
+}
+
+/// The calls' results folded into the conversation.
+struct Folded {
+    results: Vec<ContentBlock>,
+    fatal: Option<String>,
+    signatures: Vec<(String, serde_json::Value)>,
+}
+
+type CallEvents = mpsc::UnboundedReceiver<EventPayload>;
+
+impl Task {
+    /// Streams `request`, submitting calls as they complete, and waits for every call.
+    pub(super) async fn collect(&mut self, client: &mut LlmClient, request: &Request) -> Collected {
+        let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+        let iter_cancel = self.clock.cancel.child_token();
+        let env = self.call_env(events_tx, iter_cancel.clone());
+        let mut dispatcher = Dispatcher::new();
+        let mut c = Collected::default();
+        {
+            let mut stream = client.stream(request, iter_cancel);
+            loop {
+                tokio::select! {
+                    Some(ev) = events_rx.recv() => self.emit(ev).await,
+                    item = stream.next() => match item {
+                        None => break,
+                        Some(Err(e)) => { c.error = Some(e); break; }
+                        Some(Ok(ev)) => self.on_stream_event(ev, &mut c, &mut dispatcher, &env).await,
+                    },
+                }
+            }
+        }
+        let (calls, orphans) = self.drain(dispatcher, env, events_rx).await;
+        for o in orphans {
+            let entry = json!({"kind": "orphaned_tool_result", "ok": o.ok, "output": o.output});
+            self.session.append(&entry);
+        }
+        c.calls = calls;
+        c
+    }
+
+    /// What every call of this turn shares.
+    fn call_env(
+        &self,
+        events: mpsc::UnboundedSender<EventPayload>,
+        cancel: CancellationToken,
+    ) -> CallEnv {
+        CallEnv {
+            task_id: self.spec.task_id.clone(),
+            session_id: self.session.ctx.session_id.clone(),
+            soul: self.spec.soul.id.clone(),
+            approvals: self.rt.approvals.clone(),
+            tool_ctx: ToolContext {
+                workspace: self.place.workspace.clone(),
+                home: self.rt.config.paths.home.clone(),
+                snapshotter: Arc::clone(&self.rt.snapshotter),
+                cancel,
+                sandbox: Arc::clone(&self.place.sandbox),
+                launcher: Arc::clone(&self.rt.launcher),
+            },
+            events,
+            parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
+        }
+    }
+
+    async fn on_stream_event(
+        &mut self,
+        ev: ClientEvent,
+        c: &mut Collected,
+        dispatcher: &mut Dispatcher,
+        env: &CallEnv,
+    ) {
+        match ev {
+            ClientEvent::Event(StreamEvent::TextDelta { text }) => {
+                c.text.push_str(&text);
+                self.emit(EventPayload::TextDelta { text }).await;
+            }
+            ClientEvent::Event(StreamEvent::ThinkingDelta { .. }) => {}
+            ClientEvent::Event(StreamEvent::ThinkingComplete {
+                thinking,
+                signature,
+            }) => {
+                c.blocks.push(ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                });
+            }
+            ClientEvent::Event(StreamEvent::ToolCallStarted { .. }) => {}
+            ClientEvent::Event(StreamEvent::ToolCallComplete { id, name, input }) => {
+                if !c.text.is_empty() {
+                    let text = std::mem::take(&mut c.text);
+                    c.blocks.push(ContentBlock::Text { text });
+                }
+                self.submit_call(id, name, input, c, dispatcher, env).await;
+            }
+            ClientEvent::Event(StreamEvent::Usage { usage }) => c.usage = usage,
+            ClientEvent::Event(StreamEvent::Finish { reason }) => c.finish = Some(reason),
+            ClientEvent::Retry {
+                attempt,
+                delay,
+                reason,
+            } => {
+                let delay_ms = delay.as_millis() as u64;
+                self.emit(EventPayload::Retry {
+                    attempt,
+                    delay_ms,
+                    reason,
+                })
+                .await;
+            }
+            ClientEvent::ModelFallback { from, to } => {
+                let reason = "repeated overload or a stalled stream".into();
+                self.emit(EventPayload::ModelFallback { from, to, reason })
+                    .await;
+            }
+            ClientEvent::AttemptDiscarded => {
+                c.blocks.clear();
+                c.text.clear();
+                c.refused = 0;
+                dispatcher.discard_attempt();
+            }
+        }
+    }
+
+    /// Passes a complete call through the gate and hands it to the dispatcher.
+    async fn submit_call(
+        &mut self,
+        id: CallId,
+        name: String,
+        input: Result<serde_json::Value, InvalidArguments>,
+        c: &mut Collected,
+        dispatcher: &mut Dispatcher,
+        env: &CallEnv,
+    ) {
+        let (args, disposition, trail) = match input {
+            Ok(args) => {
+                let (disposition, trail) = self.decide_call(&id, &name, &args).await;
+                (args, disposition, trail)
+            }
+            Err(invalid) => (
+                json!({}),
+                Disposition::Refuse {
+                    decision: AuditDecision::Denied,
+                    reason: format!(
+                        "{invalid}. Send the call again with a JSON object that matches the tool's schema."
+                    ),
+                },
+                "arguments=deny".to_owned(),
+            ),
+        };
+        if matches!(disposition, Disposition::Refuse { .. }) {
+            c.refused += 1;
+        }
+        c.blocks.push(ContentBlock::ToolUse {
+            id: id.clone(),
+            name: name.clone(),
+            input: args.clone(),
+        });
+        let tool = self.rt.tools.get(&name).cloned();
+        let tier = crate::catalog::info(&name).map_or(crate::policy::Tier::SystemCritical, |i| {
+            crate::catalog::tier_for_call(i, &args)
+        });
+        let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
+        self.plan.start(&id, describe_call(&name, &args));
+        let spec = CallSpec {
+            call_id: id,
+            summary: describe_call(&name, &args),
+            name,
+            tier,
+            args,
+            tool,
+            mutating,
+            disposition,
+            trail,
+        };
+        dispatcher.submit(env, spec);
+    }
+
+    /// Every started call finishes (or sees the cancellation) before the turn ends;
+    /// their events are forwarded meanwhile.
+    async fn drain(
+        &mut self,
+        dispatcher: Dispatcher,
+        env: CallEnv,
+        mut events_rx: CallEvents,
+    ) -> (Vec<(Submitted, CallResult)>, Vec<CallResult>) {
+        let finished = {
+            let wait = dispatcher.finish();
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    Some(ev) = events_rx.recv() => self.emit(ev).await,
+                    done = &mut wait => break done,
+                }
+            }
+        };
+        // The last sender: once it is gone, what is queued is all there is.
+        drop(env);
+        while let Ok(ev) = events_rx.try_recv() {
+            self.emit(ev).await;
+        }
+        finished
+    }
+
+    /// Accounts for the model call: usage, the estimator, the hooks.
+    pub(super) fn account(&mut self, estimate: u64, c: &Collected) {
+        self.progress.usage.add(&c.usage);
+        if c.usage.input_tokens > 0 {
+            self.model
+                .estimator
+                .calibrate(estimate, c.usage.input_tokens);
+        }
+        let llm_result = match &c.error {
+            Some(e) => Err(e),
+            None => Ok(&c.usage),
+        };
+        for h in &self.rt.hooks {
+            h.after_llm(&self.task_ref(), llm_result);
+        }
+    }
+
+    /// Tool results, in call order, whatever happened to the stream: recorded in the
+    /// transcript, the plan, the session's tool statistics and the audit log.
+    fn fold_results(&mut self, calls: &[(Submitted, CallResult)]) -> Folded {
+        let mut folded = Folded {
+            results: Vec::with_capacity(calls.len()),
+            fatal: None,
+            signatures: Vec::with_capacity(calls.len()),
+        };
+        for (call, result) in calls {
+            let audit_reason = match &result.reason {
+                Some(r) => format!("{r} [{}]", result.trail),
+                None => format!("[{}]", result.trail),
+            };
+            let cref = ToolCallRef {
+                call_id: &call.call_id,
+                tool: &call.name,
+                tier: call.tier,
+                args: &call.args,
+                decision: result.decision,
+                reason: Some(&audit_reason),
+            };
+            for h in &self.rt.hooks {
+                h.before_tool(&self.task_ref(), &cref);
+                h.after_tool(&self.task_ref(), &cref, result.outcome);
+            }
+            self.session
+                .ctx
+                .record_tool_call(&call.name, !result.ok, result.duration_ms);
+            self.plan.finish(&call.call_id, result.ok, &result.output);
+            let entry = json!({"kind": "tool_result", "call_id": call.call_id, "tool": call.name, "ok": result.ok, "output": result.output});
+            self.session.append(&entry);
+            if result.fatal && folded.fatal.is_none() {
+                folded.fatal = Some(format!("{} failed fatally: {}", call.name, result.output));
+            }
+            folded
+                .signatures
+                .push((call.name.clone(), call.args.clone()));
+            folded.results.push(ContentBlock::ToolResult {
+                tool_use_id: call.call_id.clone(),
+                content: wrap_tool_output(&call.name, result.ok, &result.output),
+                is_error: !result.ok,
+            });
+        }
+        folded
+    }
+
+    /// Folds the results into the conversation and says what comes next: the turn, a
+    /// retry after a transient model failure, or the finish status.
+    pub(super) async fn conclude(&mut self, mut c: Collected) -> State {
+        let folded = self.fold_results(&c.calls);
+        if !c.calls.is_empty() {
+            let plan = self.plan.plan().clone();
+            let progress = self.plan.progress();
+            self.emit(EventPayload::PlanUpdated { plan, progress })
+                .await;
+        }
+        if let Some(err) = c.error.take() {
+            // The partial turn is dropped from the history, but the calls that ran are
+            // recorded above (transcript, plan, audit) and remembered by the dispatcher.
+            return self.after_stream_error(err, c.blocks, folded.results);
+        }
+        self.progress.consecutive_errors = 0;
+
+        if !c.text.is_empty() {
+            c.blocks.push(ContentBlock::Text {
+                text: c.text.clone(),
+            });
+        }
+        let full_text: String = c
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                ContentBlock::Thinking { .. }
+                | ContentBlock::ToolUse { .. }
+                | ContentBlock::ToolResult { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("");
+        self.record_turn(c.blocks, folded.results);
+        let called_tools = !c.calls.is_empty();
+        State::AfterTurn(Turn {
+            text: full_text,
+            finish: c.finish.unwrap_or(if called_tools {
+                FinishReason::ToolUse
+            } else {
+                FinishReason::Stop
+            }),
+            all_refused: called_tools && c.refused == c.calls.len(),
+            calls: folded.signatures,
+            fatal: folded.fatal,
+        })
+    }
+
+    /// Records the assistant's message and the user message with the tool results,
+    /// each when it has content.
+    fn record_turn(&mut self, blocks: Vec<ContentBlock>, results: Vec<ContentBlock>) {
+        if !blocks.is_empty() {
+            self.record_message(Message {
+                role: Role::Assistant,
+                content: blocks,
+            });
+        }
+        if !results.is_empty() {
+            self.record_message(Message {
+                role: Role::User,
+                content: results,
+            });
+        }
+    }
+
+    /// A failed stream: cancelled (keep what ran, stop), fatal (fail the task), or
+    /// transient (count it and try again, up to [`MAX_CONSECUTIVE_ERRORS`]).
+    fn after_stream_error(
+        &mut self,
+        err: LlmError,
+        blocks: Vec<ContentBlock>,
+        results: Vec<ContentBlock>,
+    ) -> State {
+        match err {
+            LlmError::Cancelled => {
+                // Calls that ran before the cancel are part of the work: keep them
+                // with their (possibly "cancelled") results.
+                if !results.is_empty() {
+                    self.record_message(Message {
+                        role: Role::Assistant,
+                        content: blocks,
+                    });
+                    self.record_message(Message {
+                        role: Role::User,
+                        content: results,
+                    });
+                }
+                let (s, r) = self.cancelled_status();
+                State::Finish(s, r)
+            }
+            e @ (LlmError::Auth(_)
+            | LlmError::BadRequest(_)
+            | LlmError::NotFound(_)
+            | LlmError::NoToolSupport(_)
+            | LlmError::Config(_)
+            | LlmError::Http { .. }
+            | LlmError::RetriesExhausted { .. }) => {
+                State::Finish(TaskStatus::Failed, e.to_string())
+            }
+            e @ (LlmError::RateLimited { .. }
+            | LlmError::Overloaded { .. }
+            | LlmError::Server { .. }
+            | LlmError::Connect(_)
+            | LlmError::Stalled(_)
+            | LlmError::Truncated(_)
+            | LlmError::Protocol(_)) => {
+                self.progress.consecutive_errors += 1;
+                tracing::warn!(task_id = %self.spec.task_id, "model call failed: {e}");
+                if self.progress.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+                    State::Finish(TaskStatus::Failed, format!("the model call failed: {e}"))
+                } else {
+                    State::CheckLimits
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! A task's lifecycle around the state machine: starting it (session, lock, sandbox,
+//! model client, deadline), reporting it (events, transcript, persistence) and finishing
+//! it (the status recorded with the partial work).
+//!
+//! Every exit of a started task goes through [`Task::finish`]; everything the task
+//! writes to the transcript goes through [`SessionState::append`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::events::{Event, EventBus, EventPayload};
+use crate::agent::hooks::TaskRef;
+use crate::agent::plan::PlanTracker;
+use crate::agent::runtime::Runtime;
+use crate::agent::turn::{Limits, Progress};
+use crate::ids::{CallId, SessionId, TaskId};
+use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
+use crate::soul::Soul;
+use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
+
+/// One task to run.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    pub task_id: TaskId,
+    pub soul: Arc<Soul>,
+    pub prompt: String,
+    /// Continue this session; a new one when `None`.
+    pub session: Option<SessionId>,
+    /// The writable root; `data_dir/workspaces/SESSION_ID` when `None`.
+    pub workspace: Option<PathBuf>,
+    /// `cli`, `hyprland`, `timer`, …
+    pub origin: String,
+    /// May only lower the soul's.
+    pub max_iterations: Option<u32>,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    pub status: TaskStatus,
+    pub result: String,
+    pub usage: Usage,
+    pub iterations: u32,
+}
+
+/// Why a task could not start at all (nothing was recorded for it).
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the session `{0}` does not exist")]
+    UnknownSession(SessionId),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+}
+
+/// A running task: what the state machine reads and changes.
+pub(super) struct Task {
+    pub(super) rt: Arc<Runtime>,
+    pub(super) spec: TaskSpec,
+    pub(super) session: SessionState,
+    pub(super) bus: EventBus,
+    pub(super) clock: Clock,
+    pub(super) model: Model,
+    pub(super) limits: Limits,
+    pub(super) progress: Progress,
+    pub(super) plan: PlanTracker,
+    pub(super) place: Place,
+}
+
+/// The session on disk, held for the task's life.
+pub(super) struct SessionState {
+    pub(super) ctx: Context,
+    _lock: SessionLock,
+    transcript: Transcript,
+    /// This task's record in `ctx.tasks`.
+    task_index: usize,
+}
+
+/// When the task must stop.
+pub(super) struct Clock {
+    /// Cancelled by the caller or by the wall-clock deadline.
+    pub(super) cancel: CancellationToken,
+    timed_out: Arc<AtomicBool>,
+    started: Instant,
+}
+
+/// The task's model client, or why it has none.
+pub(super) struct Model {
+    pub(super) client: Option<LlmClient>,
+    pub(super) client_error: Option<LlmError>,
+    /// The model requests name (a client's override wins).
+    pub(super) name: String,
+    /// Tokens; 0 when unknown (no full compaction then).
+    pub(super) context_window: u32,
+    pub(super) estimator: Estimator,
+}
+
+/// Where the task's tools run.
+pub(super) struct Place {
+    pub(super) workspace: PathBuf,
+    pub(super) sandbox: Arc<SandboxPolicy>,
+}
+
+/// Why a task stops before its work is done, as the clock sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    Cancelled,
+    TimedOut,
+}
+
+impl Stop {
+    /// The status and result a task stopped this way finishes with.
+    pub(super) fn status(self, max_wall_clock: Duration) -> (TaskStatus, String) {
+        match self {
+            Stop::TimedOut => (
+                TaskStatus::Timeout,
+                format!(
+                    "stopped: the task ran longer than its wall-clock budget of {}",
+                    humantime::format_duration(max_wall_clock)
+                ),
+            ),
+            Stop::Cancelled => (TaskStatus::Cancelled, "cancelled".to_owned()),
+        }
+    }
+}
+
+impl Clock {
+    /// A clock whose token the caller's cancels, and `wall` from now cancels too.
+    fn start(caller_cancel: &CancellationToken, wall: Duration) -> Clock {
+        let cancel = caller_cancel.child_token();
+        let timed_out = Arc::new(AtomicBool::new(false));
+        {
+            let (cancel, timed_out) = (cancel.clone(), Arc::clone(&timed_out));
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(wall) => {
+                        timed_out.store(true, Ordering::SeqCst);
+                        cancel.cancel();
+                    }
+                    () = cancel.cancelled() => {}
+                }
+            });
+        }
+        Clock {
+            cancel,
+            timed_out,
+            started: Instant::now(),
+        }
+    }
+
+    /// Whether the task must stop now, and why; a passed deadline counts even before
+    /// the timer has fired.
+    pub(super) fn stop(&self, wall: Duration) -> Option<Stop> {
+        if self.cancel.is_cancelled() {
+            return Some(self.cancelled_cause());
+        }
+        if self.started.elapsed() >= wall {
+            self.timed_out.store(true, Ordering::SeqCst);
+            return Some(Stop::TimedOut);
+        }
+        None
+    }
+
+    /// Why the token was cancelled: the deadline, or the caller.
+    pub(super) fn cancelled_cause(&self) -> Stop {
+        if self.timed_out.load(Ordering::SeqCst) {
+            Stop::TimedOut
+        } else {
+            Stop::Cancelled
+        }
+    }
+}
+
+impl SessionState {
+    /// Appends one entry to the transcript. A failure is logged, not returned: the
+    /// task's work matters more than its record, and the session file keeps the history.
+    pub(super) fn append(&mut self, entry: &serde_json::Value) {
+        if let Err(e) = self.transcript.append(entry) {
+            tracing::error!(session_id = %self.ctx.session_id, "cannot append to the transcript: {e}");
+        }
+    }
+}
+
+/// Opens (or creates) the session under its lock, repairs what a crash left behind, and
+/// marks tasks that were running as interrupted.
+fn open_session(
+    store: &Store,
+    spec: &TaskSpec,
+) -> Result<(Context, SessionLock, Transcript), TaskError> {
+    let (session_id, existing) = match &spec.session {
+        Some(id) => match store.load_context(id)? {
+            Some(ctx) => (id.clone(), Some(ctx)),
+            None => return Err(TaskError::UnknownSession(id.clone())),
+        },
+        None => (SessionId::generate(), None),
+    };
+    let lock = store.lock_session(&session_id)?;
+    // Reload under the lock: another process may have written it since.
+    let existing = match existing {
+        Some(_) => store.load_context(&session_id)?,
+        None => None,
+    };
+    let mut ctx = existing
+        .unwrap_or_else(|| Context::new(session_id.clone(), spec.soul.id.clone(), &spec.prompt));
+    let mut transcript = store.transcript(&session_id)?;
+
+    let repaired = repair_dangling(&mut ctx.history);
+    if repaired > 0 {
+        tracing::warn!(session_id = %session_id, "repaired {repaired} tool calls left without a result");
+        transcript.append(&json!({"kind": "repair", "dangling_calls": repaired}))?;
+    }
+    for t in &mut ctx.tasks {
+        if t.status == TaskStatus::Running || t.status == TaskStatus::Queued {
+            t.status = TaskStatus::Interrupted;
+        }
+    }
+    Ok((ctx, lock, transcript))
+}
+
+/// Why a soul may not run on this kernel at all: it requires a sandbox the kernel cannot
+/// fully give.
+fn refusal(rt: &Runtime, soul: &Soul) -> Option<String> {
+    (soul.sandbox.require && rt.enforcement.status != EnforcementStatus::Full).then(|| {
+        format!(
+            "soul `{}` requires a fully enforced sandbox (sandbox.require = true), but this kernel gives {} enforcement (missing: {})",
+            soul.id,
+            rt.enforcement.status.as_str(),
+            rt.enforcement.missing.join(", ")
+        )
+    })
+}
+
+impl Model {
+    fn for_soul(rt: &Runtime, soul: &Soul) -> Model {
+        let (client, client_error, name, context_window) = match rt.llm.client(soul) {
+            Ok((c, m, w)) => (Some(c), None, m, w),
+            Err(e) => (None, Some(e), soul.model.clone().unwrap_or_default(), 0),
+        };
+        Model {
+            client,
+            client_error,
+            name,
+            context_window,
+            estimator: Estimator::new(),
+        }
+    }
+}
+
+impl Task {
+    /// Records the task as `running` with its prompt, persists, and reports
+    /// `task_started`. Returns the task, and why it may not run when it may not.
+    pub(super) async fn start(
+        rt: Arc<Runtime>,
+        spec: TaskSpec,
+        bus: EventBus,
+        caller_cancel: CancellationToken,
+    ) -> Result<(Task, Option<String>), TaskError> {
+        let store = Arc::clone(&rt.store);
+        let (mut ctx, lock, mut transcript) = open_session(&store, &spec)?;
+        let workspace = match &spec.workspace {
+            Some(w) => w.clone(),
+            None => store.ensure_workspace(&ctx.session_id)?,
+        };
+        let sandbox =
+            SandboxPolicy::for_task(&spec.soul, &rt.policy, &workspace, &rt.config.paths.home)?;
+        let refusal = refusal(&rt, &spec.soul);
+        let limits = Limits::for_spec(&spec);
+        let model = Model::for_soul(&rt, &spec.soul);
+
+        ctx.tasks.push(TaskRecord {
+            task_id: spec.task_id.clone(),
+            prompt: spec.prompt.clone(),
+            status: TaskStatus::Running,
+            origin: spec.origin.clone(),
+            workspace: Some(workspace.clone()),
+            started_at: crate::store::now_rfc3339(),
+            finished_at: None,
+            plan: Default::default(),
+            usage: Usage::default(),
+            result: None,
+        });
+        let task_index = ctx.tasks.len() - 1;
+        let prompt_msg = Message::user_text(spec.prompt.clone());
+        transcript
+            .append(&json!({"kind": "message", "task_id": spec.task_id, "message": prompt_msg}))?;
+        ctx.history.push(prompt_msg);
+        ctx.touch();
+        store.save_context(&ctx)?;
+
+        let mut task = Task {
+            plan: PlanTracker::new(&spec.prompt),
+            clock: Clock::start(&caller_cancel, spec.soul.max_wall_clock),
+            session: SessionState {
+                ctx,
+                _lock: lock,
+                transcript,
+                task_index,
+            },
+            rt,
+            bus,
+            model,
+            limits,
+            progress: Progress::default(),
+            place: Place {
+                workspace,
+                sandbox: Arc::new(sandbox),
+            },
+            spec,
+        };
+        task.emit(EventPayload::TaskStarted {
+            soul: task.spec.soul.id.to_string(),
+            prompt: task.spec.prompt.clone(),
+            origin: task.spec.origin.clone(),
+            model: task.model.name.clone(),
+            workspace: task.place.workspace.display().to_string(),
+            max_iterations: task.limits.max_iterations,
+            sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
+        })
+        .await;
+        Ok((task, refusal))
+    }
+
+    pub(super) fn task_ref(&self) -> TaskRef<'_> {
+        TaskRef {
+            task_id: &self.spec.task_id,
+            session_id: &self.session.ctx.session_id,
+            soul: &self.spec.soul.id,
+        }
+    }
+
+    pub(super) async fn emit(&mut self, payload: EventPayload) {
+        let event = Arc::new(Event {
+            payload,
+            task_id: self.spec.task_id.clone(),
+            session_id: self.session.ctx.session_id.clone(),
+        });
+        // Text deltas are many and small; the final assistant message has the text.
+        if !matches!(event.payload, EventPayload::TextDelta { .. }) {
+            let entry = serde_json::to_value(&*event).unwrap_or_default();
+            self.session.append(&entry);
+        }
+        self.bus.publish(event).await;
+    }
+
+    pub(super) fn record_message(&mut self, message: Message) {
+        let entry = json!({"kind": "message", "task_id": self.spec.task_id, "message": message});
+        self.session.append(&entry);
+        self.session.ctx.history.push(message);
+    }
+
+    /// Adds a note for the model to the conversation: appended to the last user message
+    /// when it is one (tool results), so roles keep alternating; a new user message
+    /// otherwise.
+    pub(super) fn add_user_note(&mut self, note: String) {
+        match self.session.ctx.history.last_mut() {
+            Some(m) if m.role == Role::User => m.content.push(ContentBlock::Text { text: note }),
+            Some(_) | None => self.record_message(Message::user_text(note)),
+        }
+    }
+
+    /// Saves the context and syncs the transcript. A failure is logged: the task goes on
+    /// and the next save tries again.
+    pub(super) fn persist(&mut self) {
+        let ctx = &mut self.session.ctx;
+        if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
+            t.plan = self.plan.plan().clone();
+            t.usage = self.progress.usage;
+        }
+        ctx.touch();
+        if let Err(e) = self.rt.store.save_context(ctx) {
+            tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
+        }
+        if let Err(e) = self.session.transcript.sync() {
+            tracing::error!(session_id = %ctx.session_id, "cannot sync the transcript: {e}");
+        }
+    }
+
+    /// The finish status of a task whose token was cancelled.
+    pub(super) fn cancelled_status(&self) -> (TaskStatus, String) {
+        self.clock
+            .cancelled_cause()
+            .status(self.limits.max_wall_clock)
+    }
+
+    pub(super) fn max_output_tokens(&self) -> u32 {
+        self.rt
+            .config
+            .provider(self.spec.soul.provider.as_deref())
+            .map_or(crate::config::DEFAULT_MAX_OUTPUT_TOKENS, |p| {
+                p.max_output_tokens
+            })
+    }
+
+    /// Records the status with the partial work, persists, and reports `task_finished`.
+    pub(super) async fn finish(mut self, status: TaskStatus, result: String) -> TaskOutcome {
+        self.clock.cancel.cancel(); // stops the deadline timer
+        self.plan.close();
+        let iterations = self.progress.iteration;
+        let usage = self.progress.usage;
+        let ctx = &mut self.session.ctx;
+        if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
+            t.status = status;
+            t.finished_at = Some(crate::store::now_rfc3339());
+            t.result = Some(result.clone());
+        }
+        ctx.usage.input_tokens += usage.input_tokens;
+        ctx.usage.output_tokens += usage.output_tokens;
+        for h in &self.rt.hooks {
+            h.task_finished(&self.task_ref(), status);
+        }
+        self.persist();
+        self.emit(EventPayload::TaskFinished {
+            status,
+            result: result.clone(),
+            usage,
+            iterations,
+        })
+        .await;
+        if let Err(e) = self.session.transcript.sync() {
+            tracing::error!("cannot sync the transcript: {e}");
+        }
+        TaskOutcome {
+            task_id: self.spec.task_id.clone(),
+            session_id: self.session.ctx.session_id.clone(),
+            status,
+            result,
+            usage,
+            iterations,
+        }
+    }
+}
+
+/// Gives every tool_use without a result a synthetic error result, so the history is
+/// valid for every provider again. Returns how many were repaired.
+pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
+    const INTERRUPTED: &str = "[familiar: this call was interrupted before it returned a result (the task stopped or familiar restarted); it may or may not have run. Check before repeating it.]";
+    let mut repaired = 0;
+    let mut i = 0;
+    while i < history.len() {
+        if history[i].role != Role::Assistant {
+            i += 1;
+            continue;
+        }
+        let uses: Vec<CallId> = history[i]
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolUse { id, .. } => Some(id.clone()),
+                ContentBlock::Text { .. }
+                | ContentBlock::Thinking { .. }
+                | ContentBlock::ToolResult { .. } => None,
+            })
+            .collect();
+        if uses.is_empty() {
+            i += 1;
+            continue;
+        }
+        let next_is_results = history.get(i + 1).is_some_and(|m| {
+            m.role == Role::User
+                && m.content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        });
+        if !next_is_results {
+            history.insert(
+                i + 1,
+                Message {
+                    role: Role::User,
+                    content: Vec::new(),
+                },
+            );
+        }
+        let results = &mut history[i + 1].content;
+        for id in uses {
+            let answered = results.iter().any(
+                |b| matches!(b, ContentBlock::ToolResult { tool_use_id, .. } if *tool_use_id == id),
+            );
+            if !answered {
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: id,
+                    content: INTERRUPTED.to_owned(),
+                    is_error: true,
+                });
+                repaired += 1;
+            }
+        }
+        i += 2;
+    }
+    repaired
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dangling_calls_get_an_interrupted_result() {
+        let call = |id: &str| ContentBlock::ToolUse {
+            id: CallId::from_provider(id),
+            name: "read_file".into(),
+            input: json!({"path": "x"}),
+        };
+        let mut h = vec![
+            Message::user_text("go"),
+            Message {
+                role: Role::Assistant,
+                content: vec![call("a"), call("b")],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::ToolResult {
+                    tool_use_id: CallId::from_provider("a"),
+                    content: "ok".into(),
+                    is_error: false,
+                }],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![call("c")],
+            },
+        ];
+        assert_eq!(repair_dangling(&mut h), 2);
+        assert_eq!(h.len(), 5);
+        assert_eq!(h[2].content.len(), 2);
+        assert!(
+            matches!(&h[4].content[0], ContentBlock::ToolResult { tool_use_id, is_error: true, .. } if tool_use_id.as_str() == "c")
+        );
+        assert_eq!(repair_dangling(&mut h), 0, "idempotent");
+    }
+}
