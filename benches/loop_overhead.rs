@@ -239,7 +239,6 @@ async fn bench() {
             t.elapsed()
         })
         .collect();
-    let snapshot_text = snap.take(Some(&work)).to_prompt_text();
     let args = json!({"path": "notes.txt"});
     let ctx = PathContext {
         home: home.path(),
@@ -291,11 +290,8 @@ async fn bench() {
                 policy: &policy,
                 tools: &tools,
                 workspace: &work,
-                snapshot_text: &snapshot_text,
                 summary: None,
                 facts: &[],
-                iteration: 3,
-                max_iterations: 10,
             });
             std::hint::black_box(p);
             t.elapsed()

@@ -232,7 +232,23 @@ impl Dispatcher {
     }
 }
 
-async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
+/// Runs one call and reports how it ended: every started call gets its
+/// `tool_call_finished`, whether it ran, was refused, timed out waiting for approval or
+/// named a tool this build lacks.
+async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
+    let (call_id, tool) = (spec.call_id.to_string(), spec.name.clone());
+    let result = decide_and_run(env, spec).await;
+    env.send(EventPayload::ToolCallFinished {
+        call_id,
+        tool,
+        ok: result.ok,
+        preview: shorten(&result.output, 160),
+        duration_ms: result.duration_ms,
+    });
+    result
+}
+
+async fn decide_and_run(env: &CallEnv, mut spec: CallSpec) -> CallResult {
     let started = Instant::now();
     let cancel = env.tool_ctx.cancel.clone();
     let decision = match spec.disposition {
@@ -324,13 +340,6 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         Err(ToolError::RespondToModel(msg)) => (false, msg, false),
         Err(ToolError::Fatal(msg)) => (false, msg, true),
     };
-    env.send(EventPayload::ToolCallFinished {
-        call_id: spec.call_id.to_string(),
-        tool: spec.name.clone(),
-        ok,
-        preview: shorten(&output, 160),
-        duration_ms,
-    });
     CallResult {
         ok,
         output,

@@ -16,6 +16,7 @@ mod gate;
 pub mod hooks;
 pub mod loop_detect;
 pub mod metrics;
+mod overflow;
 pub mod plan;
 pub mod prompt;
 pub mod reminder;

@@ -159,6 +159,11 @@ impl Clock {
 
     /// Whether the task must stop now, and why; a passed deadline counts even before
     /// the timer has fired.
+    /// Time since the task started.
+    pub(super) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     pub(super) fn stop(&self, wall: Duration) -> Option<Stop> {
         if self.cancel.is_cancelled() {
             return Some(self.cancelled_cause());
@@ -357,16 +362,6 @@ impl Task {
         self.session.ctx.history.push(message);
     }
 
-    /// Adds a note for the model to the conversation: appended to the last user message
-    /// when it is one (tool results), so roles keep alternating; a new user message
-    /// otherwise.
-    pub(super) fn add_user_note(&mut self, note: String) {
-        match self.session.ctx.history.last_mut() {
-            Some(m) if m.role == Role::User => m.content.push(ContentBlock::Text { text: note }),
-            Some(_) | None => self.record_message(Message::user_text(note)),
-        }
-    }
-
     /// Saves the context and syncs the transcript. A failure is logged: the task goes on
     /// and the next save tries again.
     pub(super) fn persist(&mut self) {
@@ -412,8 +407,7 @@ impl Task {
             t.finished_at = Some(crate::store::now_rfc3339());
             t.result = Some(result.clone());
         }
-        ctx.usage.input_tokens += usage.input_tokens;
-        ctx.usage.output_tokens += usage.output_tokens;
+        ctx.usage.add(&usage);
         for h in &self.rt.hooks {
             h.task_finished(&self.task_ref(), status);
         }
@@ -456,6 +450,7 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
             .filter_map(|b| match b {
                 ContentBlock::ToolUse { id, .. } => Some(id.clone()),
                 ContentBlock::Text { .. }
+                | ContentBlock::Reminder { .. }
                 | ContentBlock::Thinking { .. }
                 | ContentBlock::ToolResult { .. } => None,
             })

@@ -309,7 +309,7 @@ pub fn sessions(
             }
             Ok(Exit::Completed)
         }
-        Some(SessionsAction::Show { id }) => {
+        Some(SessionsAction::Show { id, no_reminders }) => {
             let id = crate::ids::SessionId::new(id)?;
             let ctx = store.load_context(&id)?.with_context(|| {
                 format!("no session `{id}` in {}", config.paths.data_dir.display())
@@ -318,7 +318,7 @@ pub fn sessions(
                 out.json_pretty(&ctx)?;
                 return Ok(Exit::Completed);
             }
-            show_session(&ctx, &store, out)?;
+            show_session(&ctx, &store, !no_reminders, out)?;
             Ok(Exit::Completed)
         }
     }
@@ -333,7 +333,12 @@ fn format_time(unix: u64) -> String {
         .to_owned()
 }
 
-fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> anyhow::Result<()> {
+fn show_session(
+    ctx: &crate::store::Context,
+    store: &Store,
+    reminders: bool,
+    out: &mut Out,
+) -> anyhow::Result<()> {
     use crate::llm::ContentBlock;
 
     writeln!(out, "session {} (soul {})", ctx.session_id, ctx.soul)?;
@@ -390,6 +395,10 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
         for block in &m.content {
             let line = match block {
                 ContentBlock::Text { text } => first_line(text, 90),
+                ContentBlock::Reminder { .. } if !reminders => continue,
+                ContentBlock::Reminder { text } => {
+                    format!("(system reminder, {} characters)", text.chars().count())
+                }
                 ContentBlock::Thinking { .. } => "(thinking)".to_owned(),
                 ContentBlock::ToolUse { name, input, .. } => {
                     format!("→ {name} {}", first_line(&input.to_string(), 80))

@@ -159,7 +159,12 @@ pub struct AskArgs {
 #[derive(Debug, Subcommand)]
 pub enum SessionsAction {
     /// Show one session: history, plan, usage
-    Show { id: String },
+    Show {
+        id: String,
+        /// Leave out the system reminders familiar added to the history
+        #[arg(long)]
+        no_reminders: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

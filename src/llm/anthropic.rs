@@ -141,6 +141,7 @@ fn wire_messages(messages: &[Message]) -> Value {
                         .unwrap_or(usize::MAX),
                 ),
                 ContentBlock::Text { .. }
+                | ContentBlock::Reminder { .. }
                 | ContentBlock::Thinking { .. }
                 | ContentBlock::ToolUse { .. } => (1, 0),
             };
@@ -151,6 +152,7 @@ fn wire_messages(messages: &[Message]) -> Value {
                 .filter_map(|b| match b {
                     ContentBlock::ToolUse { id, .. } => Some(id),
                     ContentBlock::Text { .. }
+                    | ContentBlock::Reminder { .. }
                     | ContentBlock::Thinking { .. }
                     | ContentBlock::ToolResult { .. } => None,
                 })
@@ -179,8 +181,10 @@ fn wire_messages(messages: &[Message]) -> Value {
 fn wire_block(block: &ContentBlock) -> Option<Value> {
     match block {
         // The API rejects empty text blocks.
-        ContentBlock::Text { text } if text.is_empty() => None,
-        ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+        ContentBlock::Text { text } | ContentBlock::Reminder { text } if text.is_empty() => None,
+        ContentBlock::Text { text } | ContentBlock::Reminder { text } => {
+            Some(json!({"type": "text", "text": text}))
+        }
         // Unsigned thinking (from another provider) cannot be sent back.
         ContentBlock::Thinking {
             thinking,
@@ -515,6 +519,11 @@ fn event_error(e: WireError) -> LlmError {
     } else {
         e.message
     };
+    if e.kind == "invalid_request_error"
+        && let Some(o) = super::overflow::classify(None, "", &message)
+    {
+        return LlmError::ContextOverflow(o);
+    }
     match e.kind.as_str() {
         "overloaded_error" => LlmError::Overloaded {
             status: 529,

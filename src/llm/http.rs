@@ -65,6 +65,9 @@ impl HttpCtx {
         let message = self.scrub(&server_message(body));
         let url = &self.cfg.base_url;
         let retry_after = retry_after(headers, SystemTime::now());
+        if let Some(o) = super::overflow::classify(Some(status), body, &message) {
+            return LlmError::ContextOverflow(o);
+        }
         match status {
             400 if mentions_no_tools(&message) => LlmError::NoToolSupport(format!(
                 "model `{model}` at {url} does not support tool calls (server said: {message}); \

@@ -73,6 +73,12 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+    /// A `<system-reminder>` block familiar appended to a user message (the machine's
+    /// state, the task's budget): sent as text, stored apart from the user's words so
+    /// it is repeated byte for byte and shown as what it is.
+    Reminder {
+        text: String,
+    },
 }
 
 /// One message of the conversation.

@@ -121,7 +121,7 @@ fn push_message(m: &Message, out: &mut Vec<Value>) {
     // they go before any text the same user message carries.
     for block in &m.content {
         match block {
-            ContentBlock::Text { text: t } => {
+            ContentBlock::Text { text: t } | ContentBlock::Reminder { text: t } => {
                 if !text.is_empty() {
                     text.push_str("\n\n");
                 }
@@ -438,6 +438,9 @@ fn stream_error(err: &Value) -> LlmError {
         .unwrap_or("unknown error")
         .to_owned();
     let code = err.get("code").and_then(Value::as_u64).unwrap_or(500);
+    if let Some(o) = super::overflow::classify(None, &json!({"error": err}).to_string(), &message) {
+        return LlmError::ContextOverflow(o);
+    }
     match code {
         429 => LlmError::RateLimited {
             message,
