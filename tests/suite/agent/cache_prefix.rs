@@ -170,3 +170,55 @@ async fn an_overflow_that_cannot_be_compacted_names_the_limit_and_the_setting() 
         out.result
     );
 }
+
+/// Issue 9 §6: a call cut off by the output limit and a denied call are reported like
+/// any call (started, then finished), the cut call is stored with what arrived, and an
+/// empty final answer is recorded so roles keep alternating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_and_denied_calls_finish_and_an_empty_answer_is_recorded() {
+    let cut = Reply::sse(sse(vec![
+        oa_tool_call(0, "c1", "read_file", r#"{"path": "no"#),
+        oa_finish("length"),
+        oa_usage(100, 10),
+        oa_done(),
+    ]));
+    let denied = tools_reply(&[("c2", "read_file", json!({"path": "~/.ssh/id_ed25519"}))]);
+    let empty = Reply::sse(sse(vec![oa_finish("stop"), oa_usage(100, 0), oa_done()]));
+    let h = Harness::with(vec![cut, denied, empty], "", "").await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let (out, events) = h.run(rt, h.spec(h.soul(LIST_SOUL), "read", None)).await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    assert_eq!(out.result, "(empty answer)");
+    for id in ["c1", "c2"] {
+        let started = events.iter().any(|e| {
+            matches!(&e.payload, EventPayload::ToolCallStarted { call_id, decision, .. }
+                if call_id == id && decision == "deny")
+        });
+        let finished = events.iter().any(|e| {
+            matches!(&e.payload, EventPayload::ToolCallFinished { call_id, ok, .. }
+                if call_id == id && !ok)
+        });
+        assert!(started && finished, "{id}");
+    }
+    let ctx = h.store.load_context(&out.session_id).unwrap().unwrap();
+    let input = ctx
+        .history
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            familiar::llm::ContentBlock::ToolUse { id, input, .. } if id.as_str() == "c1" => {
+                Some(input.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(input, json!({"received": r#"{"path": "no"#}));
+    let last = ctx.history.last().unwrap();
+    assert_eq!(last.role, familiar::llm::Role::Assistant);
+    assert_eq!(
+        last.content,
+        vec![familiar::llm::ContentBlock::Text {
+            text: "(empty answer)".into()
+        }]
+    );
+}
