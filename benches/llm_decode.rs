@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use familiar::config::ProviderKind;
-use familiar::llm::sse::decode_recorded;
+use familiar::llm::decode_recorded;
 use serde_json::json;
 
 const TARGET_BYTES: usize = 8 << 20;

@@ -316,8 +316,13 @@ async fn bench() {
     // One sandboxed call: spawn the helper, build and apply the Landlock rules, exec,
     // reap. With this home's protected paths carved out of the readable tree.
     let launcher = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"));
-    let sb =
-        familiar::sandbox::SandboxPolicy::for_task(&soul, &policy, &work, home.path()).unwrap();
+    let sb = familiar::sandbox::SandboxPolicy::new(
+        &familiar::agent::sandbox_spec(&soul),
+        &policy.protected_paths,
+        &work,
+        home.path(),
+    )
+    .unwrap();
     let cancel = CancellationToken::new();
     let mut true_times = Vec::new();
     let mut read_times = Vec::new();

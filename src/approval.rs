@@ -115,6 +115,8 @@ pub enum RespondError {
 
 struct Pending {
     tx: oneshot::Sender<(Answer, String)>,
+    /// What was asked, for `GetTask` and `familiar tasks`.
+    request: ApprovalRequest,
 }
 
 struct Inner {
@@ -153,7 +155,13 @@ impl ApprovalBroker {
         }
         let (tx, rx) = oneshot::channel();
         let id = request.request_id.clone();
-        lock(&self.inner.pending).insert(id.clone(), Pending { tx });
+        lock(&self.inner.pending).insert(
+            id.clone(),
+            Pending {
+                tx,
+                request: request.clone(),
+            },
+        );
 
         let frontends: Vec<_> = lock(&self.inner.frontends).clone();
         let mut shown = false;
@@ -201,6 +209,17 @@ impl ApprovalBroker {
     /// Requests waiting for an answer.
     pub fn pending(&self) -> Vec<RequestId> {
         lock(&self.inner.pending).keys().cloned().collect()
+    }
+
+    /// The requests of `task` waiting for an answer, oldest id first.
+    pub fn pending_for(&self, task: &TaskId) -> Vec<ApprovalRequest> {
+        let mut found: Vec<ApprovalRequest> = lock(&self.inner.pending)
+            .values()
+            .filter(|p| p.request.task_id == *task)
+            .map(|p| p.request.clone())
+            .collect();
+        found.sort_by(|a, b| a.request_id.as_str().cmp(b.request_id.as_str()));
+        found
     }
 
     fn has_grant(&self, soul: &SoulId, tool: &str) -> bool {

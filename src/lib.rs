@@ -14,6 +14,7 @@
 //! - [`agent`], [`tools`], [`sandbox`], [`ratelimit`], [`approval`]: the agent loop.
 //! - [`dbus`], [`daemon`]: the session-bus service.
 //! - [`cli`]: the command line (the only module that prints).
+//! - `fuzzing` (hidden): entry points for the cargo-fuzz targets in `fuzz/`.
 
 pub mod agent;
 pub mod approval;
@@ -23,6 +24,8 @@ pub mod config;
 pub mod daemon;
 pub mod dbus;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hyprland;
 pub mod ids;
 pub mod llm;

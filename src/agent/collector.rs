@@ -455,7 +455,7 @@ impl Task {
             | LlmError::Config(_)
             | LlmError::Http { .. }
             | LlmError::RetriesExhausted { .. }) => {
-                State::Finish(TaskStatus::Failed, e.to_string())
+                State::Finish(TaskStatus::Failed, model_failure(&e))
             }
             e @ (LlmError::RateLimited { .. }
             | LlmError::Overloaded { .. }
@@ -467,11 +467,37 @@ impl Task {
                 self.progress.consecutive_errors += 1;
                 tracing::warn!(task_id = %self.spec.task_id, "model call failed: {e}");
                 if self.progress.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                    State::Finish(TaskStatus::Failed, format!("the model call failed: {e}"))
+                    State::Finish(TaskStatus::Failed, model_failure(&e))
                 } else {
                     State::CheckLimits
                 }
             }
         }
     }
+}
+
+/// A failed model call as a task result: what failed, and what the person can do.
+fn model_failure(e: &LlmError) -> String {
+    let hint = match e {
+        // These carry their own remedy (fix the key, the model name, the request).
+        LlmError::Auth(_)
+        | LlmError::BadRequest(_)
+        | LlmError::ContextOverflow(_)
+        | LlmError::NotFound(_)
+        | LlmError::NoToolSupport(_)
+        | LlmError::Config(_)
+        | LlmError::Connect(_)
+        | LlmError::Cancelled => "",
+        LlmError::RetriesExhausted { .. }
+        | LlmError::RateLimited { .. }
+        | LlmError::Overloaded { .. }
+        | LlmError::Server { .. }
+        | LlmError::Stalled(_)
+        | LlmError::Truncated(_)
+        | LlmError::Protocol(_)
+        | LlmError::Http { .. } => {
+            " (the model provider kept failing: run the task again later, or set `fallback_model` or `fallback_provider` for it in config.toml)"
+        }
+    };
+    format!("the model call failed: {e}{hint}")
 }

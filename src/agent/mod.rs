@@ -26,5 +26,5 @@ pub mod task;
 pub mod turn;
 
 pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
-pub use task::{TaskError, TaskOutcome, TaskSpec, repair_dangling};
+pub use task::{TaskError, TaskOutcome, TaskSpec, repair_dangling, sandbox_spec};
 pub use turn::run_task;

@@ -92,7 +92,8 @@ impl LlmFactory for ConfigLlmFactory {
 /// Why a runtime could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("cannot open the data dir: {0}")]
+    // The store error follows as the source; repeating it here printed it twice.
+    #[error("cannot open the data dir")]
     Store(#[from] StoreError),
     #[error("cannot read the system state: {0}")]
     Snapshot(#[from] SnapshotError),

@@ -20,7 +20,7 @@ use crate::agent::runtime::Runtime;
 use crate::agent::turn::{Limits, Progress};
 use crate::ids::{CallId, SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, SandboxSpec};
 use crate::soul::Soul;
 use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
 
@@ -275,8 +275,12 @@ impl Task {
             Some(w) => w.clone(),
             None => store.ensure_workspace(&ctx.session_id)?,
         };
-        let sandbox =
-            SandboxPolicy::for_task(&spec.soul, &rt.policy, &workspace, &rt.config.paths.home)?;
+        let sandbox = SandboxPolicy::new(
+            &sandbox_spec(&spec.soul),
+            &rt.policy.protected_paths,
+            &workspace,
+            &rt.config.paths.home,
+        )?;
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);
@@ -362,21 +366,23 @@ impl Task {
         self.session.ctx.history.push(message);
     }
 
-    /// Saves the context and syncs the transcript. A failure is logged: the task goes on
-    /// and the next save tries again.
-    pub(super) fn persist(&mut self) {
+    /// Saves the context and syncs the transcript. A failure is logged (and returned): the
+    /// task goes on and the next save tries again.
+    pub(super) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
         let ctx = &mut self.session.ctx;
         if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
             t.plan = self.plan.plan().clone();
             t.usage = self.progress.usage;
         }
         ctx.touch();
-        if let Err(e) = self.rt.store.save_context(ctx) {
+        let saved = self.rt.store.save_context(ctx);
+        if let Err(e) = &saved {
             tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
         }
         if let Err(e) = self.session.transcript.sync() {
             tracing::error!(session_id = %ctx.session_id, "cannot sync the transcript: {e}");
         }
+        saved
     }
 
     /// The finish status of a task whose token was cancelled.
@@ -411,7 +417,15 @@ impl Task {
         for h in &self.rt.hooks {
             h.task_finished(&self.task_ref(), status);
         }
-        self.persist();
+        // A task whose end could not be saved (a disk that filled up mid-task) did not
+        // complete: saying "completed" lost the work silently (issue 13).
+        let (status, result) = match self.persist() {
+            Ok(()) => (status, result),
+            Err(e) => (
+                TaskStatus::Failed,
+                format!("{e}; the task's last steps are not saved. Its last answer was: {result}"),
+            ),
+        };
         self.emit(EventPayload::TaskFinished {
             status,
             result: result.clone(),
@@ -491,6 +505,16 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
         i += 2;
     }
     repaired
+}
+
+/// The sandbox's spec from the soul's `[sandbox]` table.
+pub fn sandbox_spec(soul: &Soul) -> SandboxSpec {
+    SandboxSpec {
+        read: soul.sandbox.read.clone(),
+        write: soul.sandbox.write.clone(),
+        network: soul.sandbox.network,
+        require: soul.sandbox.require,
+    }
 }
 
 #[cfg(test)]

@@ -251,8 +251,11 @@ async fn drive(
                     task.emit(EventPayload::LoopWarning { note }).await;
                 }
                 // Once per iteration, with the turn's messages, plan and usage in it;
-                // `finish` persists the last one.
-                task.persist();
+                // `finish` persists the last one. A failure was logged; the next save
+                // tries again, and `finish` reports one that stays.
+                if task.persist().is_err() {
+                    tracing::debug!("the iteration was not saved; going on");
+                }
                 next
             }
             State::Finish(status, result) => break (status, result),

@@ -141,7 +141,20 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
                 }
                 Some(sig) = approvals.next() => {
                     let Ok(a) = sig.args() else { continue };
-                    if a.task_id == task && interactive {
+                    if a.task_id != task {
+                        continue;
+                    }
+                    if !json {
+                        // Without a notification server this line is the only place
+                        // the request shows (issue 9 §6).
+                        let how = if interactive { "answer below, or run" } else { "run" };
+                        writeln!(
+                            std::io::stderr().lock(),
+                            "  waiting for approval {}: {how} `familiar approve {}` or `familiar deny {}`",
+                            a.request_id, a.request_id, a.request_id
+                        )?;
+                    }
+                    if interactive {
                         ask_on_tty(a.request_id.clone(), a.tool.clone(), a.summary.clone(), a.tier.clone(), answers_tx.clone());
                     }
                 }

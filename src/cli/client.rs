@@ -183,15 +183,44 @@ fn process_uptime_secs(pid: u32) -> Option<u64> {
     Some((since_boot as u64).saturating_sub(start_ticks / 100))
 }
 
+/// One approval a task waits for, as `GetTask` lists it.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+struct PendingApproval {
+    request_id: String,
+    tool: String,
+    summary: String,
+}
+
 pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    let list = match with_proxy(async |_, p| p.list_tasks().await)? {
+    let got = with_proxy(async |_, p| {
+        let list = p.list_tasks().await?;
+        let mut approvals = std::collections::HashMap::new();
+        for (id, _, status, _) in &list {
+            if status != "running" {
+                continue;
+            }
+            // A task that ended meanwhile has none; an older daemon sends no list.
+            let Ok(task) = p.get_task(id).await else {
+                continue;
+            };
+            let pending: Vec<PendingApproval> = serde_json::from_str::<serde_json::Value>(&task)
+                .ok()
+                .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
+                .unwrap_or_default();
+            approvals.insert(id.clone(), pending);
+        }
+        Ok((list, approvals))
+    })?;
+    let (list, mut approvals) = match got {
         Ok(l) => l,
         Err(f) => return f.report(),
     };
     if json {
         for (id, soul, status, prompt) in &list {
+            let pending = approvals.remove(id).unwrap_or_default();
             out.json_line(
-                &serde_json::json!({"id": id, "soul": soul, "status": status, "prompt": prompt}),
+                &serde_json::json!({"id": id, "soul": soul, "status": status,
+                "prompt": prompt, "approvals": pending}),
             )?;
         }
         return Ok(Exit::Completed);
@@ -204,6 +233,13 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     for (id, soul, status, prompt) in &list {
         let prompt = prompt.replace('\n', " ");
         writeln!(out, "{id:<16} {soul:<18} {status:<16} {prompt}")?;
+        for a in approvals.remove(id).unwrap_or_default() {
+            writeln!(
+                out,
+                "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",
+                a.request_id, a.summary, a.request_id, a.request_id
+            )?;
+        }
     }
     Ok(Exit::Completed)
 }

@@ -7,6 +7,7 @@
 
 mod ask;
 mod client;
+mod doctor;
 mod local;
 mod output;
 mod run;
@@ -103,6 +104,9 @@ pub enum Command {
     },
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
+    /// Check config, souls, provider and model, Landlock, the bus, the daemon, the
+    /// units, notifications, Hyprland and the data dir; say the fix for each problem
+    Doctor(JsonFlag),
     /// Internal: restrict this process with Landlock, then run a command or a file
     /// operation (the tools' helper; the spec comes in FAMILIAR_SANDBOX_SPEC).
     #[command(hide = true)]
@@ -222,12 +226,21 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Approve { request_id } => client::respond(&request_id, true),
         Command::Deny { request_id } => client::respond(&request_id, false),
         Command::Setup { dry_run } => setup::setup(dry_run, &mut out),
+        Command::Doctor(JsonFlag { json }) => doctor::doctor(&cli.config, json, &mut out),
         // main.rs runs the helper before logging is set up; reaching here is a bug.
         Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec is handled before dispatch"),
     }
 }
 
 fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {
-    crate::daemon::run(config.as_deref())?;
-    Ok(Exit::Completed)
+    match crate::daemon::run(config.as_deref()) {
+        Ok(()) => Ok(Exit::Completed),
+        // Not a configuration problem: exit 1 (systemd restarts on any failure).
+        Err(e @ crate::daemon::DaemonError::BusLost(_)) => client::Failure {
+            exit: Exit::Failed,
+            message: e.to_string(),
+        }
+        .report(),
+        Err(e) => Err(e.into()),
+    }
 }

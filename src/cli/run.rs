@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Exit, Out, TaskArgs};
 use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
-use crate::agent::{Runtime, TaskError, TaskSpec, run_task};
+use crate::agent::{Runtime, RuntimeError, TaskError, TaskSpec, run_task};
 use crate::approval::TtyFrontend;
 use crate::config::{Config, ProcessEnv};
 use crate::ids::{SessionId, TaskId};
@@ -92,8 +92,16 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         .transpose()?;
 
     let data_dir = config.paths.data_dir.clone();
-    let rt = Runtime::from_config(config, policy)
-        .with_context(|| format!("cannot set up the task in {}", data_dir.display()))?;
+    let rt = match Runtime::from_config(config, policy) {
+        Ok(rt) => rt,
+        // A data dir that cannot be written (full, read-only) fails the task; it is not
+        // a usage error (exit 2 said "fix your command line" to someone with a full disk).
+        Err(RuntimeError::Store(e)) => return task_failed(e),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot set up the task in {}", data_dir.display()));
+        }
+    };
     rt.approvals.add_frontend(Arc::new(TtyFrontend::detect()));
     let rt = Arc::new(rt);
     let spec = TaskSpec {
@@ -137,9 +145,23 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
                     "session {id} is busy: a task is already running in it (here or in the daemon)"
                 )
             }
-            Err(e) => Err(e.into()),
+            // The task ran and could not go on (its data could not be saved, the sandbox
+            // could not start): a failed task, exit 1.
+            Err(TaskError::Store(e)) => task_failed(e),
+            Err(e @ TaskError::Sandbox(_)) => task_failed(e),
+            // `--session` named a session that does not exist: the command line is wrong.
+            Err(e @ TaskError::UnknownSession(_)) => Err(e.into()),
         }
     })
+}
+
+/// Reports a task that could not run to the end: its error on stderr, exit 1.
+fn task_failed(e: impl std::fmt::Display) -> anyhow::Result<Exit> {
+    super::client::Failure {
+        exit: Exit::Failed,
+        message: format!("the task failed: {e}"),
+    }
+    .report()
 }
 
 /// Prints a task's events as `familiar run` and `familiar ask` show them.

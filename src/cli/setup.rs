@@ -42,7 +42,8 @@ struct Planned {
     contents: String,
 }
 
-pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
+/// The files setup installs for the running binary (the binary's path in them).
+fn plan() -> anyhow::Result<(String, PathBuf, PathBuf, Vec<Planned>)> {
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
         .context("cannot find the path of this familiar binary")?;
@@ -54,7 +55,8 @@ pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
                 "the binary's path {} has spaces, quotes or backslashes; install familiar somewhere plainer (e.g. ~/.local/bin)",
                 exe.display()
             )
-        })?;
+        })?
+        .to_owned();
     let data_home = data_home()?;
     let unit_dir = data_home.join("systemd/user");
     let dbus_dir = data_home.join("dbus-1/services");
@@ -69,8 +71,20 @@ pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
         .collect();
     plan.push(Planned {
         path: dbus_dir.join(ACTIVATION_FILE.0),
-        contents: ACTIVATION_FILE.1.replace(ACTIVATION_PLACEHOLDER, exe_str),
+        contents: ACTIVATION_FILE.1.replace(ACTIVATION_PLACEHOLDER, &exe_str),
     });
+    Ok((exe_str, unit_dir, dbus_dir, plan))
+}
+
+/// Each file setup installs and its state: `new` (missing), `updated` (differs: from
+/// another binary or an older familiar) or `unchanged`. For `familiar doctor`.
+pub(super) fn installed() -> anyhow::Result<Vec<(PathBuf, &'static str)>> {
+    let (_, _, _, plan) = plan()?;
+    Ok(plan.iter().map(|p| (p.path.clone(), state(p))).collect())
+}
+
+pub fn setup(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let (exe_str, unit_dir, dbus_dir, plan) = plan()?;
     let commands: [&[&str]; 2] = [
         &["systemctl", "--user", "daemon-reload"],
         &[

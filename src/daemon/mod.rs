@@ -7,8 +7,11 @@
 //! ([`service::Service`]) forwards [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.
 
+mod reload;
 pub mod service;
 mod supervisor;
+
+pub use reload::{Loaded, ReloadError};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -58,12 +61,20 @@ pub enum DaemonError {
     },
     #[error("cannot start the async runtime: {0}")]
     Io(#[from] std::io::Error),
+    /// The session bus went away (or took our name): nobody can reach the daemon, so it
+    /// exits non-zero and systemd's `Restart=on-failure` starts it on the new bus.
+    #[error(
+        "lost the session bus ({0}); running tasks were cancelled and saved. systemd restarts the daemon (`systemctl --user status familiar`); without systemd, start `familiar daemon` again"
+    )]
+    BusLost(String),
 }
 
 /// State the D-Bus object reads without asking the owner.
 pub struct Shared {
+    /// What every task shares whatever the policy (config, store, metrics, …).
     pub rt: Arc<Runtime>,
-    pub souls: Arc<SoulSet>,
+    /// The policy and souls new tasks get (see [`reload`]).
+    pub loaded: reload::Reloadable,
     /// Queued plus running tasks (the `ActiveTasks` property).
     pub active: AtomicU32,
     pub shutting_down: AtomicBool,
@@ -154,7 +165,7 @@ impl Daemon {
         let (tx, rx) = mpsc::channel(OP_BUFFER);
         let shared = Arc::new(Shared {
             rt: Arc::clone(&rt),
-            souls,
+            loaded: reload::Reloadable::new(Arc::clone(&rt), souls),
             active: AtomicU32::new(0),
             shutting_down: AtomicBool::new(false),
             uid: current_uid(),
@@ -193,6 +204,12 @@ impl Daemon {
 
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// Re-reads the policy and souls for new tasks (SIGHUP); a broken file keeps the
+    /// previous version in force.
+    pub fn reload(&self) -> Result<(), ReloadError> {
+        self.shared.loaded.reload()
     }
 
     /// Stops accepting tasks, cancels the running ones and waits (up to
@@ -265,12 +282,76 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        wait_for_stop(stop).await;
-        tracing::info!("stopping: cancelling running tasks");
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let stopped = wait_for_stop(stop);
+        tokio::pin!(stopped);
+        let conn = daemon.connection().clone();
+        let bus_gone = bus_lost(&conn);
+        tokio::pin!(bus_gone);
+        let lost = loop {
+            tokio::select! {
+                () = &mut stopped => break None,
+                why = &mut bus_gone => break Some(why),
+                _ = hangup.recv() => {
+                    notify(sd, &[sd_notify::NotifyState::Reloading]);
+                    if let Err(e) = daemon.reload() {
+                        tracing::error!("{e}");
+                    }
+                    notify(sd, &[sd_notify::NotifyState::Ready]);
+                }
+            }
+        };
+        match &lost {
+            None => tracing::info!("stopping: cancelling running tasks"),
+            Some(why) => tracing::error!(
+                "lost the session bus ({why}): cancelling running tasks and exiting"
+            ),
+        }
         notify(sd, &[sd_notify::NotifyState::Stopping]);
         daemon.shutdown().await;
-        Ok(())
+        match lost {
+            None => Ok(()),
+            Some(why) => Err(DaemonError::BusLost(why)),
+        }
     })
+}
+
+/// Returns once the daemon can no longer be reached: the connection to the bus closed
+/// (the bus daemon exited or restarted) or the bus took our name away. Before this the
+/// daemon lived on unreachable after a bus restart, and systemd never restarted it.
+async fn bus_lost(conn: &Connection) -> String {
+    use futures::StreamExt;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender("org.freedesktop.DBus")
+        .interface("org.freedesktop.DBus")
+        .member("NameLost")
+        .build();
+    let rule = match rule {
+        Ok(rule) => rule,
+        Err(e) => return format!("cannot watch the bus connection: {e}"),
+    };
+    let mut stream = match zbus::MessageStream::for_match_rule(rule, conn, None).await {
+        Ok(stream) => stream,
+        Err(e) => return format!("cannot watch the bus connection: {e}"),
+    };
+    let mut last_error = None;
+    while let Some(msg) = stream.next().await {
+        match msg {
+            Ok(msg) => {
+                let name: Result<String, _> = msg.body().deserialize();
+                if name.is_ok_and(|n| n == dbus::NAME) {
+                    return format!("the bus took the name {}", dbus::NAME);
+                }
+            }
+            // The socket reader sends its error to every stream, then closes them.
+            Err(e) => last_error = Some(e.to_string()),
+        }
+    }
+    match last_error {
+        Some(e) => format!("connection closed: {e}"),
+        None => "connection closed".to_owned(),
+    }
 }
 
 type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);

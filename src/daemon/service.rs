@@ -100,7 +100,8 @@ impl Service {
         options: HashMap<String, OwnedVariant>,
         caller: String,
     ) -> Result<SubmitRequest, Error> {
-        let souls = &self.shared.souls;
+        let loaded = self.shared.loaded.refresh();
+        let souls = &loaded.souls;
         let soul_id = if soul.is_empty() {
             self.shared.rt.config.default_soul.as_str()
         } else {
@@ -305,6 +306,8 @@ impl Service {
         let config = &self.shared.rt.config;
         Ok(self
             .shared
+            .loaded
+            .refresh()
             .souls
             .souls
             .values()

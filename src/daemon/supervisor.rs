@@ -254,7 +254,8 @@ impl Supervisor {
         };
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
-        let rt = Arc::clone(&self.shared.rt);
+        // The policy in force now (a reload since Submit applies to this task too).
+        let rt = self.shared.loaded.get().rt;
         let emitter = self.emitter.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -296,7 +297,8 @@ impl Supervisor {
             ),
             Err(e) => (
                 TaskStatus::Failed,
-                format!("the task could not start: {e}"),
+                // Not only at the start: a store error (a full disk) can end it mid-way.
+                format!("the task failed: {e}"),
                 Usage::default(),
             ),
         };
@@ -365,6 +367,21 @@ impl Supervisor {
             "plan": null,
             "usage": e.usage,
             "result": e.result,
+            // Without a notification server nothing else shows these (issue 9 §6).
+            "approvals": self
+                .shared
+                .rt
+                .approvals
+                .pending_for(id)
+                .iter()
+                .map(|r| json!({
+                    "request_id": r.request_id,
+                    "tool": r.tool,
+                    "tier": r.tier,
+                    "summary": r.summary,
+                    "reason": r.reason,
+                }))
+                .collect::<Vec<_>>(),
         });
         let store = Arc::clone(&self.shared.rt.store);
         let (session, task) = (e.session_id.clone(), id.clone());

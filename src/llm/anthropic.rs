@@ -8,65 +8,46 @@
 //! reuses everything the previous one sent.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 
-use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::http::{self, HttpCtx};
-use super::openai::parse_arguments;
+use super::http::Wire;
+use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
-    ContentBlock, FinishReason, LlmError, Message, Provider, Request, Role, StreamEvent, Usage,
+    ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, Usage,
+    parse_arguments,
 };
 use crate::ids::CallId;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
 
-pub(crate) struct Anthropic {
-    ctx: Arc<HttpCtx>,
-}
+/// The Messages API wire format.
+pub(crate) struct Anthropic;
 
-impl Anthropic {
-    pub(crate) fn new(ctx: Arc<HttpCtx>) -> Self {
-        Anthropic { ctx }
-    }
-}
+impl Wire for Anthropic {
+    const PATH: &'static str = "/v1/messages";
 
-impl Provider for Anthropic {
-    fn stream(
-        &self,
-        req: &Request,
-        cancel: CancellationToken,
-    ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
-        let url = format!("{}/v1/messages", self.ctx.cfg.base_url);
-        let mut builder = self
-            .ctx
-            .client
-            .post(url)
-            .header("anthropic-version", API_VERSION)
-            .header("accept", "text/event-stream")
-            .json(&request_body(req));
-        if let Some(key) = &self.ctx.key {
-            builder = builder.header("x-api-key", key.expose());
+    fn authorize(
+        builder: reqwest::RequestBuilder,
+        key: Option<&ApiKey>,
+    ) -> reqwest::RequestBuilder {
+        let builder = builder.header("anthropic-version", API_VERSION);
+        match key {
+            Some(key) => builder.header("x-api-key", key.expose()),
+            None => builder,
         }
-        http::drive(
-            Arc::clone(&self.ctx),
-            builder,
-            Box::new(AnthropicDecoder::default()),
-            req.model.clone(),
-            cancel,
-        )
     }
 
-    fn name(&self) -> &str {
-        &self.ctx.cfg.name
+    type Body = Body;
+
+    fn body(req: &Request) -> Body {
+        request_body(req)
     }
 
-    fn default_model(&self) -> &str {
-        &self.ctx.cfg.model
+    fn decoder() -> Box<dyn Decoder> {
+        Box::new(AnthropicDecoder::default())
     }
 }
 

@@ -4,7 +4,9 @@
 //! Invariants: an attempt that fails after it emitted anything is followed by
 //! `AttemptDiscarded` before any retry, so the loop can void its partial output (no
 //! half tool call survives: providers complete a call only once it arrived whole).
-//! Once the client falls back it stays on the fallback for the rest of the task.
+//! Once the client falls back it stays on the fallback for the rest of the task, and
+//! the fallback gets retries of its own (the same `max_retries`, backoff from the
+//! start): a fallback that is overloaded once is not a reason to fail the task.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -20,6 +22,11 @@ use crate::config::{Env, ProviderConfig};
 
 /// Overload errors (529/503) in a row before switching to the fallback.
 pub const OVERLOADS_BEFORE_FALLBACK: u32 = 2;
+/// Retries of a connection a server on this machine refused, and the wait before
+/// each: enough for a server that is just restarting, not a 12 s wait for one that
+/// was never started.
+pub const REFUSED_RETRIES: u32 = 1;
+pub const REFUSED_RETRY_DELAY: Duration = Duration::from_millis(250);
 
 /// What the loop sees of one model call.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,6 +172,7 @@ impl LlmClient {
             inner: None,
             emitted: false,
             retries: 0,
+            attempts: 0,
             queue: VecDeque::new(),
             wait: None,
             done: false,
@@ -201,7 +209,10 @@ struct Attempts<'a> {
     cancel: CancellationToken,
     inner: Option<BoxStream<'static, Result<StreamEvent, LlmError>>>,
     emitted: bool,
+    /// Retries spent on the current model (reset when the client falls back).
     retries: u32,
+    /// Failed attempts of this call on any model, for the events and the final error.
+    attempts: u32,
     queue: VecDeque<ClientEvent>,
     wait: Option<Duration>,
     done: bool,
@@ -273,43 +284,72 @@ impl Attempts<'_> {
         if !e.is_retryable() {
             return Some(e);
         }
-        if self.retries >= self.client.retry.max_retries {
-            return Some(LlmError::RetriesExhausted {
-                attempts: self.retries + 1,
-                last: Box::new(e),
-            });
-        }
-        self.retries += 1;
-        if self.emitted {
-            self.queue.push_back(ClientEvent::AttemptDiscarded);
-        }
+        self.attempts += 1;
         if e.is_overload() {
             self.client.overload_streak += 1;
         } else {
             self.client.overload_streak = 0;
         }
+        let max_retries = if e.is_refused_locally() {
+            REFUSED_RETRIES.min(self.client.retry.max_retries)
+        } else {
+            self.client.retry.max_retries
+        };
+        let exhausted = self.retries >= max_retries;
+        // Another model on the same unreachable server will not answer either.
+        let model_may_help = !matches!(e, LlmError::Connect(_))
+            || self
+                .client
+                .fallback
+                .as_ref()
+                .is_some_and(|f| f.provider.is_some());
         let wants_fallback = matches!(e, LlmError::Stalled(_))
-            || self.client.overload_streak >= OVERLOADS_BEFORE_FALLBACK;
+            || self.client.overload_streak >= OVERLOADS_BEFORE_FALLBACK
+            || (exhausted && model_may_help);
         let current = self
             .client
             .model_override
             .clone()
             .unwrap_or_else(|| self.req.model.clone());
-        // A different model is not the one that is overloaded: no reason to wait.
-        let delay = match wants_fallback
+        let fell_back = wants_fallback
             .then(|| self.client.fall_back(&current))
-            .flatten()
-        {
+            .flatten();
+        let delay = match fell_back {
             Some(ev) => {
+                // A different model is not the one that is overloaded: no reason to
+                // wait, and it starts with its own retries.
+                self.retries = 0;
                 self.queue.push_back(ev);
                 Duration::ZERO
             }
-            None => self.client.retry.delay(self.retries, &e),
+            None if exhausted => {
+                return Some(LlmError::RetriesExhausted {
+                    attempts: self.attempts,
+                    last: Box::new(e),
+                });
+            }
+            None if e.is_refused_locally() => {
+                self.retries += 1;
+                REFUSED_RETRY_DELAY
+            }
+            None => {
+                self.retries += 1;
+                self.client.retry.delay(self.retries, &e)
+            }
+        };
+        if self.emitted {
+            self.queue.push_front(ClientEvent::AttemptDiscarded);
+        }
+        // The final error says the rest; a retry line need not repeat the advice.
+        let reason = if e.is_refused_locally() {
+            "connection refused".to_owned()
+        } else {
+            e.to_string()
         };
         self.queue.push_back(ClientEvent::Retry {
-            attempt: self.retries,
+            attempt: self.attempts,
             delay,
-            reason: e.to_string(),
+            reason,
         });
         self.wait = Some(delay);
         None

@@ -50,7 +50,7 @@ pub enum LlmError {
     },
     /// Nothing answered, or the connection failed before a response.
     #[error("{0}")]
-    Connect(String),
+    Connect(ConnectError),
     /// No bytes for the stall timeout.
     #[error("stream stalled: no data for {0:?}")]
     Stalled(Duration),
@@ -118,5 +118,35 @@ impl LlmError {
     /// Whether this is a sign the model is overloaded (counts toward fallback).
     pub fn is_overload(&self) -> bool {
         matches!(self, LlmError::Overloaded { .. })
+    }
+
+    /// Whether a server on this machine refused the connection: nothing listens
+    /// there, which waiting will not change (issue 9 §5: worth one quick retry for a
+    /// server that is just restarting, not five with backoff).
+    pub fn is_refused_locally(&self) -> bool {
+        matches!(self, LlmError::Connect(c) if c.refused_locally)
+    }
+}
+
+/// Why no response came: the sentence for the user and what kind of failure it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectError {
+    pub message: String,
+    /// A loopback address refused the connection (see [`LlmError::is_refused_locally`]).
+    pub refused_locally: bool,
+}
+
+impl ConnectError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ConnectError {
+            message: message.into(),
+            refused_locally: false,
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }

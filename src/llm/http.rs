@@ -1,8 +1,11 @@
-//! The HTTP half shared by both providers: send one request, map a failed status to
-//! an [`LlmError`] that says what to fix, and drive the SSE body through a decoder
-//! with stall detection and cancellation at every await.
+//! The HTTP half shared by both providers: [`HttpProvider`] posts the body a [`Wire`]
+//! format builds, maps a failed status to an [`LlmError`] that says what to fix, and
+//! drives the SSE body through the format's decoder with stall detection and
+//! cancellation at every await. `openai.rs` and `anthropic.rs` hold only their wire
+//! formats (body, headers, decoder); neither imports the other.
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::{ApiKey, describe_source};
 use super::sse::{self, ByteStream, Decoder, SseStream};
-use super::{LlmError, StreamEvent};
-use crate::config::{DEFAULT_LOCAL_BASE_URL, ProviderConfig};
+use super::{ConnectError, LlmError, Provider, Request, StreamEvent};
+use crate::config::ProviderConfig;
 
 /// Longest server-requested wait we honour; past it the server is not coming back soon
 /// and the normal backoff cap is a better guess.
@@ -61,12 +64,23 @@ impl HttpCtx {
     }
 
     /// Maps a non-success response to the error a user can act on.
-    fn status_error(&self, status: u16, headers: &HeaderMap, body: &str, model: &str) -> LlmError {
+    pub(crate) fn status_error(
+        &self,
+        status: u16,
+        headers: &HeaderMap,
+        body: &str,
+        model: &str,
+    ) -> LlmError {
         let message = self.scrub(&server_message(body));
         let url = &self.cfg.base_url;
         let retry_after = retry_after(headers, SystemTime::now());
         if let Some(o) = super::overflow::classify(Some(status), body, &message) {
             return LlmError::ContextOverflow(o);
+        }
+        if matches!(status, 400 | 404)
+            && let Some(m) = model_missing(&self.cfg, model, &message, body)
+        {
+            return LlmError::NotFound(m);
         }
         match status {
             400 if mentions_no_tools(&message) => LlmError::NoToolSupport(format!(
@@ -106,28 +120,96 @@ impl HttpCtx {
         }
     }
 
-    fn connect_error(&self, err: &reqwest::Error) -> LlmError {
+    pub(crate) fn connect_error(&self, err: &reqwest::Error) -> LlmError {
         let url = &self.cfg.base_url;
-        let mut detail = err.to_string();
-        let mut source = std::error::Error::source(err);
-        while let Some(s) = source {
-            detail.push_str(": ");
-            detail.push_str(&s.to_string());
-            source = s.source();
-        }
-        let detail = self.scrub(&detail);
-        let local = url == DEFAULT_LOCAL_BASE_URL
-            || url.contains("://127.")
-            || url.contains("://localhost");
-        if local && err.is_connect() {
-            LlmError::Connect(format!(
-                "nothing answers at {url} ({detail}): start Ollama or llama.cpp there, or set \
-                 ANTHROPIC_API_KEY / OPENAI_API_KEY, or configure [providers.*] in config.toml"
-            ))
+        let refused = refused(err);
+        let on_this_machine = is_loopback_url(url);
+        let detail = if refused {
+            // The whole chain ("error sending request for url (…): client error
+            // (Connect): tcp connect error: …") says nothing more than this.
+            "connection refused".to_owned()
         } else {
-            LlmError::Connect(format!("cannot reach {url}: {detail}"))
-        }
+            let mut detail = err.to_string();
+            let mut source = std::error::Error::source(err);
+            while let Some(s) = source {
+                detail.push_str(": ");
+                detail.push_str(&s.to_string());
+                source = s.source();
+            }
+            self.scrub(&detail)
+        };
+        let message = if on_this_machine && err.is_connect() {
+            format!(
+                "nothing answers at {url} ({detail}): start Ollama (`ollama serve`) or llama.cpp \
+                 (`llama-server --port 8080`) there, or set ANTHROPIC_API_KEY / OPENAI_API_KEY, \
+                 or configure [providers.*] in config.toml; `familiar doctor` checks the setup"
+            )
+        } else {
+            format!("cannot reach {url}: {detail}")
+        };
+        LlmError::Connect(ConnectError {
+            message,
+            refused_locally: refused && on_this_machine,
+        })
     }
+}
+
+/// Whether the connection was refused (nothing listens), as opposed to timing out or
+/// failing TLS.
+fn refused(err: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Whether `url` names this machine (a loopback address or `localhost`).
+fn is_loopback_url(url: &str) -> bool {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let Some(host) = parsed.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback() || ip.is_unspecified(),
+        Err(_) => host == "localhost" || host.ends_with(".localhost"),
+    }
+}
+
+/// The sentence for a server that says the model does not exist, naming the fix:
+/// `ollama pull` for Ollama, else the config key.
+fn model_missing(cfg: &ProviderConfig, model: &str, message: &str, body: &str) -> Option<String> {
+    let lower = message.to_ascii_lowercase();
+    let url = &cfg.base_url;
+    let name = &cfg.name;
+    if lower.contains("try pulling it") || (lower.contains("not found") && url.contains(":11434")) {
+        return Some(format!(
+            "model `{model}` is not installed in Ollama at {url}: run `ollama pull {model}`, or \
+             set `model` in [providers.{name}] (or the soul's `model`) to one `ollama list` shows \
+             (server said: {message})"
+        ));
+    }
+    let code = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error")?.get("code")?.as_str().map(str::to_owned));
+    let says_missing = code.as_deref() == Some("model_not_found")
+        || (lower.contains("model")
+            && (lower.contains("does not exist") || lower.contains("not found")));
+    says_missing.then(|| {
+        format!(
+            "model `{model}` does not exist at {url} (or this key may not use it): set `model` in \
+             [providers.{name}] (or the soul's `model`) to a model the server lists; \
+             `familiar doctor` shows them (server said: {message})"
+        )
+    })
 }
 
 /// The message inside an error body: `error.message` (OpenAI, Anthropic), `error` as a
@@ -200,6 +282,74 @@ struct Drive {
     decoder: Box<dyn Decoder>,
     queue: VecDeque<StreamEvent>,
     cancel: CancellationToken,
+}
+
+/// One provider's wire format: where a request goes, how it carries the key, its body,
+/// and the decoder of its stream. The HTTP side ([`HttpProvider`]) is the same for all.
+pub(crate) trait Wire: Send + Sync + 'static {
+    /// The path under the provider's base URL.
+    const PATH: &'static str;
+
+    /// Adds the provider's own headers and the API key, if there is one.
+    fn authorize(builder: reqwest::RequestBuilder, key: Option<&ApiKey>)
+    -> reqwest::RequestBuilder;
+
+    /// The JSON body for `req`: a struct, so its fields go out in the order it
+    /// declares (a `Value` would sort them), which keeps request prefixes stable.
+    type Body: serde::Serialize;
+
+    /// The JSON body for `req`.
+    fn body(req: &Request) -> Self::Body;
+
+    /// A decoder for one response's stream.
+    fn decoder() -> Box<dyn Decoder>;
+}
+
+/// A provider that speaks wire format `W` over HTTP with SSE.
+pub(crate) struct HttpProvider<W> {
+    ctx: Arc<HttpCtx>,
+    wire: PhantomData<W>,
+}
+
+impl<W: Wire> HttpProvider<W> {
+    pub(crate) fn new(ctx: Arc<HttpCtx>) -> Self {
+        HttpProvider {
+            ctx,
+            wire: PhantomData,
+        }
+    }
+}
+
+impl<W: Wire> Provider for HttpProvider<W> {
+    fn stream(
+        &self,
+        req: &Request,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
+        let url = format!("{}{}", self.ctx.cfg.base_url, W::PATH);
+        let builder = self
+            .ctx
+            .client
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(&W::body(req));
+        let builder = W::authorize(builder, self.ctx.key.as_ref());
+        drive(
+            Arc::clone(&self.ctx),
+            builder,
+            W::decoder(),
+            req.model.clone(),
+            cancel,
+        )
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.cfg.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.ctx.cfg.model
+    }
 }
 
 /// Streams the response to `request` through `decoder`.
@@ -308,7 +458,8 @@ async fn send(
             LlmError::Truncated(ctx.scrub(&format!("connection failed mid-response: {e}")))
         })
     }));
-    Ok(sse::events(sse::stall_guard(bytes, stall)))
+    let bytes = sse::size_guard(sse::stall_guard(bytes, stall), sse::MAX_RESPONSE_BYTES);
+    Ok(sse::events(bytes))
 }
 
 #[cfg(test)]

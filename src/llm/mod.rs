@@ -10,6 +10,10 @@
 //! Invariants every provider keeps: a stream ends after its first `Err`, `Finish` is
 //! the last event of a successful stream, and `ToolCallComplete` is emitted only for a
 //! call whose arguments were received whole (a cut stream never completes a call).
+//!
+//! Layout: `openai.rs` and `anthropic.rs` are the two wire formats; `http.rs` is the
+//! transport both share; [`sse`] turns bytes into events and knows no provider; what
+//! both formats share (argument parsing, picking a decoder by kind) lives here.
 
 mod anthropic;
 mod client;
@@ -17,6 +21,7 @@ mod error;
 mod http;
 pub use http::new_client;
 mod keys;
+pub mod models;
 mod openai;
 pub mod overflow;
 pub mod retry;
@@ -28,10 +33,14 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
+use self::http::{HttpProvider, Wire};
 use crate::config::{Env, ProviderConfig, ProviderKind};
 
-pub use client::{ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK};
-pub use error::LlmError;
+pub use client::{
+    ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK, REFUSED_RETRIES,
+    REFUSED_RETRY_DELAY,
+};
+pub use error::{ConnectError, LlmError};
 pub use overflow::ContextOverflow;
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
@@ -203,6 +212,31 @@ impl InvalidArguments {
     }
 }
 
+/// Parses a tool call's accumulated arguments (both wire formats send them as JSON
+/// text); empty means no arguments, and a JSON string holding an object
+/// (double-encoded by some servers) is unwrapped.
+pub(crate) fn parse_arguments(raw: &str) -> Result<serde_json::Value, InvalidArguments> {
+    use serde_json::Value;
+    if raw.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            Ok(_) | Err(_) => Err(InvalidArguments::new(
+                raw,
+                "arguments must be a JSON object",
+            )),
+        },
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(InvalidArguments::new(
+            raw,
+            "arguments must be a JSON object",
+        )),
+        Err(e) => Err(InvalidArguments::new(raw, e.to_string())),
+    }
+}
+
 /// One event of a streamed model response.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -268,9 +302,26 @@ pub fn build_with(
     let key = keys::resolve(cfg, env)?;
     let http = http::HttpCtx::new(cfg, key, client.clone());
     Ok(match cfg.kind {
-        ProviderKind::Openai => Arc::new(openai::OpenAi::new(http)),
-        ProviderKind::Anthropic => Arc::new(anthropic::Anthropic::new(http)),
+        ProviderKind::Openai => Arc::new(HttpProvider::<openai::OpenAi>::new(http)),
+        ProviderKind::Anthropic => Arc::new(HttpProvider::<anthropic::Anthropic>::new(http)),
     })
+}
+
+/// A decoder for `kind`'s wire format.
+pub(crate) fn decoder(kind: ProviderKind) -> Box<dyn sse::Decoder> {
+    match kind {
+        ProviderKind::Openai => openai::OpenAi::decoder(),
+        ProviderKind::Anthropic => anthropic::Anthropic::decoder(),
+    }
+}
+
+/// Decodes a recorded response body in `kind`'s wire format, split into `chunks`,
+/// to the events a live stream would yield (the error, if any, last).
+pub fn decode_recorded(
+    kind: ProviderKind,
+    chunks: Vec<bytes::Bytes>,
+) -> Vec<Result<StreamEvent, LlmError>> {
+    sse::decode_with(decoder(kind), chunks)
 }
 
 #[cfg(test)]
@@ -300,5 +351,14 @@ mod tests {
             ]})
         );
         assert_eq!(serde_json::from_value::<Message>(v).unwrap(), m);
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        assert_eq!(parse_arguments(""), Ok(json!({})));
+        assert_eq!(parse_arguments("\"{\\\"a\\\":1}\""), Ok(json!({"a": 1})));
+        let err = parse_arguments("{\"a\":").unwrap_err();
+        assert!(err.to_string().starts_with("invalid arguments: "), "{err}");
+        assert!(parse_arguments("[1]").is_err());
     }
 }

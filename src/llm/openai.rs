@@ -9,62 +9,43 @@
 //! call starts or the response finishes; until then it is never reported complete.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
-use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::http::{self, HttpCtx};
+use super::http::Wire;
+use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
-    ContentBlock, FinishReason, InvalidArguments, LlmError, Message, Provider, Request, Role,
-    StreamEvent, Usage,
+    ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, Usage,
+    parse_arguments,
 };
 use crate::ids::CallId;
 
-pub(crate) struct OpenAi {
-    ctx: Arc<HttpCtx>,
-}
+/// The chat completions wire format.
+pub(crate) struct OpenAi;
 
-impl OpenAi {
-    pub(crate) fn new(ctx: Arc<HttpCtx>) -> Self {
-        OpenAi { ctx }
-    }
-}
+impl Wire for OpenAi {
+    const PATH: &'static str = "/chat/completions";
 
-impl Provider for OpenAi {
-    fn stream(
-        &self,
-        req: &Request,
-        cancel: CancellationToken,
-    ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
-        let url = format!("{}/chat/completions", self.ctx.cfg.base_url);
-        let mut builder = self
-            .ctx
-            .client
-            .post(url)
-            .header("accept", "text/event-stream")
-            .json(&request_body(req));
-        if let Some(key) = &self.ctx.key {
-            builder = builder.bearer_auth(key.expose());
+    fn authorize(
+        builder: reqwest::RequestBuilder,
+        key: Option<&ApiKey>,
+    ) -> reqwest::RequestBuilder {
+        match key {
+            Some(key) => builder.bearer_auth(key.expose()),
+            None => builder,
         }
-        http::drive(
-            Arc::clone(&self.ctx),
-            builder,
-            Box::new(OpenAiDecoder::default()),
-            req.model.clone(),
-            cancel,
-        )
     }
 
-    fn name(&self) -> &str {
-        &self.ctx.cfg.name
+    type Body = Body;
+
+    fn body(req: &Request) -> Body {
+        request_body(req)
     }
 
-    fn default_model(&self) -> &str {
-        &self.ctx.cfg.model
+    fn decoder() -> Box<dyn Decoder> {
+        Box::new(OpenAiDecoder::default())
     }
 }
 
@@ -406,29 +387,6 @@ impl OpenAiDecoder {
     }
 }
 
-/// Parses accumulated arguments; empty means no arguments, and a JSON string holding
-/// an object (double-encoded by some servers) is unwrapped.
-pub(crate) fn parse_arguments(raw: &str) -> Result<Value, InvalidArguments> {
-    if raw.trim().is_empty() {
-        return Ok(json!({}));
-    }
-    match serde_json::from_str::<Value>(raw) {
-        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
-            Ok(v @ Value::Object(_)) => Ok(v),
-            Ok(_) | Err(_) => Err(InvalidArguments::new(
-                raw,
-                "arguments must be a JSON object",
-            )),
-        },
-        Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(_) => Err(InvalidArguments::new(
-            raw,
-            "arguments must be a JSON object",
-        )),
-        Err(e) => Err(InvalidArguments::new(raw, e.to_string())),
-    }
-}
-
 /// An `{"error": ...}` chunk in the middle of a stream (vLLM, OpenRouter).
 fn stream_error(err: &Value) -> LlmError {
     let message = err
@@ -529,14 +487,5 @@ mod tests {
         };
         assert!(id.as_str().starts_with("call-"));
         assert_eq!(input, &Ok(json!({"a": 1})));
-    }
-
-    #[test]
-    fn arguments_are_checked() {
-        assert_eq!(parse_arguments(""), Ok(json!({})));
-        assert_eq!(parse_arguments("\"{\\\"a\\\":1}\""), Ok(json!({"a": 1})));
-        let err = parse_arguments("{\"a\":").unwrap_err();
-        assert!(err.to_string().starts_with("invalid arguments: "), "{err}");
-        assert!(parse_arguments("[1]").is_err());
     }
 }

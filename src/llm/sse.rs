@@ -3,7 +3,8 @@
 //!
 //! The decoding is pure: the same functions run over a live HTTP body, a recorded
 //! fixture and a benchmark, and any split of the bytes into chunks yields the same
-//! events (proptested in `tests/suite/llm.rs`).
+//! events (proptested in `tests/suite/llm/decode.rs`). This module knows no provider:
+//! each provider's file brings its decoder, and `llm::decoder` picks one by kind.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -14,7 +15,6 @@ use eventsource_stream::{EventStream, EventStreamError};
 use futures::{Stream, StreamExt};
 
 use super::{LlmError, StreamEvent};
-use crate::config::ProviderKind;
 
 pub use eventsource_stream::Event;
 
@@ -26,14 +26,6 @@ pub(crate) trait Decoder: Send {
     /// Called once, at the end marker or at end of input; emits the closing events
     /// (usage, finish) or fails with [`LlmError::Truncated`] if the response was cut.
     fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), LlmError>;
-}
-
-/// A decoder for `kind`'s wire format.
-pub(crate) fn decoder(kind: ProviderKind) -> Box<dyn Decoder> {
-    match kind {
-        ProviderKind::Openai => Box::new(super::openai::OpenAiDecoder::default()),
-        ProviderKind::Anthropic => Box::new(super::anthropic::AnthropicDecoder::default()),
-    }
 }
 
 pub(crate) type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, LlmError>> + Send>>;
@@ -66,6 +58,35 @@ pub(crate) fn stall_guard(bytes: ByteStream, stall: Duration) -> ByteStream {
     ))
 }
 
+/// The most a model's response body may hold. A real answer streams a few hundred
+/// bytes of SSE framing per token, so this allows ~80k output tokens; past it the
+/// response is abandoned instead of growing the daemon's memory without bound.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// Fails the byte stream with [`LlmError::Protocol`] once more than `max` bytes came.
+pub(crate) fn size_guard(bytes: ByteStream, max: usize) -> ByteStream {
+    Box::pin(futures::stream::unfold(
+        Some((bytes, 0usize)),
+        move |state| async move {
+            let (mut bytes, seen) = state?;
+            match bytes.next().await? {
+                Ok(chunk) if seen + chunk.len() > max => Some((
+                    Err(LlmError::Protocol(format!(
+                        "the response passed {} MiB and was abandoned (a runaway model?)",
+                        max >> 20
+                    ))),
+                    None,
+                )),
+                Ok(chunk) => {
+                    let seen = seen + chunk.len();
+                    Some((Ok(chunk), Some((bytes, seen))))
+                }
+                Err(e) => Some((Err(e), None)),
+            }
+        },
+    ))
+}
+
 /// Decodes `chunks` (a recorded body, split anywhere) to SSE events.
 pub fn decode_sse(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
     let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
@@ -74,15 +95,14 @@ pub fn decode_sse(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
         .collect()
 }
 
-/// Decodes a recorded response body in `kind`'s wire format, split into `chunks`,
-/// to the events a live stream would yield (the error, if any, last).
-pub fn decode_recorded(
-    kind: ProviderKind,
+/// Decodes a recorded response body, split into `chunks`, through `dec` to the events
+/// a live stream would yield (the error, if any, last).
+pub(crate) fn decode_with(
+    mut dec: Box<dyn Decoder>,
     chunks: Vec<Bytes>,
 ) -> Vec<Result<StreamEvent, LlmError>> {
     let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
     let mut sse = events(bytes);
-    let mut dec = decoder(kind);
     let mut queue = VecDeque::new();
     let mut out = Vec::new();
     let result = futures::executor::block_on(async {
@@ -105,6 +125,26 @@ pub fn decode_recorded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_past_the_size_cap_is_abandoned() {
+        let chunks: Vec<Result<Bytes, LlmError>> = (0..4)
+            .map(|_| Ok(Bytes::from_static(b"0123456789")))
+            .collect();
+        let bytes: ByteStream = Box::pin(futures::stream::iter(chunks));
+        let got: Vec<_> = futures::executor::block_on(size_guard(bytes, 25).collect::<Vec<_>>());
+        assert_eq!(
+            got.len(),
+            3,
+            "two chunks pass, the third fails, nothing after"
+        );
+        assert!(got[0].is_ok() && got[1].is_ok());
+        assert!(
+            matches!(&got[2], Err(LlmError::Protocol(m)) if m.contains("abandoned")),
+            "{:?}",
+            got[2]
+        );
+    }
 
     fn split(s: &str, at: &[usize]) -> Vec<Bytes> {
         let b = s.as_bytes();

@@ -16,11 +16,16 @@
 //! descendant and SIGKILLs them [`TERM_GRACE_SECS`] later. The helper then exits the
 //! way the command did (same code, or same signal).
 //!
-//! The spec travels in the [`SPEC_ENV`] variable: it is not secret (paths and limits),
-//! needs no extra file descriptor plumbing through tokio's spawn (which would take an
-//! `unsafe` `pre_exec`), and never reaches the command, whose environment is the spec's.
+//! The spec ([`HelperSpec`]: the daemon's ready Landlock plan, limits, environment)
+//! comes first on stdin, framed by its length ([`frame`]); the helper reads exactly that
+//! much, unbuffered, so what follows (a file operation's request, the command's input)
+//! is left for whoever reads stdin next. Stdin needs no extra file descriptor plumbing
+//! through tokio's spawn (which would take an `unsafe` `pre_exec`), has no size limit
+//! (an environment variable has 128 KiB, less than a carved home's plan may need), and
+//! the spec never reaches the command, whose environment is the spec's.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
 
@@ -30,14 +35,14 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, alarm, getpid};
 use serde::{Deserialize, Serialize};
 
-use super::SandboxPolicy;
 use super::fileops::{self, FileOpKind};
 use super::limits;
 use super::ruleset::{effective_abi, restrict_self};
+use super::spec::HelperSpec;
 use super::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
 
-/// The variable carrying the JSON [`SandboxPolicy`] to the helper.
-pub const SPEC_ENV: &str = "FAMILIAR_SANDBOX_SPEC";
+/// A spec larger than this on stdin is refused (a plan is a few hundred KiB at most).
+pub const MAX_SPEC_BYTES: u64 = 64 * 1024 * 1024;
 /// Starts the helper's first stderr line, followed by a JSON [`HelperReport`].
 pub const REPORT_PREFIX: &str = "familiar-sandbox: ";
 /// The spec was unreadable or the restriction could not be set up.
@@ -86,12 +91,9 @@ pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
         ExitCode::from(EXIT_SETUP_FAILED)
     };
 
-    let policy: SandboxPolicy = match std::env::var(SPEC_ENV)
-        .map_err(|e| e.to_string())
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
-    {
+    let policy = match read_spec() {
         Ok(p) => p,
-        Err(e) => return fail(format!("reading the spec from {SPEC_ENV}: {e}")),
+        Err(e) => return fail(format!("reading the spec from stdin: {e}")),
     };
     if op.is_none() && argv.is_empty() {
         return fail("no command given".to_owned());
@@ -134,8 +136,36 @@ pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     }
 }
 
+/// What the launcher writes to the helper's stdin: the spec's length (8 bytes,
+/// little-endian), the spec's JSON, then `rest`.
+pub fn frame(spec_json: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + spec_json.len() + rest.len());
+    out.extend_from_slice(&(spec_json.len() as u64).to_le_bytes());
+    out.extend_from_slice(spec_json);
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Reads exactly the framed spec from stdin, through an unbuffered duplicate of fd 0.
+fn read_spec() -> Result<HelperSpec, String> {
+    let fd = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
+    let mut stdin = std::fs::File::from(fd);
+    let mut len = [0u8; 8];
+    stdin.read_exact(&mut len).map_err(|e| e.to_string())?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_SPEC_BYTES {
+        return Err(format!("{len} bytes, more than {MAX_SPEC_BYTES}"));
+    }
+    let mut json = vec![0u8; usize::try_from(len).map_err(|e| e.to_string())?];
+    stdin.read_exact(&mut json).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&json).map_err(|e| e.to_string())
+}
+
 /// Runs `argv` as our child, then kills and reaps everything it left behind.
-fn supervise(policy: &SandboxPolicy, argv: &[String]) -> ExitCode {
+fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
     let mut signals = SigSet::empty();
     for s in [
         Signal::SIGCHLD,

@@ -22,7 +22,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, SPEC_ENV, TERM_GRACE_SECS};
+use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, TERM_GRACE_SECS, frame};
 use super::fileops::{FileOp, FileReply};
 use super::status::{Enforcement, TEST_ABI_ENV};
 use super::{SandboxError, SandboxPolicy, limits};
@@ -129,17 +129,18 @@ impl SandboxLauncher {
         stdin: Option<Vec<u8>>,
         cancel: &CancellationToken,
     ) -> Result<SandboxOutput, SandboxError> {
-        let spec = serde_json::to_string(policy).map_err(SandboxError::Spec)?;
+        // Checking (or remaking) the plan touches the filesystem: off the runtime.
+        let p = policy.clone();
+        let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
+            .await
+            .map_err(|e| SandboxError::Setup(format!("making the sandbox plan: {e}")))??;
+        let input = frame(&spec, stdin.as_deref().unwrap_or_default());
         let mut cmd = Command::new(&self.helper);
         cmd.arg("sandbox-exec")
             .args(helper_args)
             .env_clear()
-            .env(SPEC_ENV, spec)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
+            // The spec comes first on stdin; then the command's input, or end of file.
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -152,10 +153,10 @@ impl SandboxLauncher {
         })?;
         let pid = child.id().and_then(|p| i32::try_from(p).ok());
 
-        if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        if let Some(mut pipe) = child.stdin.take() {
             tokio::spawn(async move {
                 // The command may exit without reading its input: EPIPE is its choice.
-                if let Err(e) = pipe.write_all(&bytes).await {
+                if let Err(e) = pipe.write_all(&input).await {
                     tracing::debug!("sandbox stdin: {e}");
                 }
             });

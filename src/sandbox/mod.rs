@@ -7,8 +7,10 @@
 //! what its [`SandboxPolicy`] grants, minus the protected paths, and leaves no process
 //! behind.
 //!
-//! - [`spec`]: [`SandboxPolicy`] and [`Limits`], built from a soul and a policy.
-//! - [`ruleset`]: protected-path carving and the Landlock ruleset.
+//! - [`spec`]: [`SandboxSpec`] (a soul's `[sandbox]`), [`SandboxPolicy`] (one task's
+//!   sandbox) and [`Limits`]; [`spec::HelperSpec`] is what the helper gets.
+//! - [`plan`]: protected-path carving, done once in the daemon and kept while current.
+//! - [`ruleset`]: the helper applies the plan as a Landlock ruleset.
 //! - [`exec`]: the helper (`sandbox-exec`): setup, report, supervision.
 //! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
 //! - [`search`]: the bounded tree walk behind `search_files`.
@@ -20,6 +22,7 @@ pub mod exec;
 pub mod fileops;
 pub mod launcher;
 pub mod limits;
+pub mod plan;
 pub mod ruleset;
 pub mod search;
 pub mod spec;
@@ -27,10 +30,28 @@ pub mod status;
 
 use std::path::PathBuf;
 
-pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply, SearchMatch, SearchStop};
+pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
-pub use spec::{Limits, SandboxPolicy};
+pub use search::{SearchMatch, SearchReply, SearchStop};
+pub use spec::{Limits, SandboxPolicy, SandboxSpec};
 pub use status::{Enforcement, EnforcementStatus, probe};
+
+/// A file operation the kernel or the operation itself refused, as the helper reports
+/// it: `errno` when it was the kernel. Shared by [`fileops`] and [`search`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpFailure {
+    pub errno: Option<i32>,
+    pub message: String,
+}
+
+impl OpFailure {
+    pub fn from_io(path: &std::path::Path, e: &std::io::Error) -> OpFailure {
+        OpFailure {
+            errno: e.raw_os_error(),
+            message: format!("{}: {e}", path.display()),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {

@@ -10,12 +10,57 @@
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::fileops::{
-    FileReply, MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_LINE_CHARS, MAX_SEARCH_MATCHES,
-    MAX_SEARCH_UNREADABLE_SHOWN, SEARCH_REGEX_SIZE_LIMIT, SearchMatch, SearchStop,
-};
+use serde::{Deserialize, Serialize};
+
+use super::OpFailure;
+
+/// A search stops after this many matching lines.
+pub const MAX_SEARCH_MATCHES: usize = 200;
+/// A search stops after looking at this many files.
+pub const MAX_SEARCH_FILES: usize = 20_000;
+/// Larger files are skipped by a search (logs and data, not what the model wants).
+pub const MAX_SEARCH_FILE_BYTES: u64 = 2 * 1024 * 1024;
+/// A matching line is cut to this many characters.
+pub const MAX_SEARCH_LINE_CHARS: usize = 300;
+/// Unreadable paths a search names (the rest are only counted).
+pub const MAX_SEARCH_UNREADABLE_SHOWN: usize = 10;
+/// Compiled size of a search regex; the daemon checks the same bound first.
+pub const SEARCH_REGEX_SIZE_LIMIT: usize = 1024 * 1024;
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchMatch {
+    pub path: PathBuf,
+    /// 1-based.
+    pub line: usize,
+    /// Cut to [`MAX_SEARCH_LINE_CHARS`] characters.
+    pub text: String,
+}
+
+/// Why a search stopped before the end of the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchStop {
+    MatchLimit,
+    FileLimit,
+}
+
+/// What a search found, and what it could not look at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchReply {
+    pub matches: Vec<SearchMatch>,
+    /// Regular files whose name matched the glob and that were looked at.
+    pub files_searched: usize,
+    /// Binary files and files over [`MAX_SEARCH_FILE_BYTES`].
+    pub skipped_files: usize,
+    /// Directories and files the kernel refused (or that vanished meanwhile).
+    pub unreadable: usize,
+    /// The first [`MAX_SEARCH_UNREADABLE_SHOWN`] of them, with the error.
+    pub unreadable_examples: Vec<String>,
+    pub stopped: Option<SearchStop>,
+}
 
 /// Compiles a search pattern with the bounds the helper uses.
 pub fn search_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
@@ -25,19 +70,19 @@ pub fn search_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
 }
 
 /// Walks `root` depth-first in name order, without following symlinks.
-pub(crate) fn search(root: &Path, pattern: &str, glob: Option<&str>) -> FileReply {
+pub fn search(root: &Path, pattern: &str, glob: Option<&str>) -> Result<SearchReply, OpFailure> {
     let re = match search_regex(pattern) {
         Ok(re) => re,
         Err(e) => {
-            return FileReply::Error {
+            return Err(OpFailure {
                 errno: None,
                 message: format!("bad pattern: {e}"),
-            };
+            });
         }
     };
     let meta = match root.symlink_metadata() {
         Ok(m) => m,
-        Err(e) => return FileReply::from_io(root, &e),
+        Err(e) => return Err(OpFailure::from_io(root, &e)),
     };
     let mut s = Search {
         re,
@@ -52,20 +97,20 @@ pub(crate) fn search(root: &Path, pattern: &str, glob: Option<&str>) -> FileRepl
     if meta.is_dir() {
         if let Err(e) = std::fs::read_dir(root) {
             // The root itself refused is an answer, not a skipped entry.
-            return FileReply::from_io(root, &e);
+            return Err(OpFailure::from_io(root, &e));
         }
         s.walk(root);
     } else if meta.is_file() {
         s.file(root, meta.len());
     }
-    FileReply::Search {
+    Ok(SearchReply {
         matches: s.matches,
         files_searched: s.files_searched,
         skipped_files: s.skipped_files,
         unreadable: s.unreadable,
         unreadable_examples: s.unreadable_examples,
         stopped: s.stopped,
-    }
+    })
 }
 
 struct Search<'a> {
@@ -79,6 +124,12 @@ struct Search<'a> {
     stopped: Option<SearchStop>,
 }
 
+/// The OS error behind a walk error (a loop needs followed links, which we never do).
+fn io_error(e: walkdir::Error) -> std::io::Error {
+    e.into_io_error()
+        .unwrap_or_else(|| std::io::Error::other("filesystem loop"))
+}
+
 impl Search<'_> {
     fn refused(&mut self, path: &Path, e: &std::io::Error) {
         self.unreadable += 1;
@@ -88,44 +139,39 @@ impl Search<'_> {
         }
     }
 
+    /// Depth-first: in each directory its files in name order, then its
+    /// subdirectories in name order (walkdir, never following a symlink).
     fn walk(&mut self, root: &Path) {
-        // Directories still to visit, last first: a stack keeps memory to the tree's
-        // breadth, not its size.
-        let mut stack = vec![root.to_owned()];
-        while let Some(dir) = stack.pop() {
-            let entries = match std::fs::read_dir(&dir) {
+        let walk = walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .sort_by(|a, b| {
+                (a.file_type().is_dir(), a.file_name())
+                    .cmp(&(b.file_type().is_dir(), b.file_name()))
+            });
+        for entry in walk {
+            if self.stopped.is_some() {
+                return;
+            }
+            let entry = match entry {
                 Ok(e) => e,
                 Err(e) => {
-                    self.refused(&dir, &e);
+                    let path = e.path().unwrap_or(root).to_owned();
+                    self.refused(&path, &io_error(e));
                     continue;
                 }
             };
-            let mut entries: Vec<_> = entries.flatten().collect();
-            entries.sort_by_key(|e| e.file_name());
-            let mut subdirs = Vec::new();
-            for entry in entries {
-                if self.stopped.is_some() {
-                    return;
-                }
-                // `DirEntry::file_type` is the entry itself: symlinks stay symlinks.
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let path = entry.path();
-                if kind.is_dir() {
-                    subdirs.push(path);
-                } else if kind.is_file()
-                    && self.glob.is_none_or(|g| {
-                        crate::policy::paths::glob_match(g, &entry.file_name().to_string_lossy())
-                    })
-                {
-                    match entry.metadata() {
-                        Ok(m) => self.file(&path, m.len()),
-                        Err(e) => self.refused(&path, &e),
-                    }
+            // The entry itself: symlinks stay symlinks.
+            let kind = entry.file_type();
+            if kind.is_file()
+                && self.glob.is_none_or(|g| {
+                    crate::policy::paths::glob_match(g, &entry.file_name().to_string_lossy())
+                })
+            {
+                match entry.metadata() {
+                    Ok(m) => self.file(entry.path(), m.len()),
+                    Err(e) => self.refused(entry.path(), &io_error(e)),
                 }
             }
-            stack.extend(subdirs.into_iter().rev());
         }
     }
 
@@ -177,12 +223,10 @@ impl Search<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
 
-    fn search_reply(root: &Path, pattern: &str, glob: Option<&str>) -> FileReply {
-        search(root, pattern, glob)
+    fn search_reply(root: &Path, pattern: &str, glob: Option<&str>) -> SearchReply {
+        search(root, pattern, glob).unwrap()
     }
 
     #[test]
@@ -192,24 +236,27 @@ mod tests {
         std::fs::write(t.path().join("b.rs"), "fn main() {}\nlet x = 1;\n").unwrap();
         std::fs::write(t.path().join("a.txt"), "fn in text\n").unwrap();
         std::fs::write(t.path().join("sub/c.rs"), "no\nfn helper()\n").unwrap();
-        let FileReply::Search {
+        std::fs::create_dir(t.path().join("a")).unwrap();
+        std::fs::write(t.path().join("a/z.rs"), "fn z()\n").unwrap();
+        let SearchReply {
             matches,
             files_searched,
             stopped,
             ..
-        } = search_reply(t.path(), r"^fn ", Some("*.rs"))
-        else {
-            panic!("not a search reply");
-        };
+        } = search_reply(t.path(), r"^fn ", Some("*.rs"));
         let got: Vec<_> = matches
             .iter()
             .map(|m| (m.path.strip_prefix(t.path()).unwrap().to_owned(), m.line))
             .collect();
         assert_eq!(
             got,
-            [(PathBuf::from("b.rs"), 1), (PathBuf::from("sub/c.rs"), 2)]
+            [
+                (PathBuf::from("b.rs"), 1),
+                (PathBuf::from("a/z.rs"), 1),
+                (PathBuf::from("sub/c.rs"), 2)
+            ]
         );
-        assert_eq!(files_searched, 2);
+        assert_eq!(files_searched, 3);
         assert_eq!(stopped, None);
     }
 
@@ -222,14 +269,11 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("secret"), t.path().join("f")).unwrap();
         std::fs::write(t.path().join("bin"), b"needle\0\x01").unwrap();
         let reply = search_reply(t.path(), "needle", None);
-        let FileReply::Search {
+        let SearchReply {
             matches,
             skipped_files,
             ..
-        } = reply
-        else {
-            panic!("not a search reply");
-        };
+        } = reply;
         assert!(matches.is_empty(), "{matches:?}");
         assert_eq!(skipped_files, 1);
     }
@@ -240,12 +284,9 @@ mod tests {
         let long = "x".repeat(1000);
         let text = format!("{long}\n").repeat(MAX_SEARCH_MATCHES + 5);
         std::fs::write(t.path().join("f"), text).unwrap();
-        let FileReply::Search {
+        let SearchReply {
             matches, stopped, ..
-        } = search_reply(t.path(), "x", None)
-        else {
-            panic!("not a search reply");
-        };
+        } = search_reply(t.path(), "x", None);
         assert_eq!(matches.len(), MAX_SEARCH_MATCHES);
         assert_eq!(stopped, Some(SearchStop::MatchLimit));
         assert_eq!(matches[0].text.chars().count(), MAX_SEARCH_LINE_CHARS + 1);
@@ -255,8 +296,8 @@ mod tests {
     fn search_with_a_bad_pattern_says_so() {
         let t = tempfile::tempdir().unwrap();
         assert!(matches!(
-            search_reply(t.path(), "(", None),
-            FileReply::Error { errno: None, .. }
+            search(t.path(), "(", None),
+            Err(OpFailure { errno: None, .. })
         ));
     }
 }

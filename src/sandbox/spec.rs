@@ -1,10 +1,12 @@
-//! The sandbox spec: what one sandboxed call may touch, as the daemon hands it to the
-//! `familiar sandbox-exec` helper.
+//! The sandbox spec: what one sandboxed call may touch ([`SandboxPolicy`], the daemon's
+//! side) and what the daemon hands the `familiar sandbox-exec` helper ([`HelperSpec`]:
+//! the ready rules of the [`Plan`], the limits and the environment).
 //!
-//! The invariant: a [`SandboxPolicy`] only ever grants what the soul's `[sandbox]`
-//! table, the task workspace and the start-up baseline below name. Protected paths are
-//! carried along so the helper can carve them out of readable trees; nothing here is
-//! trusted by the kernel until the helper turns it into a Landlock ruleset.
+//! The invariant: a [`SandboxPolicy`] only ever grants what the [`SandboxSpec`] (the
+//! soul's `[sandbox]` table, built by the caller), the task workspace and the start-up
+//! baseline below name, minus the protected paths, which the plan carves out of the
+//! readable trees; nothing here is trusted by the kernel until the helper turns it into
+//! a Landlock ruleset.
 //!
 //! The read baseline is what a dynamically linked program needs to start and answer
 //! the usual questions, and nothing else:
@@ -34,10 +36,21 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::Policy;
-use crate::soul::Soul;
-
 use super::SandboxError;
+use super::plan::{Plan, PlanCache};
+
+/// What a soul's tools may touch, as the soul's `[sandbox]` table says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Readable trees (absolute, `~` expanded).
+    pub read: Vec<PathBuf>,
+    /// Writable trees, besides the task workspace.
+    pub write: Vec<PathBuf>,
+    /// TCP connect/bind allowed.
+    pub network: bool,
+    /// Refuse to run unless Landlock is fully enforced.
+    pub require: bool,
+}
 
 /// Read-only trees every sandboxed program gets (see the module doc for each).
 pub const BASELINE_READ: &[&str] = &[
@@ -113,8 +126,9 @@ impl Default for Limits {
     }
 }
 
-/// Everything the helper needs to restrict itself and run one command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One task's sandbox, on the daemon's side: the trees, the protected paths, and the
+/// plan worked out from them (kept while it is current, see [`super::plan`]).
+#[derive(Debug, Clone)]
 pub struct SandboxPolicy {
     /// Readable trees (absolute). Missing ones are skipped.
     pub read: Vec<PathBuf>,
@@ -133,14 +147,29 @@ pub struct SandboxPolicy {
     pub env: Vec<(String, String)>,
     /// The command's working directory.
     pub cwd: PathBuf,
+    /// Shared by clones: one task's calls reuse one plan.
+    plan: PlanCache,
+}
+
+/// Everything the helper needs to restrict itself and run one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelperSpec {
+    pub plan: Plan,
+    pub network: bool,
+    pub scope_signals: bool,
+    pub require_full: bool,
+    pub limits: Limits,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
 }
 
 impl SandboxPolicy {
-    /// The policy for one call of a task run by `soul` under `policy`, creating the
-    /// workspace if needed. The environment is the allowlisted part of the daemon's.
-    pub fn for_task(
-        soul: &Soul,
-        policy: &Policy,
+    /// The policy for the calls of one task whose soul asks for `spec`, with
+    /// `protected` carved out, creating the workspace if needed. The environment is the
+    /// allowlisted part of the daemon's.
+    pub fn new(
+        spec: &SandboxSpec,
+        protected: &[PathBuf],
         workspace: &Path,
         home: &Path,
     ) -> Result<SandboxPolicy, SandboxError> {
@@ -151,26 +180,56 @@ impl SandboxPolicy {
         let read = BASELINE_READ
             .iter()
             .map(PathBuf::from)
-            .chain(soul.sandbox.read.iter().cloned())
+            .chain(spec.read.iter().cloned())
             .collect();
         let write = BASELINE_WRITE
             .iter()
             .map(PathBuf::from)
-            .chain(soul.sandbox.write.iter().cloned())
+            .chain(spec.write.iter().cloned())
             .chain([workspace.to_owned()])
             .collect();
         Ok(SandboxPolicy {
             read,
             write,
-            protected: policy.protected_paths.clone(),
-            network: soul.sandbox.network,
+            protected: protected.to_vec(),
+            network: spec.network,
             scope_signals: true,
-            require_full: soul.sandbox.require,
+            require_full: spec.require,
             limits: Limits::default(),
             env: allowed_env(std::env::vars(), home, workspace),
             cwd: workspace.to_owned(),
+            plan: PlanCache::default(),
         })
     }
+
+    /// What the helper gets for one call, as JSON: the current plan (reused, or made
+    /// again when something it depends on changed) and the rest of this policy, in the
+    /// shape of [`HelperSpec`]. Blocking.
+    pub fn helper_spec_json(&self) -> Result<Vec<u8>, SandboxError> {
+        let plan = self.plan.get(&self.read, &self.write, &self.protected);
+        serde_json::to_vec(&HelperSpecRef {
+            plan: &plan,
+            network: self.network,
+            scope_signals: self.scope_signals,
+            require_full: self.require_full,
+            limits: &self.limits,
+            env: &self.env,
+            cwd: &self.cwd,
+        })
+        .map_err(SandboxError::Spec)
+    }
+}
+
+/// [`HelperSpec`] borrowed, to encode without copying the plan.
+#[derive(Serialize)]
+struct HelperSpecRef<'a> {
+    plan: &'a Plan,
+    network: bool,
+    scope_signals: bool,
+    require_full: bool,
+    limits: &'a Limits,
+    env: &'a [(String, String)],
+    cwd: &'a Path,
 }
 
 /// The command's environment: the allowlisted variables of `vars`, `HOME` set to
@@ -244,19 +303,20 @@ mod tests {
     }
 
     #[test]
-    fn spec_round_trips_through_json() {
-        let spec = SandboxPolicy {
-            read: vec!["/usr".into()],
-            write: vec!["/w".into()],
-            protected: vec!["/h/.ssh".into()],
+    fn helper_spec_round_trips_through_json() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = SandboxSpec {
+            read: vec![t.path().to_owned()],
+            write: vec![],
             network: false,
-            scope_signals: true,
-            require_full: true,
-            limits: Limits::default(),
-            env: vec![("PATH".into(), "/bin".into())],
-            cwd: "/w".into(),
+            require: true,
         };
-        let json = serde_json::to_string(&spec).unwrap();
-        assert_eq!(serde_json::from_str::<SandboxPolicy>(&json).unwrap(), spec);
+        let ws = t.path().join("w");
+        let p = SandboxPolicy::new(&spec, &[t.path().join(".ssh")], &ws, t.path()).unwrap();
+        let h: HelperSpec = serde_json::from_slice(&p.helper_spec_json().unwrap()).unwrap();
+        assert!(h.require_full && !h.network);
+        assert_eq!(h.cwd, ws);
+        assert!(h.plan.rules.iter().any(|r| r.path == ws), "{:?}", h.plan);
+        assert!(!h.plan.rules.iter().any(|r| r.path.ends_with(".ssh")));
     }
 }

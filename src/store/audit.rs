@@ -6,7 +6,8 @@
 //! `O_APPEND` descriptor, so concurrent writers (threads or processes) never interleave
 //! within a line.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -106,15 +107,79 @@ fn write_canonical(v: &serde_json::Value, out: &mut String) {
 
 /// Appends `entry` as one line with a single `write_all` on an `O_APPEND` file. On
 /// Linux a regular-file write takes the inode lock for its whole length, so lines from
-/// concurrent writers never interleave.
+/// concurrent writers never interleave. `fresh_line` puts a newline first, ending a
+/// torn line an earlier failed append left.
 pub(super) fn append_line(
     file: &std::fs::File,
     value: &impl Serialize,
+    fresh_line: bool,
 ) -> Result<(), std::io::Error> {
-    let mut line = serde_json::to_vec(value)?;
+    let mut line = Vec::with_capacity(256);
+    if fresh_line {
+        line.push(b'\n');
+    }
+    serde_json::to_writer(&mut line, value)?;
     line.push(b'\n');
     let mut file = file;
     file.write_all(&line)
+}
+
+/// Whether the file at `path` ends in the middle of a line (a crash mid-append).
+pub(super) fn ends_torn(path: &Path) -> bool {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else {
+        return false;
+    };
+    let mut last = [0u8; 1];
+    len > 0
+        && file.seek(SeekFrom::Start(len - 1)).is_ok()
+        && file.read_exact(&mut last).is_ok()
+        && last[0] != b'\n'
+}
+
+/// The audit log as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditContents {
+    pub entries: Vec<AuditEntry>,
+    /// 1-based numbers of lines that did not parse: torn by a crash or a full disk.
+    pub torn_lines: Vec<usize>,
+}
+
+/// Reads every line of the audit log, skipping (and numbering) the ones that do not
+/// parse instead of failing on them.
+pub(super) fn read(path: &Path) -> Result<AuditContents, std::io::Error> {
+    let mut contents = AuditContents {
+        entries: Vec::new(),
+        torn_lines: Vec::new(),
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(contents),
+        Err(e) => return Err(e),
+    };
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        number += 1;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<AuditEntry>(&line) {
+            Ok(e) => contents.entries.push(e),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), line = number, error = %e, "skipping a torn audit line");
+                contents.torn_lines.push(number);
+            }
+        }
+    }
+    Ok(contents)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use serde::Deserialize;
@@ -26,7 +26,7 @@ use serde::de::IgnoredAny;
 
 use crate::ids::{SessionId, SoulId};
 
-pub use audit::{AuditDecision, AuditEntry, AuditOutcome, args_digest};
+pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
 pub use context::{
     CONTEXT_VERSION, Context, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus, ToolStats,
     now_rfc3339, title_from_prompt,
@@ -43,12 +43,13 @@ const TEMP_MARKER: &str = ".json.tmp-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{what} {}: {source}", path.display())]
+    // The OS error is part of the message and deliberately not a `#[source]`: anyhow's
+    // `{:#}` printed it twice ("... (os error 28): No space left on device (os error 28)").
+    #[error("{what} {}: {err}{}", path.display(), io_hint(err))]
     Io {
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        err: std::io::Error,
     },
     #[error(
         "session file {} is unreadable ({reason}); moved aside to {}",
@@ -71,12 +72,30 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn io(what: &'static str, path: &Path, source: std::io::Error) -> StoreError {
+    fn io(what: &'static str, path: &Path, err: std::io::Error) -> StoreError {
         StoreError::Io {
             what,
             path: path.to_owned(),
-            source,
+            err,
         }
+    }
+}
+
+/// What a person can do about an I/O failure in the data directory, for the errors that
+/// have a remedy outside familiar.
+fn io_hint(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge => {
+            " (the disk holding familiar's data directory is full: free some space, then run the task again; the session keeps what was saved)"
+        }
+        ErrorKind::ReadOnlyFilesystem => {
+            " (familiar's data directory is on a read-only filesystem: remount it read-write, or point `data_dir` in config.toml at a writable directory)"
+        }
+        ErrorKind::PermissionDenied => {
+            " (familiar cannot write its data directory: check that it belongs to you, or point `data_dir` in config.toml at a writable directory)"
+        }
+        _ => "",
     }
 }
 
@@ -85,6 +104,9 @@ impl StoreError {
 pub struct Store {
     data_dir: PathBuf,
     audit: File,
+    /// Set when an audit append failed (a full disk can leave half a line): the next
+    /// append starts a fresh line so it is not glued onto the torn one.
+    audit_torn: AtomicBool,
 }
 
 /// One line of [`Store::list_sessions`].
@@ -155,6 +177,7 @@ impl Store {
             .map_err(|e| StoreError::io("cannot open", &audit_path, e))?;
         let store = Store {
             data_dir: data_dir.to_owned(),
+            audit_torn: AtomicBool::new(audit::ends_torn(&audit_path)),
             audit,
         };
         store.remove_stale_temp_files();
@@ -207,6 +230,13 @@ impl Store {
 
     /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
     /// [`Store::save_context`], split so tests can stop between the halves.
+    ///
+    /// Hand-written rather than `tempfile`'s `NamedTempFile::persist` or
+    /// `atomic-write-file` (issue 15, evaluated): neither keeps the writer's pid in the
+    /// temp name, which [`Store::open`] needs to remove only dead writers' leftovers,
+    /// `persist` does not sync the directory (the rename's durability, the other half
+    /// here), and `atomic-write-file` 0.3 (which does) brings `rand` 0.10 beside our
+    /// 0.9, a second copy in the binary. Either would replace about ten lines.
     fn write_temp(&self, ctx: &Context) -> Result<PathBuf, StoreError> {
         if ctx.version != CONTEXT_VERSION {
             return Err(StoreError::UnsupportedVersion(ctx.version));
@@ -306,8 +336,24 @@ impl Store {
 
     /// Appends one line to `audit.jsonl`.
     pub fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        audit::append_line(&self.audit, entry)
-            .map_err(|e| StoreError::io("cannot append to", &self.audit_path(), e))
+        let fresh_line = self.audit_torn.load(Ordering::Acquire);
+        match audit::append_line(&self.audit, entry, fresh_line) {
+            Ok(()) => {
+                self.audit_torn.store(false, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                self.audit_torn.store(true, Ordering::Release);
+                Err(StoreError::io("cannot append to", &self.audit_path(), e))
+            }
+        }
+    }
+
+    /// Every parseable line of `audit.jsonl`; torn lines (a crash or a full disk
+    /// mid-append) are skipped and numbered in the result.
+    pub fn read_audit(&self) -> Result<AuditContents, StoreError> {
+        let path = self.audit_path();
+        audit::read(&path).map_err(|e| StoreError::io("cannot read", &path, e))
     }
 
     /// Takes the session's lock, or fails at once with [`StoreError::SessionBusy`].
@@ -323,6 +369,8 @@ impl Store {
             .mode(0o600)
             .open(&path)
             .map_err(|e| StoreError::io("cannot open", &path, e))?;
+        // `std`'s `File::try_lock` (flock, stable since Rust 1.89, our minimum): `fs4`
+        // and `fd-lock` (issue 15, evaluated) would add a dependency for the same call.
         match file.try_lock() {
             Ok(()) => Ok(SessionLock {
                 id: id.clone(),

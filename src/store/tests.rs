@@ -370,6 +370,30 @@ fn torn_transcript_last_line_is_tolerated_and_reported() {
     assert_eq!(c.torn_lines, [2]);
 }
 
+/// See: issue 13 — after a crash (or a full disk) mid-append, the next audit line was
+/// glued onto the torn one and both were lost to a reader.
+#[test]
+fn a_torn_audit_line_is_skipped_and_the_next_entry_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.audit(&audit_entry(1, 0)).unwrap();
+    }
+    let path = dir.path().join("audit.jsonl");
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"time\":\"2026").unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.audit(&audit_entry(2, 0)).unwrap();
+    let c = store.read_audit().unwrap();
+    let reasons: Vec<_> = c
+        .entries
+        .iter()
+        .map(|e| e.reason.clone().unwrap())
+        .collect();
+    assert_eq!(reasons, ["1:", "2:"]);
+    assert_eq!(c.torn_lines, [2]);
+}
+
 fn audit_entry(n: usize, padding: usize) -> AuditEntry {
     AuditEntry {
         time: now_rfc3339(),

@@ -19,6 +19,9 @@ use super::context::now_rfc3339;
 pub struct Transcript {
     file: File,
     path: PathBuf,
+    /// An append failed (a full disk can leave half a line): the next one starts a
+    /// fresh line, so it is not glued onto the torn one.
+    torn: bool,
 }
 
 impl Transcript {
@@ -42,7 +45,11 @@ impl Transcript {
                 file.write_all(b"\n").map_err(io)?;
             }
         }
-        Ok(Transcript { file, path })
+        Ok(Transcript {
+            file,
+            path,
+            torn: false,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -57,7 +64,7 @@ impl Transcript {
             return Err(StoreError::NotAnObject);
         };
         let body = serde_json::to_vec(entry).map_err(StoreError::Serialize)?;
-        let line = if obj.contains_key("ts") {
+        let mut line = if obj.contains_key("ts") {
             let mut line = body;
             line.push(b'\n');
             line
@@ -77,9 +84,12 @@ impl Transcript {
             line.push(b'\n');
             line
         };
-        self.file
-            .write_all(&line)
-            .map_err(|e| StoreError::io("cannot append to transcript", &self.path, e))
+        if self.torn {
+            line.insert(0, b'\n');
+        }
+        let written = self.file.write_all(&line);
+        self.torn = written.is_err();
+        written.map_err(|e| StoreError::io("cannot append to transcript", &self.path, e))
     }
 
     /// Flushes appended entries to disk.

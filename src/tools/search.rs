@@ -14,11 +14,11 @@ use super::files::sandboxed;
 use super::util::str_arg;
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
-use crate::sandbox::fileops::{
-    FileOp, FileReply, MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch,
-    SearchStop,
+use crate::sandbox::fileops::{FileOp, FileReply};
+use crate::sandbox::search::{
+    MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch, SearchReply,
+    SearchStop, search_regex,
 };
-use crate::sandbox::search::search_regex;
 
 pub struct SearchFiles;
 
@@ -78,14 +78,14 @@ impl Tool for SearchFiles {
                 glob: glob.clone(),
             };
             match sandboxed(&ctx, op).await? {
-                FileReply::Search {
+                FileReply::Search(SearchReply {
                     matches,
                     files_searched,
                     skipped_files,
                     unreadable,
                     unreadable_examples,
                     stopped,
-                } => Ok(format_search(&Found {
+                }) => Ok(format_search(&Found {
                     root: &path,
                     pattern: &pattern,
                     glob: glob.as_deref(),

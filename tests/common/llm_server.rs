@@ -97,7 +97,13 @@ struct State {
     requests: Mutex<Vec<Recorded>>,
     closed: Mutex<usize>,
     closed_notify: Notify,
+    received: Notify,
+    /// Answers when the script is empty (load and leak tests answer many tasks alike).
+    default: Mutex<Option<Responder>>,
 }
+
+/// Picks the reply to a request from the request itself.
+pub type Responder = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
 
 pub struct LlmServer {
     pub base: String,
@@ -129,6 +135,37 @@ impl LlmServer {
         self.state.requests.lock().unwrap().clone()
     }
 
+    /// Waits until `n` requests have arrived.
+    pub async fn wait_requests(&self, n: usize) {
+        loop {
+            let notified = self.state.received.notified();
+            if self.state.requests.lock().unwrap().len() >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The reply to send once the script is exhausted (instead of a 500).
+    pub fn set_default(&self, reply: Reply) {
+        self.set_responder(Arc::new(move |_| reply.clone()));
+    }
+
+    /// Answers every request past the script with `f(request)`.
+    pub fn set_responder(&self, f: Responder) {
+        *self.state.default.lock().unwrap() = Some(f);
+    }
+
+    /// Drops the recorded requests (long runs would otherwise keep every body).
+    pub fn forget_requests(&self) {
+        self.state.requests.lock().unwrap().clear();
+    }
+
+    /// Appends replies to the script (for tests that learn what to send as they go).
+    pub fn push(&self, replies: Vec<Reply>) {
+        self.state.script.lock().unwrap().extend(replies);
+    }
+
     /// Waits until `n` connections were closed by the client while a reply was paused.
     pub async fn wait_closed(&self, n: usize) {
         loop {
@@ -145,8 +182,12 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
     let Some(req) = read_request(&mut sock).await else {
         return;
     };
+    let next = st.script.lock().unwrap().pop_front();
+    let responder = st.default.lock().unwrap().clone();
+    let reply = next.or_else(|| responder.map(|f| f(&req)));
     st.requests.lock().unwrap().push(req);
-    let reply = st.script.lock().unwrap().pop_front().unwrap_or_else(|| {
+    st.received.notify_waiters();
+    let reply = reply.unwrap_or_else(|| {
         Reply::status(
             500,
             json!({"error": {"message": "the test script has no reply left"}}),

@@ -1,11 +1,12 @@
 //! A temporary home with a secret, a task workspace, and the sandbox built for them by
-//! the real `SandboxPolicy::for_task` under the shipped default policy.
+//! the real `SandboxPolicy::new` under the shipped default policy.
 
 // Test helpers: a failed setup step should panic right where it failed.
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
 
+use familiar::agent::sandbox_spec;
 use familiar::policy::{Policy, builtin_source};
 use familiar::sandbox::{SandboxLauncher, SandboxOutput, SandboxPolicy, probe};
 use familiar::soul::{PromptSource, SoulOrigin, parse};
@@ -62,7 +63,13 @@ impl SandboxHome {
             SoulOrigin::BuiltIn,
         )
         .unwrap();
-        SandboxPolicy::for_task(&soul, &policy, &self.workspace, &self.home).unwrap()
+        SandboxPolicy::new(
+            &sandbox_spec(&soul),
+            &policy.protected_paths,
+            &self.workspace,
+            &self.home,
+        )
+        .unwrap()
     }
 
     pub fn ws(&self, name: &str) -> PathBuf {

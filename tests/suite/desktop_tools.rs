@@ -59,7 +59,13 @@ fn direct_ctx(h: &Harness) -> ToolContext {
     let workspace = h.workspace();
     ToolContext {
         sandbox: Arc::new(
-            SandboxPolicy::for_task(&soul, &h.policy, &workspace, h.home.path()).unwrap(),
+            SandboxPolicy::new(
+                &familiar::agent::sandbox_spec(&soul),
+                &h.policy.protected_paths,
+                &workspace,
+                h.home.path(),
+            )
+            .unwrap(),
         ),
         workspace,
         home: h.home.path().to_owned(),

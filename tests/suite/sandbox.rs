@@ -4,7 +4,7 @@
 // Test helpers: a failed setup step should panic right where it failed.
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
@@ -347,13 +347,17 @@ async fn the_daemons_environment_does_not_reach_the_command() {
     let h = SandboxHome::new();
     let p = h.policy(false, false);
     // The helper's own environment (here with a key in it) is never passed on.
-    let spec = serde_json::to_string(&p).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_familiar"))
+    let input = familiar::sandbox::exec::frame(&p.helper_spec_json().unwrap(), b"");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_familiar"))
         .args(["sandbox-exec", "--", "env"])
         .env("OPENAI_API_KEY", "secret")
-        .env(familiar::sandbox::exec::SPEC_ENV, spec)
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     remove_reported_cgroup(&out.stderr);
     assert!(out.status.success() && stdout.contains("HOME="), "{out:?}");

@@ -174,3 +174,90 @@ async fn an_unreachable_daemon_is_exit_3_with_how_to_start_it() {
     .await;
     assert_eq!(out.status.code(), Some(3));
 }
+
+// Issue 9 §6: with no notification server, `ask` printed the tool line but neither the
+// request id nor how to answer, and `tasks` showed nothing pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer() {
+    use super::super::agent::harness::tools_reply;
+    let f = Fixture::with(
+        vec![
+            tools_reply(&[(
+                "c1",
+                "write_file",
+                serde_json::json!({"path": "note.txt", "content": "hi"}),
+            )]),
+            text_reply("written"),
+        ],
+        "",
+        "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n",
+        DaemonOptions {
+            notifications: false,
+            ..DaemonOptions::default()
+        },
+    )
+    .await;
+    let mut w = Watch::new(&f.proxy).await;
+    let ws = f.workspace();
+    let ask = {
+        let mut cmd = f.harness.home.familiar();
+        cmd.env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address).args([
+            "ask",
+            "--soul",
+            "test",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "write a note",
+        ]);
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+    };
+    let (request, task) = tokio::time::timeout(PATIENCE, async {
+        let sig = w.approvals.next().await.unwrap();
+        let a = sig.args().unwrap();
+        (a.request_id.clone(), a.task_id.clone())
+    })
+    .await
+    .unwrap();
+
+    let got: serde_json::Value =
+        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+    assert_eq!(got["approvals"][0]["request_id"], request.as_str());
+    assert_eq!(got["approvals"][0]["tool"], "write_file");
+    let tasks = familiar(&f.harness.home, &f.bus, &["tasks"], &[]).await;
+    let listed = text(&tasks.stdout);
+    assert!(
+        listed.contains(&format!("waits for approval {request}: write_file")),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(&format!(
+            "`familiar approve {request}` or `familiar deny {request}`"
+        )),
+        "{listed}"
+    );
+    let json = familiar(&f.harness.home, &f.bus, &["tasks", "--json"], &[]).await;
+    let line: serde_json::Value =
+        serde_json::from_str(text(&json.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(line["approvals"][0]["request_id"], request.as_str());
+
+    let approved = familiar(&f.harness.home, &f.bus, &["approve", &request], &[]).await;
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{}",
+        text(&approved.stderr)
+    );
+    let out = ask.await.unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "waiting for approval {request}: run `familiar approve {request}` or `familiar deny {request}`"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi");
+    let got: serde_json::Value =
+        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+    assert_eq!(got["approvals"], serde_json::json!([]));
+}

@@ -4,6 +4,7 @@
 //! for time.
 
 mod cli;
+mod doctor;
 mod notifications;
 mod service;
 mod systemd;
@@ -104,6 +105,12 @@ impl TestBus {
         }
     }
 
+    /// Stops the bus daemon now (SIGKILL), as a crashed or restarted bus would go.
+    pub fn stop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
     pub async fn connect(&self) -> Connection {
         zbus::connection::Builder::address(self.address.as_str())
             .build()
@@ -142,6 +149,18 @@ impl Fixture {
         policy: &str,
         options: DaemonOptions,
     ) -> Fixture {
+        Fixture::custom(script, config_extra, policy, options, &[], Vec::new()).await
+    }
+
+    /// [`Fixture::with`], plus souls (TOML texts, each with its `id`) and tools.
+    pub async fn custom(
+        script: Vec<Reply>,
+        config_extra: &str,
+        policy: &str,
+        options: DaemonOptions,
+        extra_souls: &[(&str, &str)],
+        extra_tools: Vec<Arc<dyn Tool>>,
+    ) -> Fixture {
         // The daemon's log goes to the test's captured output (shown when it fails).
         tracing_subscriber::fmt()
             .with_test_writer()
@@ -164,7 +183,22 @@ impl Fixture {
             .unwrap();
             souls.souls.insert(id.to_owned(), soul);
         }
-        let tools = super::agent::harness::builtin_plus(vec![Arc::new(WriteFile)]);
+        for (id, toml) in extra_souls {
+            let soul = familiar::soul::parse(
+                &format!("{id}.toml"),
+                id,
+                toml,
+                PromptSource::BuiltIn,
+                harness.home.path(),
+                None,
+                SoulOrigin::BuiltIn,
+            )
+            .unwrap();
+            souls.souls.insert(soul.id.to_string(), soul);
+        }
+        let mut extra: Vec<Arc<dyn Tool>> = vec![Arc::new(WriteFile)];
+        extra.extend(extra_tools);
+        let tools = super::agent::harness::builtin_plus(extra);
         let rt = harness.runtime(tools);
         let daemon = Daemon::start(
             rt,

@@ -465,3 +465,39 @@ async fn a_burst_of_200_submits_is_rate_limited_and_the_daemon_stays_responsive(
     assert!(!f.proxy.version().await.unwrap().is_empty());
     f.proxy.list_tasks().await.unwrap();
 }
+
+// Issue 9 §6: a soul file added while the daemon ran was listed by `familiar souls`
+// but refused with UnknownSoul until a restart.
+#[tokio::test]
+async fn soul_changes_are_picked_up_and_a_broken_file_keeps_its_previous_version() {
+    let f = Fixture::new(vec![
+        text_reply("one"),
+        text_reply("two"),
+        text_reply("three"),
+    ])
+    .await;
+    let home = &f.harness.home;
+    let extra = TEST_SOUL.replace("id = \"test\"", "id = \"extra\"");
+    home.write_config("souls/extra.toml", &extra);
+    // Added while running: picked up at the next Submit, no signal needed.
+    let mut w = Watch::new(&f.proxy).await;
+    let (task, _) = f.submit("extra", "hi").await.unwrap();
+    assert_eq!(w.finished(&task).await.0, "completed");
+
+    // Broken now: reported, and the previous version stays in force.
+    home.write_config("souls/extra.toml", "id = \"extra\"\nmax_iteratons = 3\n");
+    f.daemon.as_ref().unwrap().reload().unwrap();
+    let (task, _) = f.submit("extra", "still there?").await.unwrap();
+    assert_eq!(w.finished(&task).await.0, "completed");
+
+    // A policy that does not load keeps the previous policy and souls.
+    home.write_config("policies/default.toml", "tiers = 3\n");
+    let err = f.daemon.as_ref().unwrap().reload().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("previous policy and souls stay in force"),
+        "{err}"
+    );
+    let (task, _) = f.submit("extra", "and now?").await.unwrap();
+    assert_eq!(w.finished(&task).await.0, "completed");
+}

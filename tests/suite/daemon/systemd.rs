@@ -319,3 +319,48 @@ async fn status_follows_tasks_and_the_watchdog_is_pinged() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// `systemctl --user reload familiar` sends SIGHUP: the daemon says RELOADING=1, re-reads
+/// the souls and is READY=1 again, still owning its name (SIGHUP's default would
+/// have ended it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_souls_and_the_daemon_stays() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("notify");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let wait_for = |sock: UnixDatagram, line: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            let mut buf = [0u8; 512];
+            loop {
+                let n = sock.recv(&mut buf).expect(line);
+                if String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .any(|l| l == line)
+                {
+                    return sock;
+                }
+            }
+        })
+    };
+    let sock = wait_for(sock, "READY=1").await.unwrap();
+    home.write_config(
+        "souls/extra.toml",
+        &TEST_SOUL.replace("id = \"test\"", "id = \"extra\""),
+    );
+    let kill = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let sock = wait_for(sock, "RELOADING=1").await.unwrap();
+    let _sock = wait_for(sock, "READY=1").await.unwrap();
+    let proxy = Agent1Proxy::new(&bus.connect().await).await.unwrap();
+    let souls = proxy.list_souls().await.unwrap();
+    assert!(souls.iter().any(|s| s.0 == "extra"), "{souls:?}");
+    child.kill().ok();
+    child.wait().ok();
+}

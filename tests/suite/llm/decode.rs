@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 use familiar::config::ProviderKind;
-use familiar::llm::sse::{decode_recorded, decode_sse};
+use familiar::llm::decode_recorded;
+use familiar::llm::sse::decode_sse;
 use proptest::prelude::*;
 
 const FIXTURES: &[(&str, ProviderKind)] = &[

@@ -198,6 +198,160 @@ async fn repeated_overload_switches_to_the_fallback_model_for_good() {
     }
 }
 
+fn overloaded(wire: Wire) -> Reply {
+    Reply::status(
+        wire.overload_status(),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    )
+}
+
+fn models_asked(server: &LlmServer) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+// Issue 9 §4: with max_retries = 2, the primary's two overloads made the client fall
+// back, and the fallback's first overload ended the task: it had no retries of its own.
+#[tokio::test]
+async fn the_fallback_model_gets_its_own_retries_with_backoff() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![
+            overloaded(wire),
+            overloaded(wire),
+            overloaded(wire),
+            Reply::sse(wire.text("small but there")),
+        ])
+        .await;
+        let mut cfg = wire.config(&server);
+        cfg.max_retries = 2;
+        cfg.fallback_model = Some("small-model".into());
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(err, None, "{wire:?}");
+        assert_eq!(text_of(&events), "small but there");
+        let delays = retries(&events);
+        assert_eq!(delays.len(), 3, "{wire:?}: {events:?}");
+        // Primary: backoff, then the switch (no wait); fallback: backoff from the start.
+        assert!(delays[0].1 >= Duration::from_millis(500), "{delays:?}");
+        assert_eq!(delays[1], (2, Duration::ZERO));
+        assert_eq!(delays[2].0, 3);
+        assert!(
+            delays[2].1 >= Duration::from_millis(500) && delays[2].1 <= Duration::from_secs(1),
+            "{delays:?}"
+        );
+        assert_eq!(
+            models_asked(&server),
+            ["main-model", "main-model", "small-model", "small-model"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_fallback_gives_up_after_its_own_max_retries() {
+    for wire in WIRES {
+        let server = LlmServer::start(vec![overloaded(wire); 5]).await;
+        let mut cfg = wire.config(&server);
+        cfg.max_retries = 2;
+        cfg.fallback_model = Some("small-model".into());
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        let err = err.unwrap();
+        assert!(
+            matches!(&err, LlmError::RetriesExhausted { attempts: 5, last } if last.is_overload()),
+            "{wire:?}: {err:?}"
+        );
+        let fallbacks = events
+            .iter()
+            .filter(|e| matches!(e, ClientEvent::ModelFallback { .. }))
+            .count();
+        assert_eq!(fallbacks, 1);
+        assert_eq!(
+            models_asked(&server),
+            [
+                "main-model",
+                "main-model",
+                "small-model",
+                "small-model",
+                "small-model"
+            ]
+        );
+    }
+}
+
+/// `fallback_provider` names another `[providers.*]` table: read from a real config
+/// file, its own server, key and model take over after the primary's overloads.
+#[tokio::test]
+async fn a_fallback_provider_by_name_takes_over_with_its_own_key() {
+    for wire in WIRES {
+        let primary = LlmServer::start(vec![overloaded(wire), overloaded(wire)]).await;
+        let backup = LlmServer::start(vec![
+            overloaded(Wire::OpenAi),
+            Reply::sse(Wire::OpenAi.text("from the backup")),
+            Reply::sse(Wire::OpenAi.text("backup again")),
+        ])
+        .await;
+        let primary_cfg = wire.config(&primary);
+        let kind = match wire {
+            Wire::OpenAi => "openai",
+            Wire::Anthropic => "anthropic",
+        };
+        let toml = format!(
+            r#"
+default_provider = "main"
+
+[providers.main]
+kind = "{kind}"
+base_url = "{}"
+model = "main-model"
+api_key_env = "{KEY_VAR}"
+max_retries = 2
+fallback_provider = "backup"
+
+[providers.backup]
+kind = "openai"
+base_url = "{}/v1"
+model = "backup-model"
+api_key_env = "BACKUP_KEY"
+"#,
+            primary_cfg.base_url, backup.base
+        );
+        let mut env = env();
+        env.insert("BACKUP_KEY".into(), "sk-backup-key".into());
+        env.insert("HOME".into(), "/nonexistent".into());
+        let config = familiar::config::Config::from_toml("config.toml", &toml, &env).unwrap();
+        let cfg = config.provider(None).unwrap();
+        let mut client =
+            LlmClient::from_config(cfg, &env, &|name| config.providers.get(name).cloned())
+                .unwrap()
+                .with_retry(RetryPolicy {
+                    max_retries: cfg.max_retries,
+                    sleeper: Sleeper::none(),
+                    ..RetryPolicy::default()
+                });
+        let req = request(cfg);
+        let (events, err) = run(&mut client, &req).await;
+        assert_eq!(err, None, "{wire:?}");
+        assert_eq!(text_of(&events), "from the backup");
+        assert!(events.contains(&ClientEvent::ModelFallback {
+            from: "main-model".into(),
+            to: "backup/backup-model".into(),
+        }));
+        let (events, err) = run(&mut client, &req).await;
+        assert_eq!(err, None);
+        assert_eq!(text_of(&events), "backup again");
+        assert_eq!(models_asked(&primary), ["main-model", "main-model"]);
+        assert_eq!(
+            models_asked(&backup),
+            ["backup-model", "backup-model", "backup-model"]
+        );
+        for r in backup.requests() {
+            assert_eq!(r.path, "/v1/chat/completions");
+            assert_eq!(r.headers["authorization"], "Bearer sk-backup-key");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_stalled_stream_is_abandoned_and_retried() {
     for wire in WIRES {
@@ -210,7 +364,9 @@ async fn a_stalled_stream_is_abandoned_and_retried() {
         ])
         .await;
         let mut cfg = wire.config(&server);
-        cfg.stall_timeout = Duration::from_millis(50);
+        // Long enough that a loaded machine (CI on two busy cores) never stalls between
+        // the server's write and our read; the hung step waits it out once per wire.
+        cfg.stall_timeout = Duration::from_millis(600);
         let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
         assert_eq!(err, None, "{wire:?}");
         let discarded = events
@@ -387,7 +543,7 @@ async fn not_found_and_bad_request_say_what_to_fix() {
         assert_eq!(
             err.unwrap().to_string(),
             format!(
-                "unknown model `main-model` or wrong base_url `{}` (404: model 'main-model' not found)",
+                "model `main-model` does not exist at {} (or this key may not use it): set `model` in [providers.test] (or the soul's `model`) to a model the server lists; `familiar doctor` shows them (server said: model 'main-model' not found)",
                 cfg.base_url
             )
         );
@@ -397,6 +553,52 @@ async fn not_found_and_bad_request_say_what_to_fix() {
         );
         assert_eq!(server.requests().len(), 2);
     }
+}
+
+#[tokio::test]
+async fn a_missing_model_names_the_fix() {
+    let server = LlmServer::start(vec![
+        // Ollama's OpenAI-compatible endpoint.
+        Reply::status(
+            404,
+            json!({"error": {"message": "model \"main-model\" not found, try pulling it first",
+                "type": "api_error", "param": null, "code": null}}),
+        ),
+        // OpenAI.
+        Reply::status(
+            404,
+            json!({"error": {"message": "The model `main-model` does not exist or you do not have access to it.",
+                "type": "invalid_request_error", "param": null, "code": "model_not_found"}}),
+        ),
+        // Anything else a 404 can mean.
+        Reply::status(404, json!({"error": "no route"})),
+    ])
+    .await;
+    let cfg = Wire::OpenAi.config(&server);
+    let req = request(&cfg);
+    let mut client = client(&cfg);
+    let (_, err) = run(&mut client, &req).await;
+    let msg = err.unwrap().to_string();
+    assert!(
+        msg.starts_with("model `main-model` is not installed in Ollama at "),
+        "{msg}"
+    );
+    assert!(msg.contains("run `ollama pull main-model`"), "{msg}");
+    let (_, err) = run(&mut client, &req).await;
+    let err = err.unwrap();
+    assert!(matches!(err, LlmError::NotFound(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("set `model` in [providers.test] (or the soul's `model`)"),
+        "{err}"
+    );
+    let (_, err) = run(&mut client, &req).await;
+    assert!(
+        err.unwrap()
+            .to_string()
+            .starts_with("unknown model `main-model` or wrong base_url"),
+    );
+    assert_eq!(server.requests().len(), 3);
 }
 
 #[tokio::test]
@@ -413,24 +615,41 @@ async fn a_server_without_tool_support_is_named() {
     assert!(err.to_string().contains("model `main-model`"), "{err}");
 }
 
+// Issue 9 §5: with nothing on Ollama's port, `familiar run` took 12 s (five attempts
+// with backoff) and printed the nested reqwest chain each time.
 #[tokio::test]
-async fn nothing_listening_names_the_url_and_what_to_do() {
+async fn nothing_listening_fails_fast_with_one_clear_message() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
     let server = LlmServer::start(vec![]).await;
-    let mut cfg = Wire::OpenAi.config(&server);
-    cfg.base_url = format!("http://127.0.0.1:{port}/v1");
-    cfg.max_retries = 1;
-    let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
-    assert_eq!(retries(&events).len(), 1);
-    let msg = err.unwrap().to_string();
-    assert!(msg.contains(&cfg.base_url), "{msg}");
-    assert!(
-        msg.contains("start Ollama or llama.cpp there, or set ANTHROPIC_API_KEY / OPENAI_API_KEY, or configure [providers.*] in config.toml"),
-        "{msg}"
-    );
+    for host in ["127.0.0.1", "localhost"] {
+        let mut cfg = Wire::OpenAi.config(&server);
+        cfg.base_url = format!("http://{host}:{port}/v1");
+        cfg.max_retries = 4;
+        let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+        assert_eq!(
+            retries(&events),
+            vec![(1, familiar::llm::REFUSED_RETRY_DELAY)],
+            "{host}"
+        );
+        assert!(events.iter().all(|e| match e {
+            ClientEvent::Retry { reason, .. } => reason == "connection refused",
+            _ => true,
+        }));
+        let err = err.unwrap();
+        assert!(
+            matches!(&err, LlmError::RetriesExhausted { attempts: 2, last } if last.is_refused_locally()),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert_eq!(msg.matches(&cfg.base_url).count(), 1, "{msg}");
+        assert!(!msg.contains("error sending request"), "{msg}");
+        assert!(msg.contains("(connection refused)"), "{msg}");
+        assert!(msg.contains("start Ollama (`ollama serve`)"), "{msg}");
+        assert!(msg.contains("`familiar doctor`"), "{msg}");
+    }
 }
 
 #[tokio::test]

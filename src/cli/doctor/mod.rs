@@ -1,0 +1,225 @@
+//! `familiar doctor [--json]`: checks what a first run needs, one line per check with
+//! `ok`, `warn` or `fail` and, when not ok, the fix.
+//!
+//! Invariant: the doctor only looks; it changes nothing but a probe file in the data
+//! dir and a scratch directory for the sandbox check, both removed again. A check that
+//! cannot run because an earlier one failed says so instead of guessing. The exit code
+//! is 1 when any check fails, 0 otherwise (warnings are not failures).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{Exit, Out};
+use crate::config::{Config, ProcessEnv};
+use crate::soul::SoulSet;
+
+mod provider;
+mod system;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub check: &'static str,
+    pub status: Level,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub(super) fn ok(check: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            check,
+            status: Level::Ok,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    pub(super) fn warn(
+        check: &'static str,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            check,
+            status: Level::Warn,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    pub(super) fn fail(
+        check: &'static str,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            check,
+            status: Level::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+pub fn doctor(config: &Option<PathBuf>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let checks = super::client::block_on(run_checks(config.as_deref()))?;
+    for c in &checks {
+        if json {
+            out.json_line(c)?;
+            continue;
+        }
+        let mark = match c.status {
+            Level::Ok => "ok  ",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        writeln!(out, "{mark}  {:<13} {}", c.check, c.detail)?;
+        if let Some(fix) = &c.fix {
+            writeln!(out, "      {:<13} fix: {fix}", "")?;
+        }
+    }
+    let count = |l: Level| checks.iter().filter(|c| c.status == l).count();
+    let failed = count(Level::Fail);
+    if !json {
+        writeln!(
+            out,
+            "{failed} failed, {} warning(s), {} ok",
+            count(Level::Warn),
+            count(Level::Ok)
+        )?;
+    }
+    Ok(if failed > 0 {
+        Exit::Failed
+    } else {
+        Exit::Completed
+    })
+}
+
+/// Every check, in the order a new user would fix them.
+pub async fn run_checks(config_path: Option<&Path>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let config = match Config::load(config_path, &ProcessEnv) {
+        Ok(c) => {
+            let detail = match &c.source {
+                Some(p) => format!("{} parses", p.display()),
+                None => "no config file: the defaults are in force".to_owned(),
+            };
+            checks.push(Check::ok("config", detail));
+            Some(Arc::new(c))
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "config",
+                e.to_string(),
+                "correct the key the message names (docs/config.md lists them)",
+            ));
+            None
+        }
+    };
+    if let Some(config) = &config {
+        checks.extend(config_checks(config).await);
+    }
+    checks.extend(system::sandbox_checks().await);
+    checks.extend(system::bus_checks().await);
+    checks.push(system::hyprland_check());
+    match &config {
+        Some(c) => checks.push(system::data_dir_check(&c.paths.data_dir)),
+        None => checks.push(Check::warn(
+            "data_dir",
+            "not checked: the config does not load",
+            "fix the config first",
+        )),
+    }
+    checks
+}
+
+/// Policy, souls, provider and model.
+async fn config_checks(config: &Config) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let policy = match crate::policy::load(&config.policy, &config.paths) {
+        Ok(p) => {
+            checks.push(Check::ok(
+                "policy",
+                format!("policy `{}` parses", config.policy),
+            ));
+            p
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "policy",
+                e.to_string(),
+                "correct the policy file, or set `policy` in config.toml to `default` or `strict`",
+            ));
+            return checks;
+        }
+    };
+    let souls = match SoulSet::load(&config.paths, &policy) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(Check::fail(
+                "souls",
+                e.to_string(),
+                "correct the soul file it names",
+            ));
+            return checks;
+        }
+    };
+    for err in &souls.errors {
+        checks.push(Check::fail(
+            "souls",
+            err.to_string(),
+            format!(
+                "correct it (`familiar souls validate {}` shows the error), or remove it",
+                err.file
+            ),
+        ));
+    }
+    let soul = match souls.get(config.default_soul.as_str()) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(Check::fail(
+                "souls",
+                e.to_string(),
+                "set `default_soul` in config.toml to one of the souls listed",
+            ));
+            return checks;
+        }
+    };
+    if souls.errors.is_empty() {
+        checks.push(Check::ok(
+            "souls",
+            format!(
+                "{} souls load; the default is `{}`",
+                souls.souls.len(),
+                soul.id
+            ),
+        ));
+    }
+    let provider = match config.provider(soul.provider.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            checks.push(Check::fail(
+                "provider",
+                e.to_string(),
+                "add the [providers.NAME] table the soul names",
+            ));
+            return checks;
+        }
+    };
+    let model = soul.model.as_deref().unwrap_or(&provider.model);
+    checks.extend(provider::provider_checks(provider, model).await);
+    checks
+}

@@ -1,0 +1,313 @@
+//! The machine checks: Landlock and a real sandboxed read, the session bus, the
+//! daemon's name, the systemd user manager and units, the notification server,
+//! Hyprland's socket, the data dir.
+
+use std::path::{Path, PathBuf};
+
+use zbus::Connection;
+
+use super::Check;
+use crate::config::ProcessEnv;
+use crate::sandbox::{
+    EnforcementStatus, FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec,
+};
+
+/// Below this much free space the data dir cannot hold contexts and transcripts.
+const MIN_FREE_BYTES: u64 = 50 * 1024 * 1024;
+/// Below this much free space a long session may run out.
+const LOW_FREE_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// The Landlock ABI, and a sandboxed read outside the granted paths that the kernel
+/// must refuse.
+pub(super) async fn sandbox_checks() -> Vec<Check> {
+    let enforcement = crate::sandbox::probe();
+    let abi = enforcement
+        .abi
+        .map_or_else(|| "none".to_owned(), |v| v.to_string());
+    let landlock = match enforcement.status {
+        EnforcementStatus::Full => Check::ok("landlock", format!("ABI {abi}: full enforcement")),
+        EnforcementStatus::Partial => Check::warn(
+            "landlock",
+            format!(
+                "ABI {abi}: partial enforcement (missing: {})",
+                enforcement.missing.join(", ")
+            ),
+            "a newer kernel (6.10+) enforces everything; souls with `sandbox.require = true` refuse to run until then",
+        ),
+        EnforcementStatus::None => {
+            return vec![Check::fail(
+                "landlock",
+                "this kernel has no Landlock: tools would run unconfined",
+                "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the `lsm=` list",
+            )];
+        }
+    };
+    vec![landlock, enforcement_check().await]
+}
+
+async fn enforcement_check() -> Check {
+    let fix = "report this: the sandbox helper must be able to restrict itself";
+    let scratch = std::env::temp_dir().join(format!("familiar-doctor-{}", std::process::id()));
+    let outside = scratch.join("outside");
+    let inside = scratch.join("inside");
+    let secret = outside.join("secret");
+    let prepared = std::fs::create_dir_all(&outside)
+        .and_then(|()| std::fs::create_dir_all(&inside))
+        .and_then(|()| std::fs::write(&secret, "doctor"));
+    if let Err(e) = prepared {
+        return Check::warn(
+            "sandbox",
+            format!("not checked: cannot prepare {}: {e}", scratch.display()),
+            "make the temporary directory writable",
+        );
+    }
+    let spec = SandboxSpec {
+        read: vec![],
+        write: vec![],
+        network: false,
+        require: false,
+    };
+    let home = std::env::var_os("HOME").map_or_else(|| scratch.clone(), PathBuf::from);
+    let policy = match SandboxPolicy::new(&spec, &[], &inside, &home) {
+        Ok(p) => p,
+        Err(e) => {
+            return Check::warn(
+                "sandbox",
+                format!("not checked: {e}"),
+                "make the temporary directory writable",
+            );
+        }
+    };
+    let op = FileOp::Read {
+        path: secret,
+        offset: None,
+        limit: None,
+    };
+    let result = match SandboxLauncher::current() {
+        Ok(l) => {
+            l.file_op(&policy, &op, &tokio_util::sync::CancellationToken::new())
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = std::fs::remove_dir_all(&scratch) {
+        tracing::debug!("cannot remove {}: {e}", scratch.display());
+    }
+    match result {
+        Ok((FileReply::Error { errno, .. }, _)) if errno == Some(libc::EACCES) => Check::ok(
+            "sandbox",
+            "a sandboxed read outside the granted paths was refused by the kernel (EACCES)",
+        ),
+        Ok((FileReply::Read { .. }, _)) => Check::fail(
+            "sandbox",
+            "a sandboxed read outside the granted paths succeeded: the sandbox is not enforced",
+            fix,
+        ),
+        Ok((reply, _)) => Check::fail(
+            "sandbox",
+            format!("unexpected answer from the sandbox helper: {reply:?}"),
+            fix,
+        ),
+        Err(e) => Check::fail("sandbox", e.to_string(), fix),
+    }
+}
+
+/// The session bus, the daemon's name, the systemd user manager and the installed
+/// units, and the notification server.
+pub(super) async fn bus_checks() -> Vec<Check> {
+    let mut checks = vec![];
+    let conn = match Connection::session().await {
+        Ok(c) => c,
+        Err(e) => {
+            checks.push(Check::fail(
+                "session_bus",
+                format!("no session bus: {e}"),
+                "run inside your desktop session (over ssh: `familiar run`, which needs no bus)",
+            ));
+            checks.push(units_check(false));
+            return checks;
+        }
+    };
+    checks.push(Check::ok("session_bus", "the session bus answers"));
+    let dbus = match zbus::fdo::DBusProxy::new(&conn).await {
+        Ok(p) => p,
+        Err(e) => {
+            checks.push(Check::fail(
+                "session_bus",
+                format!("the bus driver does not answer: {e}"),
+                "restart your session",
+            ));
+            return checks;
+        }
+    };
+    let activatable: Vec<String> = match dbus.list_activatable_names().await {
+        Ok(names) => names.into_iter().map(|n| n.to_string()).collect(),
+        Err(e) => {
+            tracing::debug!("cannot list activatable names: {e}");
+            vec![]
+        }
+    };
+    let present = async |name: &str| -> bool {
+        match zbus::names::BusName::try_from(name) {
+            Ok(n) => dbus.name_has_owner(n).await.unwrap_or(false),
+            Err(_) => false,
+        }
+    };
+    let activatable = |name: &str| activatable.iter().any(|n| n == name);
+
+    checks.push(if present(crate::dbus::NAME).await {
+        Check::ok("daemon", format!("{} is running", crate::dbus::NAME))
+    } else if activatable(crate::dbus::NAME) {
+        Check::ok(
+            "daemon",
+            "not running; the bus starts it on first use (D-Bus activation)",
+        )
+    } else {
+        Check::warn(
+            "daemon",
+            "not running, and the bus cannot start it",
+            "`familiar setup` (once), or `systemctl --user start familiar`, or `familiar daemon` in a terminal",
+        )
+    });
+    let manager = present("org.freedesktop.systemd1").await;
+    checks.push(if manager {
+        Check::ok("systemd", "the systemd user manager answers")
+    } else {
+        Check::warn(
+            "systemd",
+            "no systemd user manager on this bus: no unit, timer or `systemctl --user reload`",
+            "log in through systemd (a normal desktop session does); D-Bus activation and `familiar daemon` still work",
+        )
+    });
+    checks.push(units_check(manager));
+    let notifications = "org.freedesktop.Notifications";
+    checks.push(if present(notifications).await || activatable(notifications) {
+        Check::ok("notifications", "a notification server answers")
+    } else {
+        Check::warn(
+            "notifications",
+            "no notification server: daemon approvals are shown only to `familiar ask` on a terminal",
+            "start one (mako, dunst, swaync, fnott), or answer with `familiar approve ID` / `familiar deny ID` (ids in `familiar tasks`)",
+        )
+    });
+    checks
+}
+
+/// Whether `familiar setup` installed the units and the activation file, as this
+/// binary would write them.
+fn units_check(manager: bool) -> Check {
+    let installed = match crate::cli::setup::installed() {
+        Ok(i) => i,
+        Err(e) => return Check::warn("units", format!("not checked: {e:#}"), "see the message"),
+    };
+    let named = |state: &str| -> Vec<String> {
+        installed
+            .iter()
+            .filter(|(_, s)| *s == state)
+            .map(|(p, _)| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect()
+    };
+    let missing = named("new");
+    let stale = named("updated");
+    let reload = if manager {
+        " (it runs `systemctl --user daemon-reload`)"
+    } else {
+        ""
+    };
+    if !missing.is_empty() {
+        Check::warn(
+            "units",
+            format!("not installed: {}", missing.join(", ")),
+            format!("`familiar setup`{reload}"),
+        )
+    } else if !stale.is_empty() {
+        Check::warn(
+            "units",
+            format!(
+                "installed for another binary or an older familiar: {}",
+                stale.join(", ")
+            ),
+            format!("`familiar setup` again{reload}"),
+        )
+    } else {
+        Check::ok(
+            "units",
+            "the systemd units and the D-Bus activation file are installed",
+        )
+    }
+}
+
+pub(super) fn hyprland_check() -> Check {
+    let in_session = std::env::var_os("HYPRLAND_INSTANCE_SIGNATURE").is_some_and(|s| !s.is_empty());
+    match crate::hyprland::Hyprland::detect(&ProcessEnv) {
+        Some(h) => match h.request("j/version") {
+            Ok(_) => Check::ok(
+                "hyprland",
+                format!("Hyprland answers at {}", h.socket().display()),
+            ),
+            Err(e) => Check::fail(
+                "hyprland",
+                format!(
+                    "Hyprland's socket {} does not answer: {e}",
+                    h.socket().display()
+                ),
+                "restart Hyprland, or unset a stale HYPRLAND_INSTANCE_SIGNATURE",
+            ),
+        },
+        None if in_session => Check::fail(
+            "hyprland",
+            "HYPRLAND_INSTANCE_SIGNATURE is set but its socket is missing",
+            "export the current signature: `dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE` in hyprland.conf's exec-once",
+        ),
+        None => Check::ok(
+            "hyprland",
+            "not in a Hyprland session: the Hyprland tools stay off",
+        ),
+    }
+}
+
+pub(super) fn data_dir_check(dir: &Path) -> Check {
+    let probe = dir.join(format!(".doctor-{}", std::process::id()));
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&probe, b"ok"))
+        .and_then(|()| std::fs::remove_file(&probe));
+    if let Err(e) = written {
+        return Check::fail(
+            "data_dir",
+            format!("{} is not writable: {e}", dir.display()),
+            "fix its permissions, or set `data_dir` in config.toml",
+        );
+    }
+    let free = match nix::sys::statvfs::statvfs(dir) {
+        Ok(s) => s.blocks_available().saturating_mul(s.fragment_size()),
+        Err(e) => {
+            return Check::warn(
+                "data_dir",
+                format!("{} is writable; free space unknown: {e}", dir.display()),
+                "check `df` yourself",
+            );
+        }
+    };
+    let mib = free / (1024 * 1024);
+    let detail = format!("{} is writable, {mib} MiB free", dir.display());
+    if free < MIN_FREE_BYTES {
+        Check::fail(
+            "data_dir",
+            detail,
+            "free some space, or set `data_dir` in config.toml",
+        )
+    } else if free < LOW_FREE_BYTES {
+        Check::warn(
+            "data_dir",
+            detail,
+            "free some space: transcripts grow with use",
+        )
+    } else {
+        Check::ok("data_dir", detail)
+    }
+}
