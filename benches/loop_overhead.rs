@@ -184,6 +184,8 @@ async fn bench() {
                 "CARGO_BIN_EXE_familiar"
             ))),
             enforcement: familiar::sandbox::probe(),
+            souls: Arc::new(familiar::soul::SoulSet::default()),
+            memory: familiar::store::Memory::new(store.data_dir(), 100),
         });
         let spec = TaskSpec {
             task_id: TaskId::generate(),
@@ -193,6 +195,7 @@ async fn bench() {
             workspace: Some(work.clone()),
             origin: "bench".into(),
             max_iterations: None,
+            parent: None,
         };
         let mut bus = EventBus::new();
         let mut rx = bus.subscribe(Delivery::Lossless);
@@ -292,6 +295,8 @@ async fn bench() {
                 workspace: &work,
                 summary: None,
                 facts: &[],
+                memory: &[],
+                delegates: &[],
             });
             std::hint::black_box(p);
             t.elapsed()
@@ -317,7 +322,7 @@ async fn bench() {
     // reap. With this home's protected paths carved out of the readable tree.
     let launcher = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"));
     let sb = familiar::sandbox::SandboxPolicy::new(
-        &familiar::agent::sandbox_spec(&soul),
+        &soul.sandbox,
         &policy.protected_paths,
         &work,
         home.path(),

@@ -17,8 +17,8 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::Tier;
 use crate::ids::{RequestId, SessionId, SoulId, TaskId};
-use crate::policy::Tier;
 
 /// What is being asked.
 #[derive(Debug, Clone, Serialize)]

@@ -131,6 +131,15 @@ pub const POWER: ToolInfo = tool!(
     "suspend, reboot or power off"
 );
 
+pub const DELEGATE: ToolInfo = tool!(
+    "delegate",
+    Read,
+    false,
+    "hand a sub-task to another soul (its calls are decided on their own)"
+);
+pub const REMEMBER: ToolInfo = tool!("remember", Write, true, "save a fact to long-term memory");
+pub const FORGET: ToolInfo = tool!("forget", Write, true, "delete a long-term memory entry");
+
 /// Every tool familiar knows, in the order of the contract table.
 pub const CATALOG: &[ToolInfo] = &[
     READ_FILE,
@@ -150,6 +159,9 @@ pub const CATALOG: &[ToolInfo] = &[
     OPEN,
     KILL_PROCESS,
     POWER,
+    DELEGATE,
+    REMEMBER,
+    FORGET,
 ];
 
 /// Looks a tool up by name.

@@ -140,6 +140,11 @@ id_type!(
     RequestId, "request id", "r-",
     validate
 );
+id_type!(
+    /// One long-term memory entry (`memory.json`).
+    MemoryId, "memory id", "m-",
+    validate
+);
 
 /// Call ids come from providers, which use characters we would reject elsewhere
 /// (some servers send `:` or spaces); they never become paths, so only emptiness and

@@ -6,14 +6,21 @@
 //! `familiar run` runs the same loop in-process. The external contract (CLI, D-Bus,
 //! files) is documented in `docs/` and the README; this crate is its one implementation.
 //!
-//! Module map:
-//! - [`config`], [`soul`], [`policy`]: what the user configured, validated.
-//! - [`snapshot`], [`hyprland`]: what the machine looks like right now.
-//! - [`store`]: sessions, transcripts and the audit log on disk.
-//! - [`llm`]: model providers (OpenAI-compatible, Anthropic), streaming.
-//! - [`agent`], [`tools`], [`sandbox`], [`ratelimit`], [`approval`]: the agent loop.
-//! - [`dbus`], [`daemon`]: the session-bus service.
+//! Module map, from the top layer down (imports only point down; see
+//! `docs/architecture.md`):
 //! - [`cli`]: the command line (the only module that prints).
+//! - [`daemon`]: `familiar daemon`, its supervisor and the D-Bus service object.
+//! - [`agent`]: the loop, one task from prompt to finish status.
+//! - [`tools`]: what the model can call, each through the [`sandbox`].
+//! - [`sandbox`], [`store`], [`snapshot`], [`ratelimit`], [`soul`]: the Landlock
+//!   helper; sessions, transcripts and the audit log on disk; the machine right now;
+//!   quotas; validated souls.
+//! - [`llm`], [`policy`], [`dbus`], [`hyprland`]: model providers and streaming; the
+//!   decision for one call; the session-bus contract (names, errors, proxies); the
+//!   compositor's socket.
+//! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
+//! - [`catalog`], [`error`], [`ids`], [`logging`]: the tool catalog and tiers, shared
+//!   errors, newtype ids, tracing.
 //! - `fuzzing` (hidden): entry points for the cargo-fuzz targets in `fuzz/`.
 
 pub mod agent;

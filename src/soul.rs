@@ -21,6 +21,7 @@ use crate::config::{Paths, expand_home, parse_duration};
 use crate::error::{ConfigError, FileError, parse_toml};
 use crate::ids::SoulId;
 use crate::policy::{Grant, Mode, Policy, RateLimits, TierModes};
+use crate::sandbox::SandboxSpec;
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 pub const MAX_MAX_ITERATIONS: u32 = 1000;
@@ -28,19 +29,6 @@ pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
 pub const DEFAULT_MAX_WALL_CLOCK: Duration = Duration::from_secs(10 * 60);
 /// Tools a soul gets when its file names none: the read tier only.
 pub const DEFAULT_TOOLS: &[&str] = &["read_file", "list_dir", "search_files", "system_snapshot"];
-
-/// What a soul's tools may touch, enforced by Landlock in the tool's child process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SandboxSpec {
-    /// Readable trees (absolute, `~` expanded).
-    pub read: Vec<PathBuf>,
-    /// Writable trees, besides the task workspace.
-    pub write: Vec<PathBuf>,
-    /// TCP connect/bind allowed.
-    pub network: bool,
-    /// Refuse to run unless Landlock is fully enforced.
-    pub require: bool,
-}
 
 /// Where a soul was loaded from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,8 +55,13 @@ pub struct Soul {
     /// `tools` and `permissions`).
     #[serde(flatten)]
     pub grant: Grant,
+    /// What its tools may touch: the sandbox's own spec type, taken as it is.
     pub sandbox: SandboxSpec,
     pub rate_limits: RateLimits,
+    /// Souls it may hand sub-tasks to with `delegate` (none by default).
+    pub delegates: Vec<SoulId>,
+    /// Its long-term memory entries go into the system prompt.
+    pub memory: bool,
     pub origin: SoulOrigin,
 }
 
@@ -77,6 +70,59 @@ impl Soul {
     pub fn effective_modes(&self, policy: &Policy) -> TierModes {
         self.grant.effective_modes(policy)
     }
+
+    /// The soul a sub-task handed from `parent` to `self` runs under: `self`, made no
+    /// looser than `parent` in anything, so delegating can never do what the parent
+    /// could not. Tools: the intersection (in `self`'s order). Tier modes: the stricter
+    /// of both, tier by tier. Sandbox: only the trees both grant, network only if both
+    /// allow it, enforcement required if either requires it. Budgets: the smaller.
+    /// Rate limits stay `self`'s: the parent's are applied to the child's calls at run
+    /// time, counted under the parent's session.
+    pub fn restricted_to(&self, parent: &Soul) -> Soul {
+        Soul {
+            grant: Grant {
+                tools: self
+                    .grant
+                    .tools
+                    .iter()
+                    .filter(|t| parent.grant.allows_tool(t))
+                    .cloned()
+                    .collect(),
+                permissions: self.grant.permissions.tighten(&parent.grant.permissions),
+            },
+            sandbox: SandboxSpec {
+                read: intersect_trees(&self.sandbox.read, &parent.sandbox.read),
+                write: intersect_trees(&self.sandbox.write, &parent.sandbox.write),
+                network: self.sandbox.network && parent.sandbox.network,
+                require: self.sandbox.require || parent.sandbox.require,
+            },
+            max_iterations: self.max_iterations.min(parent.max_iterations),
+            max_tokens: self.max_tokens.min(parent.max_tokens),
+            max_wall_clock: self.max_wall_clock.min(parent.max_wall_clock),
+            ..self.clone()
+        }
+    }
+}
+
+/// The trees that lie in both lists: for each pair, the deeper one when one contains
+/// the other (component-wise, so `/home/a` does not contain `/home/ab`).
+fn intersect_trees(a: &[PathBuf], b: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for x in a {
+        for y in b {
+            let deeper = if x.starts_with(y) {
+                x
+            } else if y.starts_with(x) {
+                y
+            } else {
+                continue;
+            };
+            if !out.contains(deeper) {
+                out.push(deeper.clone());
+            }
+        }
+    }
+    out
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -100,6 +146,8 @@ struct SoulToml {
     permissions: Option<PermissionsToml>,
     sandbox: Option<SandboxToml>,
     rate_limits: Option<RateLimits>,
+    delegates: Option<Spanned<Vec<Spanned<String>>>>,
+    memory: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -168,7 +216,9 @@ pub fn parse(
             ));
         }
         (Some(p), None) => p,
-        (None, Some(pf)) => load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e))?,
+        (None, Some(pf)) => {
+            load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e.to_string()))?
+        }
         (None, None) => return Err(whole("missing `prompt` or `prompt_file`".into())),
     };
     if prompt.trim().is_empty() {
@@ -222,6 +272,8 @@ pub fn parse(
         }
         None => DEFAULT_TOOLS.iter().map(|s| (*s).to_owned()).collect(),
     };
+
+    let delegates = parse_delegates(raw.delegates, &id, &tools, &at, &whole)?;
 
     let perms = raw.permissions.unwrap_or_default();
     let mut permissions = TierModes {
@@ -301,8 +353,54 @@ pub fn parse(
         grant: Grant { tools, permissions },
         sandbox,
         rate_limits: raw.rate_limits.unwrap_or_default(),
+        delegates,
+        memory: raw.memory.unwrap_or(false),
         origin,
     })
+}
+
+/// `delegates`: soul ids, not the soul itself, and set exactly when `tools` names
+/// `delegate` (either alone is a soul that cannot do what its file says).
+fn parse_delegates(
+    raw: Option<Spanned<Vec<Spanned<String>>>>,
+    id: &SoulId,
+    tools: &[String],
+    at: &dyn Fn(std::ops::Range<usize>, String) -> FileError,
+    whole: &dyn Fn(String) -> FileError,
+) -> Result<Vec<SoulId>, FileError> {
+    let has_tool = tools.iter().any(|t| t == "delegate");
+    let Some(raw) = raw else {
+        return if has_tool {
+            Err(whole(
+                "`tools` lists `delegate` but `delegates` names no soul to hand sub-tasks to"
+                    .into(),
+            ))
+        } else {
+            Ok(Vec::new())
+        };
+    };
+    let span = raw.span();
+    let mut out: Vec<SoulId> = Vec::new();
+    for d in raw.into_inner() {
+        let soul = SoulId::new(d.get_ref().clone()).map_err(|e| at(d.span(), e.to_string()))?;
+        if &soul == id {
+            return Err(at(d.span(), "a soul cannot delegate to itself".into()));
+        }
+        if !out.contains(&soul) {
+            out.push(soul);
+        }
+    }
+    match (out.is_empty(), has_tool) {
+        (false, false) => Err(at(
+            span,
+            "`delegates` is set but `tools` does not list `delegate`".into(),
+        )),
+        (true, true) => Err(at(
+            span,
+            "`tools` lists `delegate` but `delegates` is empty".into(),
+        )),
+        (true, false) | (false, true) => Ok(out),
+    }
 }
 
 fn allowed_modes(ceiling: Mode) -> &'static str {
@@ -313,15 +411,26 @@ fn allowed_modes(ceiling: Mode) -> &'static str {
     }
 }
 
-fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, String> {
+/// Why a soul's `prompt_file` could not be loaded.
+#[derive(Debug, thiserror::Error)]
+enum PromptError {
+    #[error("no built-in prompt `{0}`")]
+    NoBuiltIn(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, PromptError> {
     match source {
         PromptSource::BuiltIn => builtin_prompt(name)
             .map(str::to_owned)
-            .ok_or_else(|| format!("no built-in prompt `{name}`")),
+            .ok_or_else(|| PromptError::NoBuiltIn(name.to_owned())),
         PromptSource::Dir(dir) => {
             let path = dir.join(name);
-            std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read_to_string(&path).map_err(|source| PromptError::Read { path, source })
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use familiar::config::ProviderKind;
-use familiar::llm::sse::decode_recorded;
+use familiar::llm::decode_recorded;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

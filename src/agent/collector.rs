@@ -121,6 +121,10 @@ impl Task {
                 cancel,
                 sandbox: Arc::clone(&self.place.sandbox),
                 launcher: Arc::clone(&self.rt.launcher),
+                soul: self.spec.soul.id.clone(),
+                session: self.session.ctx.session_id.clone(),
+                memory: self.rt.memory.clone(),
+                subagents: self.delegator(),
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
@@ -244,7 +248,7 @@ impl Task {
         self.plan.start(&id, describe_call(&name, &args));
         let spec = CallSpec {
             call_id: id,
-            summary: describe_call(&name, &args),
+            summary: self.on_behalf(describe_call(&name, &args)),
             name,
             tier,
             args,
@@ -285,6 +289,7 @@ impl Task {
     /// Accounts for the model call: usage, the estimator, the hooks.
     pub(super) fn account(&mut self, estimate: u64, c: &Collected) {
         self.progress.usage.add(&c.usage);
+        self.family.budget.spend_tokens(c.usage.total());
         if c.usage.input_tokens > 0 {
             self.model
                 .estimator

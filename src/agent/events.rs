@@ -142,6 +142,23 @@ pub enum EventPayload {
     LoopWarning {
         note: String,
     },
+    /// A `delegate` call started a sub-task; its own events follow under its task id.
+    SubagentStarted {
+        child_task_id: String,
+        child_session_id: String,
+        soul: String,
+        prompt: String,
+        max_iterations: u32,
+    },
+    /// The sub-task ended; its answer is the `delegate` call's result.
+    SubagentFinished {
+        child_task_id: String,
+        child_session_id: String,
+        soul: String,
+        status: TaskStatus,
+        usage: Usage,
+        iterations: u32,
+    },
     TaskFinished {
         status: TaskStatus,
         result: String,
@@ -166,6 +183,8 @@ impl EventPayload {
             EventPayload::ModelFallback { .. } => "model_fallback",
             EventPayload::RateLimited { .. } => "rate_limited",
             EventPayload::LoopWarning { .. } => "loop_warning",
+            EventPayload::SubagentStarted { .. } => "subagent_started",
+            EventPayload::SubagentFinished { .. } => "subagent_finished",
             EventPayload::TaskFinished { .. } => "task_finished",
         }
     }
@@ -194,6 +213,21 @@ pub struct EventBus {
 impl EventBus {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A bus with the same subscribers (each keeps its delivery policy): a delegated
+    /// sub-task reports to whoever follows its parent.
+    pub fn fork(&self) -> EventBus {
+        EventBus {
+            subscribers: self
+                .subscribers
+                .iter()
+                .map(|s| Subscriber {
+                    tx: s.tx.clone(),
+                    delivery: s.delivery,
+                })
+                .collect(),
+        }
     }
 
     pub fn subscribe(&mut self, delivery: Delivery) -> mpsc::Receiver<Arc<Event>> {

@@ -136,18 +136,38 @@ impl Task {
         (disposition, trail(&verdict, &self.rt.enforcement))
     }
 
+    /// The sessions whose quotas a call of this task spends, with their souls' limits:
+    /// its own, then (for a delegated sub-task) each ancestor's, so a parent's limits
+    /// count its sub-tasks' calls as its own.
+    fn quota_sessions(&self) -> Vec<(String, &crate::policy::RateLimits)> {
+        let mut sessions = vec![(
+            self.session.ctx.session_id.to_string(),
+            &self.spec.soul.rate_limits,
+        )];
+        if let Some(p) = &self.spec.parent {
+            for (session, soul) in &p.quota {
+                sessions.push((session.to_string(), &soul.rate_limits));
+            }
+        }
+        sessions
+    }
+
     fn check_tool_quota(&self, tool: &str) -> Result<(), RateLimited> {
-        let session = self.session.ctx.session_id.as_str();
-        let per_tool_key = format!("{session}/{tool}");
-        let soul = &self.spec.soul.rate_limits;
+        let sessions = self.quota_sessions();
+        let keys: Vec<(String, String)> = sessions
+            .iter()
+            .map(|(s, _)| (s.clone(), format!("{s}/{tool}")))
+            .collect();
         let pol = &self.rt.policy.rate_limits;
         let mut checks = Vec::new();
-        for limits in [soul, pol] {
-            if let Some(spec) = limits.tool_calls {
-                checks.push((Scope::SessionTools, session, spec));
-            }
-            if let Some(spec) = limits.tools.get(tool) {
-                checks.push((Scope::SessionTool, per_tool_key.as_str(), *spec));
+        for ((_, soul), (session, per_tool_key)) in sessions.iter().zip(&keys) {
+            for limits in [*soul, pol] {
+                if let Some(spec) = limits.tool_calls {
+                    checks.push((Scope::SessionTools, session.as_str(), spec));
+                }
+                if let Some(spec) = limits.tools.get(tool) {
+                    checks.push((Scope::SessionTool, per_tool_key.as_str(), *spec));
+                }
             }
         }
         if let Some(spec) = self.rt.policy.global_tool_calls {
@@ -159,18 +179,21 @@ impl Task {
     /// Waits (cancellably) until the session may make another model request; the
     /// finish status when the task was stopped while it waited.
     pub(super) async fn wait_for_llm_quota(&mut self) -> Result<(), (TaskStatus, String)> {
-        let specs: Vec<_> = [
-            self.spec.soul.rate_limits.llm_calls,
-            self.rt.policy.rate_limits.llm_calls,
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let session = self.session.ctx.session_id.to_string();
+        let policy_llm = self.rt.policy.rate_limits.llm_calls;
+        let specs: Vec<(String, crate::policy::RateSpec)> = self
+            .quota_sessions()
+            .into_iter()
+            .flat_map(|(session, soul)| {
+                [soul.llm_calls, policy_llm]
+                    .into_iter()
+                    .flatten()
+                    .map(move |spec| (session.clone(), spec))
+            })
+            .collect();
         loop {
             let checks = specs
                 .iter()
-                .map(|s| (Scope::SessionLlm, session.as_str(), *s));
+                .map(|(session, s)| (Scope::SessionLlm, session.as_str(), *s));
             let Err(limited) = self.rt.limiters.check_all(checks) else {
                 return Ok(());
             };

@@ -6,8 +6,10 @@
 //! schedules the calls as they stream in. [`plan`], [`compaction`], [`loop_detect`] and
 //! [`prompt`] are its pure parts (compaction's `apply` runs its rules on a live task);
 //! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside; [`runtime`]
-//! is what the tasks of one process share, model clients included.
+//! is what the tasks of one process share, model clients included. [`subagent`] runs
+//! `delegate`'s sub-tasks, sharing the parent's [`budget`].
 
+pub mod budget;
 mod collector;
 pub mod compaction;
 pub mod dispatch;
@@ -22,9 +24,10 @@ pub mod prompt;
 pub mod reminder;
 mod request;
 pub mod runtime;
+pub mod subagent;
 pub mod task;
 pub mod turn;
 
 pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
-pub use task::{TaskError, TaskOutcome, TaskSpec, repair_dangling, sandbox_spec};
+pub use task::{TaskError, TaskOutcome, TaskSpec, repair_dangling};
 pub use turn::run_task;

@@ -38,6 +38,8 @@ impl SystemPrompt {
             workspace: &task.place.workspace,
             summary: ctx.summary.as_deref(),
             facts: &ctx.facts,
+            memory: &task.memory,
+            delegates: task.delegates(),
         })
     }
 }

@@ -15,8 +15,8 @@ use crate::policy::Policy;
 use crate::ratelimit::RateLimiters;
 use crate::sandbox::{Enforcement, SandboxError, SandboxLauncher};
 use crate::snapshot::{SnapshotError, Snapshotter};
-use crate::soul::Soul;
-use crate::store::{Store, StoreError};
+use crate::soul::{Soul, SoulSet};
+use crate::store::{Memory, Store, StoreError};
 use crate::tools::Registry;
 
 /// What tasks of one process share.
@@ -35,6 +35,10 @@ pub struct Runtime {
     pub launcher: Arc<SandboxLauncher>,
     /// What the kernel enforces ([`crate::sandbox::probe`], taken once).
     pub enforcement: Enforcement,
+    /// Every soul, for `delegate` to find the one a task hands a sub-task to.
+    pub souls: Arc<SoulSet>,
+    /// Long-term memory (`data_dir/memory.json`).
+    pub memory: Memory,
 }
 
 /// Builds a model client for a soul.
@@ -102,12 +106,18 @@ pub enum RuntimeError {
 }
 
 impl Runtime {
-    /// The runtime for `config` under `policy`: the data dir's store, the built-in tools,
-    /// the audit and metrics hooks, fresh limiters and counters, and model clients from
-    /// `config.toml`'s providers. Approval frontends are added to the returned broker by
-    /// the caller (the TTY for `familiar run`, D-Bus and notifications for the daemon).
-    pub fn from_config(config: Arc<Config>, policy: Arc<Policy>) -> Result<Runtime, RuntimeError> {
+    /// The runtime for `config` under `policy` with `souls`: the data dir's store and
+    /// memory, the built-in tools, the audit and metrics hooks, fresh limiters and
+    /// counters, and model clients from `config.toml`'s providers. Approval frontends are
+    /// added to the returned broker by the caller (the TTY for `familiar run`, D-Bus and
+    /// notifications for the daemon).
+    pub fn from_config(
+        config: Arc<Config>,
+        policy: Arc<Policy>,
+        souls: Arc<SoulSet>,
+    ) -> Result<Runtime, RuntimeError> {
         let store = Arc::new(Store::open(&config.paths.data_dir)?);
+        let memory = Memory::new(store.data_dir(), config.memory.max_entries_per_scope);
         let snapshotter = Snapshotter::new()?;
         let metrics = Arc::new(Metrics::default());
         Ok(Runtime {
@@ -130,6 +140,8 @@ impl Runtime {
             snapshotter: Arc::new(Mutex::new(snapshotter)),
             launcher: Arc::new(SandboxLauncher::current()?),
             enforcement: crate::sandbox::probe(),
+            souls,
+            memory,
         })
     }
 }

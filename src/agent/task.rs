@@ -17,12 +17,15 @@ use crate::agent::events::{Event, EventBus, EventPayload};
 use crate::agent::hooks::TaskRef;
 use crate::agent::plan::PlanTracker;
 use crate::agent::runtime::Runtime;
+use crate::agent::subagent::{Family, ParentLink, memory_notes};
 use crate::agent::turn::{Limits, Progress};
 use crate::ids::{CallId, SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, SandboxSpec};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
 use crate::soul::Soul;
-use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
+use crate::store::{
+    Context, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript,
+};
 
 /// One task to run.
 #[derive(Debug, Clone)]
@@ -38,6 +41,8 @@ pub struct TaskSpec {
     pub origin: String,
     /// May only lower the soul's.
     pub max_iterations: Option<u32>,
+    /// Set for a delegated sub-task: who started it, and the budget it shares.
+    pub parent: Option<ParentLink>,
 }
 
 /// How a task ended.
@@ -74,6 +79,11 @@ pub(super) struct Task {
     pub(super) progress: Progress,
     pub(super) plan: PlanTracker,
     pub(super) place: Place,
+    /// Its budget (shared with its parent's, if it has one) and its sub-task slots.
+    pub(super) family: Family,
+    /// Long-term memory entries for the system prompt (souls with `memory = true`),
+    /// read once when the task starts so the prompt stays the same for the whole task.
+    pub(super) memory: Vec<MemoryEntry>,
 }
 
 /// The session on disk, held for the task's life.
@@ -173,6 +183,11 @@ impl Clock {
             return Some(Stop::TimedOut);
         }
         None
+    }
+
+    /// When the wall clock of a task allowed `wall` runs out.
+    pub(super) fn deadline(&self, wall: Duration) -> Instant {
+        self.started + wall
     }
 
     /// Why the token was cancelled: the deadline, or the caller.
@@ -276,7 +291,7 @@ impl Task {
             None => store.ensure_workspace(&ctx.session_id)?,
         };
         let sandbox = SandboxPolicy::new(
-            &sandbox_spec(&spec.soul),
+            &spec.soul.sandbox,
             &rt.policy.protected_paths,
             &workspace,
             &rt.config.paths.home,
@@ -284,6 +299,8 @@ impl Task {
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);
+        let family = Family::for_spec(&spec, &limits);
+        let memory = memory_notes(&rt, &spec.soul);
 
         ctx.tasks.push(TaskRecord {
             task_id: spec.task_id.clone(),
@@ -323,6 +340,8 @@ impl Task {
                 workspace,
                 sandbox: Arc::new(sandbox),
             },
+            family,
+            memory,
             spec,
         };
         task.emit(EventPayload::TaskStarted {
@@ -505,16 +524,6 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
         i += 2;
     }
     repaired
-}
-
-/// The sandbox's spec from the soul's `[sandbox]` table.
-pub fn sandbox_spec(soul: &Soul) -> SandboxSpec {
-    SandboxSpec {
-        read: soul.sandbox.read.clone(),
-        write: soul.sandbox.write.clone(),
-        network: soul.sandbox.network,
-        require: soul.sandbox.require,
-    }
 }
 
 #[cfg(test)]

@@ -242,7 +242,12 @@ async fn drive(
         state = match state {
             State::CheckLimits => {
                 let stop = task.clock.stop(task.limits.max_wall_clock);
-                task.progress.check_limits(&task.limits, stop)
+                match task.progress.check_limits(&task.limits, stop) {
+                    // What sub-tasks spent counts too (and a sub-task stops when the
+                    // task that started it is out of budget).
+                    State::CallModel => task.family.check_budget(),
+                    other => other,
+                }
             }
             State::CallModel => task.call_model().await,
             State::AfterTurn(turn) => {
@@ -282,6 +287,7 @@ impl Task {
     /// One iteration: the request, the model quota, the streamed turn with its tools.
     async fn call_model_with(&mut self, client: &mut LlmClient) -> State {
         self.progress.iteration += 1;
+        self.family.budget.spend_iteration();
         self.emit(EventPayload::IterationStarted {
             iteration: self.progress.iteration,
             max_iterations: self.limits.max_iterations,

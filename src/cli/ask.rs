@@ -107,6 +107,10 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
         let printer = tokio::spawn(print_events(rx, out, json));
         let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
         let mut saw_finish = false;
+        // The task and its delegated sub-tasks (learned from `subagent_started`), with
+        // their sessions.
+        let mut followed: std::collections::HashMap<String, SessionId> =
+            [(task.clone(), session_id.clone())].into();
         let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
         let mut cancelled = false;
         let (status, result) = loop {
@@ -116,9 +120,10 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
                 biased;
                 Some(sig) = events.next() => {
                     let Ok(a) = sig.args() else { continue };
-                    if a.task_id != task {
+                    let Some(session) = followed.get(a.task_id.as_str()).cloned() else {
                         continue;
-                    }
+                    };
+                    let Ok(event_task) = TaskId::new(a.task_id.as_str()) else { continue };
                     let payload = match EventPayload::from_signal(&a.kind, &a.payload_json) {
                         Ok(p) => p,
                         Err(e) => {
@@ -126,8 +131,13 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
                             continue;
                         }
                     };
-                    saw_finish |= matches!(payload, EventPayload::TaskFinished { .. });
-                    let event = Arc::new(Event { payload, task_id: task_id.clone(), session_id: session_id.clone() });
+                    if let EventPayload::SubagentStarted { child_task_id, child_session_id, .. } = &payload
+                        && let Ok(child_session) = SessionId::new(child_session_id.as_str())
+                    {
+                        followed.insert(child_task_id.clone(), child_session);
+                    }
+                    saw_finish |= event_task == task_id && matches!(payload, EventPayload::TaskFinished { .. });
+                    let event = Arc::new(Event { payload, task_id: event_task, session_id: session });
                     if tx.send(event).await.is_err() {
                         // The printer stopped (closed stdout): keep following for the exit code.
                         tracing::debug!("the output printer stopped");
@@ -141,7 +151,7 @@ pub fn ask(args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
                 }
                 Some(sig) = approvals.next() => {
                     let Ok(a) = sig.args() else { continue };
-                    if a.task_id != task {
+                    if !followed.contains_key(a.task_id.as_str()) {
                         continue;
                     }
                     if !json {

@@ -192,35 +192,40 @@ struct PendingApproval {
 }
 
 pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    let got = with_proxy(async |_, p| {
+    // ListTasks lists sub-tasks right after their parent; GetTask says which they are
+    // and which approvals a running one waits for.
+    let listed = with_proxy(async |_, p| {
         let list = p.list_tasks().await?;
-        let mut approvals = std::collections::HashMap::new();
-        for (id, _, status, _) in &list {
-            if status != "running" {
-                continue;
-            }
-            // A task that ended meanwhile has none; an older daemon sends no list.
-            let Ok(task) = p.get_task(id).await else {
-                continue;
-            };
-            let pending: Vec<PendingApproval> = serde_json::from_str::<serde_json::Value>(&task)
+        let mut rows = Vec::with_capacity(list.len());
+        for row in list {
+            // Forgotten between the two calls: list it without a parent or approvals.
+            let task = p
+                .get_task(&row.0)
+                .await
                 .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            let parent = task
+                .as_ref()
+                .and_then(|v| v["parent_task"].as_str().map(str::to_owned));
+            // An older daemon sends no list.
+            let pending: Vec<PendingApproval> = task
+                .as_ref()
+                .filter(|_| row.2 == "running")
                 .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
                 .unwrap_or_default();
-            approvals.insert(id.clone(), pending);
+            rows.push((row, parent, pending));
         }
-        Ok((list, approvals))
+        Ok(rows)
     })?;
-    let (list, mut approvals) = match got {
+    let list = match listed {
         Ok(l) => l,
         Err(f) => return f.report(),
     };
     if json {
-        for (id, soul, status, prompt) in &list {
-            let pending = approvals.remove(id).unwrap_or_default();
+        for ((id, soul, status, prompt), parent, pending) in &list {
             out.json_line(
                 &serde_json::json!({"id": id, "soul": soul, "status": status,
-                "prompt": prompt, "approvals": pending}),
+                "prompt": prompt, "parent_task": parent, "approvals": pending}),
             )?;
         }
         return Ok(Exit::Completed);
@@ -229,11 +234,15 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         writeln!(out, "no tasks since the daemon started")?;
         return Ok(Exit::Completed);
     }
-    writeln!(out, "{:<16} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
-    for (id, soul, status, prompt) in &list {
+    writeln!(out, "{:<18} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
+    for ((id, soul, status, prompt), parent, pending) in &list {
         let prompt = prompt.replace('\n', " ");
-        writeln!(out, "{id:<16} {soul:<18} {status:<16} {prompt}")?;
-        for a in approvals.remove(id).unwrap_or_default() {
+        let id = match parent {
+            Some(_) => format!("└ {id}"),
+            None => id.clone(),
+        };
+        writeln!(out, "{id:<18} {soul:<18} {status:<16} {prompt}")?;
+        for a in pending {
             writeln!(
                 out,
                 "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",

@@ -9,6 +9,7 @@ mod ask;
 mod client;
 mod doctor;
 mod local;
+mod memory;
 mod output;
 mod run;
 mod setup;
@@ -80,6 +81,14 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<SessionsAction>,
         #[arg(long)]
+        json: bool,
+    },
+    /// Long-term memory: list entries, forget one, clear them
+    Memory {
+        #[command(subcommand)]
+        action: Option<MemoryAction>,
+        /// One JSON object per line
+        #[arg(long, global = true)]
         json: bool,
     },
     /// List souls, show one, or validate a soul file
@@ -172,6 +181,19 @@ pub enum SessionsAction {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum MemoryAction {
+    /// One entry per line: id, soul (`*`: every soul), text
+    List,
+    /// Remove one entry
+    Forget { id: String },
+    /// Remove every entry, or those of one soul (`--soul '*'`: those every soul sees)
+    Clear {
+        #[arg(long, value_name = "S")]
+        soul: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum SoulsAction {
     /// Show one soul in full, with the modes in force under the policy
     Show { id: String },
@@ -212,6 +234,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         } => local::policy_check(&cli.config, soul, &tool, &args_json, json, &mut out),
         Command::Snapshot(JsonFlag { json }) => local::snapshot(&cli.config, json, &mut out),
         Command::Sessions { action, json } => local::sessions(&cli.config, action, json, &mut out),
+        Command::Memory { action, json } => memory::memory(&cli.config, action, json, &mut out),
         Command::Completions { shell } => {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)

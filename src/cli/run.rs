@@ -74,7 +74,7 @@ pub fn resolve_workspace(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
 pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result<Exit> {
     let config = Arc::new(Config::load(config.as_deref(), &ProcessEnv)?);
     let policy = Arc::new(policy::load(&config.policy, &config.paths)?);
-    let souls = SoulSet::load(&config.paths, &policy)?;
+    let souls = Arc::new(SoulSet::load(&config.paths, &policy)?);
     for err in &souls.errors {
         tracing::warn!("skipping soul file: {err}");
     }
@@ -92,7 +92,7 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         .transpose()?;
 
     let data_dir = config.paths.data_dir.clone();
-    let rt = match Runtime::from_config(config, policy) {
+    let rt = match Runtime::from_config(config, policy, Arc::clone(&souls)) {
         Ok(rt) => rt,
         // A data dir that cannot be written (full, read-only) fails the task; it is not
         // a usage error (exit 2 said "fix your command line" to someone with a full disk).
@@ -112,6 +112,7 @@ pub fn run(config: &Option<PathBuf>, args: TaskArgs, out: Out) -> anyhow::Result
         workspace,
         origin: "cli".into(),
         max_iterations: None,
+        parent: None,
     };
 
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -164,17 +165,30 @@ fn task_failed(e: impl std::fmt::Display) -> anyhow::Result<Exit> {
     .report()
 }
 
-/// Prints a task's events as `familiar run` and `familiar ask` show them.
+/// Prints a task's events as `familiar run` and `familiar ask` show them. Events of
+/// delegated sub-tasks (another task id than the first event's) go to stderr,
+/// indented under the parent; only the parent's answer goes to stdout.
 pub async fn print_events(
     mut rx: tokio::sync::mpsc::Receiver<Arc<Event>>,
     mut out: Out,
     json: bool,
 ) -> anyhow::Result<()> {
     let mut at_line_start = true;
+    let mut top: Option<crate::ids::TaskId> = None;
     while let Some(event) = rx.recv().await {
         if json {
             out.json_line(&*event)?;
             out.flush()?;
+            continue;
+        }
+        let top = top.get_or_insert_with(|| event.task_id.clone());
+        if event.task_id != *top {
+            if !at_line_start {
+                writeln!(out)?;
+                out.flush()?;
+                at_line_start = true;
+            }
+            print_child_event(&event, &mut std::io::stderr().lock())?;
             continue;
         }
         let mut err = std::io::stderr().lock();
@@ -265,6 +279,23 @@ pub async fn print_events(
                     event.session_id
                 )?;
             }
+            EventPayload::SubagentStarted {
+                child_task_id,
+                soul,
+                ..
+            } => writeln!(err, "  ┌ {soul} (task {child_task_id})")?,
+            EventPayload::SubagentFinished {
+                soul,
+                status,
+                usage,
+                iterations,
+                ..
+            } => writeln!(
+                err,
+                "  └ {soul}: {status} after {iterations} step{}, {} tokens",
+                if *iterations == 1 { "" } else { "s" },
+                usage.total()
+            )?,
             EventPayload::TaskStarted { .. }
             | EventPayload::IterationStarted { .. }
             | EventPayload::ApprovalRequested { .. }
@@ -273,4 +304,63 @@ pub async fn print_events(
     }
     out.flush()?;
     Ok(())
+}
+
+/// One event of a delegated sub-task, indented under its parent's lines.
+fn print_child_event(event: &Event, err: &mut impl Write) -> std::io::Result<()> {
+    const BAR: &str = "  │ ";
+    match &event.payload {
+        EventPayload::ToolCallStarted {
+            tool,
+            args,
+            decision,
+            reason,
+            ..
+        } => {
+            let what = crate::agent::plan::describe_call(tool, args);
+            match reason {
+                Some(r) if decision != "allow" => writeln!(err, "{BAR}→ {what} [{decision}: {r}]"),
+                Some(_) | None => writeln!(err, "{BAR}→ {what}"),
+            }
+        }
+        EventPayload::ToolCallFinished {
+            tool,
+            ok,
+            preview,
+            duration_ms,
+            ..
+        } => {
+            let mark = if *ok { "✓" } else { "✗" };
+            writeln!(err, "{BAR}  {mark} {tool} ({duration_ms} ms) {preview}")
+        }
+        EventPayload::ApprovalResolved { approved, .. } => writeln!(
+            err,
+            "{BAR}  {}",
+            if *approved {
+                "approved"
+            } else {
+                "not approved"
+            }
+        ),
+        EventPayload::RateLimited { scope, limit, .. } => {
+            writeln!(err, "{BAR}  rate limited: {limit} {scope}")
+        }
+        EventPayload::TaskFinished { status, result, .. } => {
+            if *status != TaskStatus::Completed {
+                writeln!(err, "{BAR}{}", result.replace('\n', &format!("\n{BAR}")))?;
+            }
+            Ok(())
+        }
+        EventPayload::TaskStarted { .. }
+        | EventPayload::IterationStarted { .. }
+        | EventPayload::TextDelta { .. }
+        | EventPayload::ApprovalRequested { .. }
+        | EventPayload::PlanUpdated { .. }
+        | EventPayload::Compaction { .. }
+        | EventPayload::Retry { .. }
+        | EventPayload::ModelFallback { .. }
+        | EventPayload::LoopWarning { .. }
+        | EventPayload::SubagentStarted { .. }
+        | EventPayload::SubagentFinished { .. } => Ok(()),
+    }
 }

@@ -29,8 +29,8 @@ pub use providers::{
     DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_MODEL, DEFAULT_STALL_TIMEOUT,
 };
 pub use types::{
-    ApiKeySource, Config, ConfigToml, DaemonConfig, DaemonToml, ProviderConfig, ProviderKind,
-    ProviderToml,
+    ApiKeySource, Config, ConfigToml, DaemonConfig, DaemonToml, MemoryConfig, MemoryToml,
+    ProviderConfig, ProviderKind, ProviderToml,
 };
 
 pub const DEFAULT_SOUL: &str = "safe_assistant";
@@ -38,6 +38,8 @@ pub const DEFAULT_PROVIDER: &str = "local";
 pub const DEFAULT_POLICY: &str = "default";
 pub const DEFAULT_MAX_CONCURRENT_TASKS: u32 = 4;
 pub const DEFAULT_QUEUE_LIMIT: u32 = 64;
+/// Long-term memory entries per scope (one soul, or every soul).
+pub const DEFAULT_MEMORY_MAX_PER_SCOPE: usize = 100;
 
 impl Config {
     /// Reads and resolves the config.
@@ -117,6 +119,20 @@ impl Config {
             ));
         }
 
+        let memory = MemoryConfig {
+            max_entries_per_scope: raw
+                .memory
+                .unwrap_or_default()
+                .max_entries_per_scope
+                .unwrap_or(DEFAULT_MEMORY_MAX_PER_SCOPE),
+        };
+        if memory.max_entries_per_scope == 0 {
+            return Err(invalid(
+                "memory.max_entries_per_scope",
+                "must be at least 1".to_owned(),
+            ));
+        }
+
         let mut providers = BTreeMap::new();
         for (name, p) in raw.providers {
             let key = |k: &str| format!("providers.{name}.{k}");
@@ -157,6 +173,7 @@ impl Config {
             default_provider,
             policy: raw.policy.unwrap_or_else(|| DEFAULT_POLICY.to_owned()),
             daemon,
+            memory,
             providers,
             paths,
             source,

@@ -23,8 +23,15 @@ pub struct ConfigToml {
     pub policy: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub daemon: Option<DaemonToml>,
+    pub memory: Option<MemoryToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryToml {
+    pub max_entries_per_scope: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -99,6 +106,13 @@ pub struct DaemonConfig {
     pub queue_limit: u32,
 }
 
+/// Long-term memory limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryConfig {
+    /// Entries per scope (one soul, or every soul) in `memory.json`.
+    pub max_entries_per_scope: usize,
+}
+
 /// The effective config.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
@@ -106,6 +120,7 @@ pub struct Config {
     pub default_provider: String,
     pub policy: String,
     pub daemon: DaemonConfig,
+    pub memory: MemoryConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub paths: Paths,
     /// The file this came from, if any.

@@ -3,7 +3,7 @@
 //! Start-up order is the contract's (DESIGN §9, STYLE "Concurrency"): load config,
 //! policy and souls; mark tasks a crash left `running` as `interrupted`; serve the
 //! object; only then take the bus name; then `READY=1`. One owner task
-//! ([`supervisor`]) holds every piece of mutable task state; the D-Bus object
+//! (`supervisor`) holds every piece of mutable task state; the D-Bus object
 //! ([`service::Service`]) forwards [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.
 
@@ -115,6 +115,8 @@ pub enum Op {
     },
     /// A task's runner is done (its events are all forwarded).
     Finished(supervisor::Finished),
+    /// A delegated sub-task of a running task started or ended (seen in its events).
+    Child(supervisor::ChildNote),
     /// Stop accepting, cancel everything, return once no task runs.
     Shutdown,
 }
@@ -242,7 +244,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
     for err in &souls.errors {
         tracing::warn!("skipping soul file: {err}");
     }
-    let rt = Arc::new(Runtime::from_config(config, policy)?);
+    let souls = Arc::new(souls);
+    let rt = Arc::new(Runtime::from_config(config, policy, Arc::clone(&souls))?);
     let repaired = mark_interrupted(&rt.store);
     if repaired > 0 {
         tracing::warn!(
@@ -263,13 +266,10 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         // Handlers first: a SIGTERM right after READY=1 must stop us gracefully, not
         // hit the default action.
         let stop = stop_signals()?;
-        let daemon = Daemon::start(
-            rt,
-            Arc::new(souls),
-            zbus::connection::Builder::session(),
-            options,
-        )
-        .await?;
+        // Likewise SIGHUP (reload), whose default action would end the daemon.
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let daemon =
+            Daemon::start(rt, souls, zbus::connection::Builder::session(), options).await?;
         notify(
             sd,
             &[
@@ -282,16 +282,15 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let stopped = wait_for_stop(stop);
         tokio::pin!(stopped);
         let conn = daemon.connection().clone();
-        let bus_gone = bus_lost(&conn);
-        tokio::pin!(bus_gone);
+        let lost_bus = bus_lost(&conn);
+        tokio::pin!(lost_bus);
         let lost = loop {
             tokio::select! {
                 () = &mut stopped => break None,
-                why = &mut bus_gone => break Some(why),
+                why = &mut lost_bus => break Some(why),
                 _ = hangup.recv() => {
                     notify(sd, &[sd_notify::NotifyState::Reloading]);
                     if let Err(e) = daemon.reload() {

@@ -83,8 +83,11 @@ impl Reloadable {
                 None => tracing::error!("skipping soul file: {err}"),
             }
         }
+        let souls = Arc::new(souls);
         let rt = Arc::new(Runtime {
             policy,
+            souls: Arc::clone(&souls),
+            memory: rt.memory.clone(),
             config: Arc::clone(&rt.config),
             store: Arc::clone(&rt.store),
             tools: Arc::clone(&rt.tools),
@@ -102,13 +105,7 @@ impl Reloadable {
             rt.policy.name,
             souls.souls.len()
         );
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = (
-            Loaded {
-                rt,
-                souls: Arc::new(souls),
-            },
-            fp,
-        );
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = (Loaded { rt, souls }, fp);
         Ok(())
     }
 }

@@ -21,6 +21,7 @@ use crate::approval::Answer;
 use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES};
 use crate::ids::{RequestId, SessionId, TaskId};
 use crate::ratelimit::Scope;
+use crate::store::{Memory, MemoryError};
 
 /// The served object.
 pub struct Service {
@@ -38,6 +39,11 @@ impl Service {
             shared,
             bus_driver: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The daemon's long-term memory (a handle on the file: cheap to clone).
+    fn memory(&self) -> Memory {
+        self.shared.rt.memory.clone()
     }
 
     /// The caller's unique name, after checking it runs as our user.
@@ -344,6 +350,55 @@ impl Service {
             .into_iter()
             .map(|s| (s.id.to_string(), s.soul.to_string(), s.title, s.updated_at))
             .collect())
+    }
+
+    /// Long-term memory entries, oldest first: id, soul (`*`: every soul), text,
+    /// created (RFC 3339).
+    async fn list_memory(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, String, String, String)>, Error> {
+        self.caller(&hdr, conn).await?;
+        let memory = self.memory();
+        let entries = tokio::task::spawn_blocking(move || memory.list())
+            .await
+            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("listing memory: {e}"))))?
+            .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        Ok(entries
+            .into_iter()
+            .map(|e| (e.id.to_string(), e.soul.to_string(), e.text, e.created))
+            .collect())
+    }
+
+    /// Removes one long-term memory entry.
+    async fn forget(
+        &self,
+        id: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), Error> {
+        let caller = self.caller(&hdr, conn).await?;
+        let memory = self.memory();
+        let forgotten = tokio::task::spawn_blocking(move || memory.forget(&id))
+            .await
+            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("forgetting: {e}"))))?;
+        match forgotten {
+            Ok(e) => {
+                tracing::info!(memory_id = %e.id, %caller, "memory entry forgotten");
+                Ok(())
+            }
+            Err(e @ MemoryError::NotFound(_)) => Err(Error::InvalidArgument(format!(
+                "{e}; ListMemory lists the entries"
+            ))),
+            Err(
+                e @ (MemoryError::Store(_)
+                | MemoryError::Corrupt { .. }
+                | MemoryError::Full { .. }
+                | MemoryError::Empty
+                | MemoryError::TooLong(_)),
+            ) => Err(Error::ZBus(zbus::Error::Failure(e.to_string()))),
+        }
     }
 
     /// The environment snapshot as JSON.

@@ -20,7 +20,7 @@ use zbus::object_server::SignalEmitter;
 
 use super::service::Service;
 use super::{DaemonOptions, MAX_FINISHED, Op, Shared, SubmitRequest, notify};
-use crate::agent::events::{Delivery, Event, EventBus};
+use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
 use crate::agent::{TaskError, TaskOutcome, TaskSpec, run_task};
 use crate::dbus::{self, Error, LIST_PROMPT_CHARS};
 use crate::ids::{SessionId, TaskId};
@@ -32,6 +32,23 @@ use crate::store::{Context, StoreError, TaskStatus};
 pub struct Finished {
     task_id: TaskId,
     outcome: Result<TaskOutcome, TaskError>,
+}
+
+/// What the event forwarder saw of a delegated sub-task.
+pub enum ChildNote {
+    Started {
+        child: TaskId,
+        parent: TaskId,
+        session_id: SessionId,
+        soul: String,
+        prompt: String,
+    },
+    Finished {
+        child: TaskId,
+        status: TaskStatus,
+        result: String,
+        usage: Usage,
+    },
 }
 
 struct Entry {
@@ -47,6 +64,9 @@ struct Entry {
     result: Option<String>,
     usage: Usage,
     cancel: CancellationToken,
+    /// Set for a delegated sub-task: it runs inside its parent's tool call.
+    parent: Option<TaskId>,
+    children: Vec<TaskId>,
 }
 
 pub struct Supervisor {
@@ -142,6 +162,7 @@ impl Supervisor {
                     .collect();
                 send_reply(reply, list);
             }
+            Op::Child(note) => self.child(note),
             Op::Finished(f) => {
                 self.finished(f).await;
                 self.schedule();
@@ -218,6 +239,8 @@ impl Supervisor {
                 result: None,
                 usage: Usage::default(),
                 cancel: CancellationToken::new(),
+                parent: None,
+                children: Vec::new(),
             },
         );
         self.order.push_back(task_id.clone());
@@ -251,6 +274,7 @@ impl Supervisor {
             workspace: e.workspace.clone(),
             origin: e.origin.clone(),
             max_iterations: e.max_iterations,
+            parent: None,
         };
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
@@ -261,7 +285,7 @@ impl Supervisor {
         tokio::spawn(async move {
             let mut bus = EventBus::new();
             let rx = bus.subscribe(Delivery::DropWhenFull);
-            let forwarder = tokio::spawn(forward_events(emitter, rx));
+            let forwarder = tokio::spawn(forward_events(emitter, rx, tx.clone()));
             let outcome = match create_session(&rt, &spec, new_session) {
                 Ok(()) => run_task(rt, spec, bus, cancel).await,
                 Err(e) => Err(e.into()),
@@ -306,10 +330,75 @@ impl Supervisor {
         self.record_end(&f.task_id, status, &result, usage).await;
     }
 
+    /// Records a sub-task next to its parent, so `ListTasks` and `GetTask` show it.
+    fn child(&mut self, note: ChildNote) {
+        match note {
+            ChildNote::Started {
+                child,
+                parent,
+                session_id,
+                soul,
+                prompt,
+            } => {
+                let Some(p) = self.tasks.get_mut(&parent) else {
+                    return;
+                };
+                p.children.push(child.clone());
+                let loaded = self.shared.loaded.get();
+                let Ok(soul) = loaded.souls.get(&soul) else {
+                    return;
+                };
+                let entry = Entry {
+                    session_id,
+                    new_session: false,
+                    soul: Arc::new(soul.clone()),
+                    prompt,
+                    origin: format!("delegate:{parent}"),
+                    workspace: None,
+                    max_iterations: None,
+                    status: TaskStatus::Running,
+                    result: None,
+                    usage: Usage::default(),
+                    cancel: CancellationToken::new(),
+                    parent: Some(parent.clone()),
+                    children: Vec::new(),
+                };
+                self.tasks.insert(child.clone(), entry);
+                // Listed right after its parent and its earlier siblings.
+                let at = self
+                    .order
+                    .iter()
+                    .rposition(|id| {
+                        *id == parent
+                            || self.tasks.get(id).and_then(|e| e.parent.as_ref()) == Some(&parent)
+                    })
+                    .map_or(self.order.len(), |i| i + 1);
+                self.order.insert(at, child);
+            }
+            ChildNote::Finished {
+                child,
+                status,
+                result,
+                usage,
+            } => {
+                if let Some(e) = self.tasks.get_mut(&child) {
+                    e.status = status;
+                    e.result = Some(result);
+                    e.usage = usage;
+                }
+            }
+        }
+    }
+
     async fn cancel(&mut self, id: &TaskId) -> Result<(), Error> {
         let Some(e) = self.tasks.get(id) else {
             return Err(unknown_task(id));
         };
+        if let Some(parent) = &e.parent {
+            return Err(Error::InvalidArgument(format!(
+                "task {id} is a sub-task of {parent}: cancel {parent}, which cancels its sub-tasks"
+            )));
+        }
         match e.status {
             TaskStatus::Queued => {
                 self.queue.retain(|q| q != id);
@@ -322,15 +411,11 @@ impl Supervisor {
                 Ok(())
             }
             // Cancelling a finished task changes nothing; saying so is not an error.
-            TaskStatus::Completed
-            | TaskStatus::Failed
-            | TaskStatus::Cancelled
-            | TaskStatus::MaxIterations
-            | TaskStatus::BudgetExceeded
-            | TaskStatus::Timeout
-            | TaskStatus::LoopDetected
-            | TaskStatus::Denied
-            | TaskStatus::Interrupted => Ok(()),
+            // (`TaskStatus::is_finished` is the one list of finished statuses.)
+            finished => {
+                debug_assert!(finished.is_finished(), "{finished} is not finished");
+                Ok(())
+            }
         }
     }
 
@@ -357,6 +442,11 @@ impl Supervisor {
             send_reply(reply, Err(unknown_task(id)));
             return;
         };
+        let parent_session = e
+            .parent
+            .as_ref()
+            .and_then(|p| self.tasks.get(p))
+            .map(|p| p.session_id.clone());
         let mut v = json!({
             "id": id,
             "session_id": e.session_id,
@@ -382,6 +472,9 @@ impl Supervisor {
                     "reason": r.reason,
                 }))
                 .collect::<Vec<_>>(),
+            "parent_task": e.parent,
+            "parent_session": parent_session,
+            "children": e.children,
         });
         let store = Arc::clone(&self.shared.rt.store);
         let (session, task) = (e.session_id.clone(), id.clone());
@@ -469,12 +562,54 @@ fn create_session(
     ))
 }
 
-async fn forward_events(emitter: SignalEmitter<'static>, mut rx: mpsc::Receiver<Arc<Event>>) {
+/// Emits every event of a task (and of its sub-tasks) as a `TaskEvent`, and tells the
+/// owner about sub-tasks starting and ending.
+async fn forward_events(
+    emitter: SignalEmitter<'static>,
+    mut rx: mpsc::Receiver<Arc<Event>>,
+    tx: mpsc::Sender<Op>,
+) {
+    // Sub-task id → its parent's, from `subagent_started`.
+    let mut parents: HashMap<TaskId, TaskId> = HashMap::new();
     while let Some(ev) = rx.recv().await {
         if let Err(e) =
             Service::task_event(&emitter, ev.task_id.as_str(), ev.kind(), &ev.payload_json()).await
         {
             tracing::warn!(task_id = %ev.task_id, "cannot emit TaskEvent: {e}");
+        }
+        let note = if let EventPayload::SubagentStarted { child_task_id, .. } = &ev.payload {
+            if let Ok(child) = TaskId::new(child_task_id.as_str()) {
+                parents.insert(child, ev.task_id.clone());
+            }
+            None
+        } else if let EventPayload::TaskStarted { soul, prompt, .. } = &ev.payload {
+            parents.get(&ev.task_id).map(|parent| ChildNote::Started {
+                child: ev.task_id.clone(),
+                parent: parent.clone(),
+                session_id: ev.session_id.clone(),
+                soul: soul.clone(),
+                prompt: prompt.clone(),
+            })
+        } else if let EventPayload::TaskFinished {
+            status,
+            result,
+            usage,
+            ..
+        } = &ev.payload
+        {
+            parents.get(&ev.task_id).map(|_| ChildNote::Finished {
+                child: ev.task_id.clone(),
+                status: *status,
+                result: result.clone(),
+                usage: *usage,
+            })
+        } else {
+            None
+        };
+        if let Some(note) = note
+            && tx.send(Op::Child(note)).await.is_err()
+        {
+            tracing::debug!("the supervisor is gone; a sub-task is not listed");
         }
     }
 }

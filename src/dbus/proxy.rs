@@ -36,6 +36,11 @@ pub trait Agent1 {
 
     fn snapshot(&self) -> zbus::Result<String>;
 
+    /// Long-term memory: id, soul (`*`: every soul), text, created (RFC 3339).
+    fn list_memory(&self) -> zbus::Result<Vec<(String, String, String, String)>>;
+
+    fn forget(&self, id: &str) -> zbus::Result<()>;
+
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
 

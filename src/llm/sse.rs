@@ -1,5 +1,5 @@
 //! Server-sent events: bytes to SSE events (eventsource-stream, not a hand-written
-//! parser) and SSE events to [`StreamEvent`]s through a provider's [`Decoder`].
+//! parser) and SSE events to [`StreamEvent`]s through a provider's `Decoder`.
 //!
 //! The decoding is pure: the same functions run over a live HTTP body, a recorded
 //! fixture and a benchmark, and any split of the bytes into chunks yields the same

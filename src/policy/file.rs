@@ -288,8 +288,8 @@ fn regex_error_summary(e: &regex::Error) -> String {
 }
 
 /// Loads the policy `name`: `<config_dir>/policies/NAME.toml` if it exists, else the
-/// built-in of that name. familiar's own config directory and its audit log, contexts
-/// and transcripts are added to the protected paths whatever the file says: a tool
+/// built-in of that name. familiar's own config directory and its audit log, contexts,
+/// transcripts and long-term memory are added to the protected paths whatever the file says: a tool
 /// must never rewrite the rules it runs under or the record of what it did.
 pub fn load(name: &str, paths: &Paths) -> Result<Policy, ConfigError> {
     let plain = !name.is_empty()
@@ -315,6 +315,10 @@ pub fn load(name: &str, paths: &Paths) -> Result<Policy, ConfigError> {
         paths.data_dir.join("audit.jsonl"),
         paths.data_dir.join("context"),
         paths.data_dir.join("transcripts"),
+        // Long-term memory goes into system prompts: a tool writing it could plant
+        // instructions the user never approved. Its lock, temp files and corrupt
+        // copies live under context/.
+        paths.data_dir.join("memory.json"),
     ];
     for p in own {
         let p = lexical_normalize(&p);
@@ -556,6 +560,7 @@ mod tests {
                 paths.data_dir.join("audit.jsonl"),
                 paths.data_dir.join("context"),
                 paths.data_dir.join("transcripts"),
+                paths.data_dir.join("memory.json"),
             ]
         );
         let builtin = load("default", &paths).unwrap();

@@ -3,7 +3,7 @@
 //! A policy (`policies/NAME.toml`) is the ceiling every soul obeys. Deciding one tool
 //! call is a pure function of (the soul's [`Grant`], policy, tool, tier, arguments),
 //! apart from
-//! resolving symlinks in the paths it names: see [`decide`]. The rate limiter and the
+//! resolving symlinks in the paths it names: see [`decide()`]. The rate limiter and the
 //! approval broker come after it; this module only says whether a call is allowed,
 //! must be asked, or is denied, and why.
 //!
@@ -11,7 +11,7 @@
 //! What cannot be understood (an opaque shell construct, an unparseable command) is
 //! asked, never allowed.
 //!
-//! - [`file`]: the policy file schema, the built-in policies, loading by name.
+//! - [`file`](mod@file): the policy file schema, the built-in policies, loading by name.
 //! - [`decide`](mod@decide): the decision for one call and its audit trail.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.
@@ -126,15 +126,16 @@ pub struct RateSpec {
     pub per: Duration,
 }
 
-impl FromStr for RateSpec {
-    type Err = String;
+/// A rate that is not `COUNT/UNIT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid rate `{0}`: expected COUNT/UNIT like `30/min` (units: s, sec, min, h, hour, day)")]
+pub struct RateSpecError(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || {
-            format!(
-                "invalid rate `{s}`: expected COUNT/UNIT like `30/min` (units: s, sec, min, h, hour, day)"
-            )
-        };
+impl FromStr for RateSpec {
+    type Err = RateSpecError;
+
+    fn from_str(s: &str) -> Result<Self, RateSpecError> {
+        let bad = || RateSpecError(s.to_owned());
         let (count, unit) = s.split_once('/').ok_or_else(bad)?;
         let count: u32 = count.trim().parse().map_err(|_| bad())?;
         let count = NonZeroU32::new(count).ok_or_else(bad)?;
@@ -150,8 +151,8 @@ impl FromStr for RateSpec {
 }
 
 impl TryFrom<String> for RateSpec {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = RateSpecError;
+    fn try_from(s: String) -> Result<Self, RateSpecError> {
         s.parse()
     }
 }

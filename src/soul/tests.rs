@@ -216,3 +216,82 @@ fn user_soul_files_replace_builtins_and_bad_ones_are_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn memory_and_delegates_are_off_by_default() {
+    let soul = parse_str("prompt = \"p\"\n", None).unwrap();
+    assert!(!soul.memory);
+    assert!(soul.delegates.is_empty());
+    let soul = parse_str("prompt = \"p\"\nmemory = true\n", None).unwrap();
+    assert!(soul.memory);
+}
+
+#[test]
+fn delegates_without_the_delegate_tool_name_the_key() {
+    let err = parse_str(
+        "prompt = \"p\"\ntools = [\"read_file\"]\ndelegates = [\"research_agent\"]\n",
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("mine.toml:3: key `delegates`:")
+            && err.contains("does not list `delegate`"),
+        "{err}"
+    );
+    let err = parse_str("prompt = \"p\"\ndelegates = [\"../x\"]\n", None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("mine.toml:2"), "{err}");
+}
+
+#[test]
+fn a_delegate_runs_under_the_stricter_of_both_souls() {
+    let parent = parse_str(
+        "prompt = \"p\"\nmax_iterations = 8\ntools = [\"read_file\", \"list_dir\", \"shell\"]\n\
+         [permissions]\nexecute = \"ask\"\n\
+         [sandbox]\nread = [\"~/docs\", \"/etc\"]\nwrite = [\"~/out\"]\nnetwork = false\n",
+        None,
+    )
+    .unwrap();
+    let child = parse_str(
+        "prompt = \"c\"\nmax_iterations = 20\ntools = [\"shell\", \"write_file\", \"read_file\"]\n\
+         [permissions]\nwrite = \"deny\"\n\
+         [sandbox]\nread = [\"~\", \"/usr/share/doc\"]\nwrite = [\"~/out/sub\", \"~/elsewhere\"]\n\
+         network = true\nrequire = true\n",
+        None,
+    )
+    .unwrap();
+    let r = child.restricted_to(&parent);
+    assert_eq!(r.id, child.id);
+    assert_eq!(r.prompt, "c");
+    assert_eq!(r.grant.tools, ["shell", "read_file"]);
+    assert_eq!(
+        r.grant.permissions,
+        TierModes {
+            read: Mode::Allow,
+            write: Mode::Deny,
+            execute: Mode::Ask,
+            system_critical: Mode::Allow,
+        }
+    );
+    let h = |p: &str| PathBuf::from(format!("/home/user/{p}"));
+    assert_eq!(r.sandbox.read, [h("docs")]);
+    assert_eq!(r.sandbox.write, [h("out/sub")]);
+    assert!(!r.sandbox.network);
+    assert!(r.sandbox.require);
+    assert_eq!(r.max_iterations, 8);
+}
+
+#[test]
+fn tree_intersection_is_component_wise() {
+    let p = |s: &str| PathBuf::from(s);
+    assert_eq!(
+        intersect_trees(&[p("/home/a")], &[p("/home/ab")]),
+        Vec::<PathBuf>::new()
+    );
+    assert_eq!(
+        intersect_trees(&[p("/")], &[p("/etc"), p("/var/log")]),
+        [p("/etc"), p("/var/log")]
+    );
+}

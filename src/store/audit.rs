@@ -12,8 +12,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::catalog::Tier;
 use crate::ids::{SessionId, SoulId, TaskId};
-use crate::policy::Tier;
 
 /// One tool decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -64,6 +64,12 @@ pub struct Context {
     pub tool_stats: BTreeMap<String, ToolStats>,
     #[serde(default)]
     pub usage: Usage,
+    /// A delegated sub-task's session: the session of the task that delegated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<SessionId>,
+    /// A delegated sub-task's session: the task that delegated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task: Option<TaskId>,
 }
 
 impl Context {
@@ -83,6 +89,8 @@ impl Context {
             tasks: Vec::new(),
             tool_stats: BTreeMap::new(),
             usage: Usage::default(),
+            parent_session: None,
+            parent_task: None,
         }
     }
 

@@ -1,5 +1,5 @@
-//! The runtime data directory (DESIGN §6): session contexts, transcripts, the audit log
-//! and task workspaces. `data/README.md` documents the layout for users.
+//! The runtime data directory (DESIGN §6): session contexts, transcripts, the audit log,
+//! long-term memory ([`memory`]) and task workspaces. `data/README.md` documents the layout for users.
 //!
 //! Invariants:
 //! - A context file is replaced atomically (temp file, fsync, rename, fsync the
@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod context;
+pub mod memory;
 pub mod transcript;
 
 use std::fs::{self, File, OpenOptions};
@@ -31,6 +32,7 @@ pub use context::{
     CONTEXT_VERSION, Context, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus, ToolStats,
     now_rfc3339, title_from_prompt,
 };
+pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
 pub use transcript::{Transcript, TranscriptContents};
 
 const CONTEXT_DIR: &str = "context";
@@ -463,12 +465,22 @@ struct SummaryProbe {
     tasks: Vec<IgnoredAny>,
 }
 
-fn read_summary(path: &Path) -> Result<SessionSummary, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
-    let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))
-        .map_err(|e| format!("invalid JSON context: {e}"))?;
+/// Why a listing skips a context file (it is logged, and the file is left alone).
+#[derive(Debug, thiserror::Error)]
+enum Unlisted {
+    #[error("{0}")]
+    Open(#[from] std::io::Error),
+    #[error("invalid JSON context: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{}", unknown_version(*.0))]
+    Version(u32),
+}
+
+fn read_summary(path: &Path) -> Result<SessionSummary, Unlisted> {
+    let file = File::open(path)?;
+    let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))?;
     if probe.version != CONTEXT_VERSION {
-        return Err(unknown_version(probe.version));
+        return Err(Unlisted::Version(probe.version));
     }
     Ok(SessionSummary {
         id: probe.session_id,
@@ -482,10 +494,16 @@ fn read_summary(path: &Path) -> Result<SessionSummary, String> {
 /// Moves `path` to `path.corrupt-<unix time>` (or `…-<unix time>-N` if that exists),
 /// never replacing an existing file.
 fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
+    move_aside_to(path, path)
+}
+
+/// Moves `path` to `dest.corrupt-<unix time>` (or `…-<unix time>-N` if that exists),
+/// never replacing an existing file. `dest` must be on the same file system.
+fn move_aside_to(path: &Path, dest: &Path) -> Result<PathBuf, StoreError> {
     let secs = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let base = format!("{}.corrupt-{secs}", path.display());
+    let base = format!("{}.corrupt-{secs}", dest.display());
     for n in 0..1000 {
         let dest = PathBuf::from(if n == 0 {
             base.clone()

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
+use crate::catalog::Tier;
 use crate::ids::{CallId, TaskId};
 use crate::llm::{ContentBlock, Message, Role, Usage};
-use crate::policy::Tier;
 
 fn sid(s: &str) -> SessionId {
     SessionId::new(s).unwrap()

@@ -14,8 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::files::human_size;
-use super::shell::sandbox_error;
-use super::util::str_arg;
+use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 
@@ -35,12 +34,10 @@ impl Tool for DiskUsage {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": {"type": "string", "description": "directory to measure"}},
-            "required": ["path"],
-            "additionalProperties": false
-        })
+        object_schema(
+            json!({"path": {"type": "string", "description": "directory to measure"}}),
+            &["path"],
+        )
     }
 
     fn execute(
@@ -55,8 +52,7 @@ impl Tool for DiskUsage {
             let out = ctx
                 .launcher
                 .run(&ctx.sandbox, &argv, None, &ctx.cancel)
-                .await
-                .map_err(sandbox_error)?;
+                .await?;
             if out.timed_out {
                 return Err(ToolError::model(format!(
                     "du {root} did not finish in {}s: measure a smaller directory",

@@ -10,10 +10,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::util::{opt_u64, str_arg};
+use super::util::{object_schema, opt_u64, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
-use crate::sandbox::SandboxError;
 use crate::sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
 
 /// Largest slice of a file `read_file` returns to the model.
@@ -29,15 +28,7 @@ pub struct ReadFile;
 /// model can read (the kernel's errno included, so "Permission denied" is visible as
 /// such).
 pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply, ToolError> {
-    let (reply, _enforcement) = ctx
-        .launcher
-        .file_op(&ctx.sandbox, &op, &ctx.cancel)
-        .await
-        .map_err(|e| match e {
-            SandboxError::Cancelled => ToolError::model("cancelled: the task was stopped"),
-            e @ SandboxError::NotEnforced(_) => ToolError::model(format!("refused: {e}")),
-            other => ToolError::Fatal(format!("the sandbox failed: {other}")),
-        })?;
+    let (reply, _enforcement) = ctx.launcher.file_op(&ctx.sandbox, &op, &ctx.cancel).await?;
     match reply {
         FileReply::Error { errno, message } => Err(ToolError::model(match errno {
             Some(libc::EACCES) | Some(libc::EPERM) => {
@@ -62,16 +53,14 @@ impl Tool for ReadFile {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "path": {"type": "string", "description": "File to read"},
                 "offset": {"type": "integer", "minimum": 1, "description": "First line (1-based)"},
                 "limit": {"type": "integer", "minimum": 1, "description": "Number of lines"}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
+            }),
+            &["path"],
+        )
     }
 
     fn execute(
@@ -157,12 +146,10 @@ impl Tool for ListDir {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": {"type": "string", "description": "Directory to list"}},
-            "required": ["path"],
-            "additionalProperties": false
-        })
+        object_schema(
+            json!({"path": {"type": "string", "description": "Directory to list"}}),
+            &["path"],
+        )
     }
 
     fn execute(
@@ -218,15 +205,13 @@ impl Tool for WriteFile {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "path": {"type": "string"},
                 "content": {"type": "string", "description": "the whole new content"}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        })
+            }),
+            &["path", "content"],
+        )
     }
 
     fn execute(
@@ -268,16 +253,14 @@ impl Tool for EditFile {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "path": {"type": "string"},
                 "old": {"type": "string", "description": "exact text to replace, occurring once"},
                 "new": {"type": "string"}
-            },
-            "required": ["path", "old", "new"],
-            "additionalProperties": false
-        })
+            }),
+            &["path", "old", "new"],
+        )
     }
 
     fn execute(

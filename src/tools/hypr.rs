@@ -13,7 +13,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::util::str_arg;
+use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 use crate::hyprland::Hyprland;
@@ -79,7 +79,7 @@ impl Tool for HyprState {
     }
 
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
+        object_schema(json!({}), &[])
     }
 
     fn available(&self) -> bool {
@@ -151,15 +151,13 @@ impl Tool for HyprDispatch {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "dispatcher": {"type": "string", "enum": DISPATCHERS},
                 "args": {"type": "string", "description": "the dispatcher's arguments, one line"}
-            },
-            "required": ["dispatcher"],
-            "additionalProperties": false
-        })
+            }),
+            &["dispatcher"],
+        )
     }
 
     fn available(&self) -> bool {

@@ -12,8 +12,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::shell::sandbox_error;
-use super::util::{find_program, opt_u64};
+use super::util::{find_program, object_schema, opt_u64};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 
@@ -121,15 +120,14 @@ impl Tool for Journal {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "unit": {"type": "string", "description": "user unit, e.g. pipewire.service"},
                 "lines": {"type": "integer", "minimum": 1, "maximum": MAX_LINES},
                 "since": {"type": "string", "description": "e.g. \"1 hour ago\", \"today\""}
-            },
-            "additionalProperties": false
-        })
+            }),
+            &[],
+        )
     }
 
     fn available(&self) -> bool {
@@ -151,11 +149,7 @@ impl Tool for Journal {
             let mut policy = (*ctx.sandbox).clone();
             policy.read.extend(dirs);
             policy.read.push(Path::new("/etc/machine-id").to_owned());
-            let out = ctx
-                .launcher
-                .run(&policy, &argv, None, &ctx.cancel)
-                .await
-                .map_err(sandbox_error)?;
+            let out = ctx.launcher.run(&policy, &argv, None, &ctx.cancel).await?;
             if out.timed_out {
                 return Err(ToolError::model(
                     "journalctl did not finish in time: ask for fewer lines or a later `since`",

@@ -8,10 +8,12 @@
 //! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
 pub mod bus;
+pub mod delegate;
 mod disk;
 mod files;
 pub mod hypr;
 pub mod journal;
+mod memory;
 pub mod notify;
 pub mod open;
 pub mod power;
@@ -30,9 +32,11 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::ToolInfo;
+use crate::ids::{SessionId, SoulId};
 use crate::llm::ToolDef;
-use crate::sandbox::{SandboxLauncher, SandboxPolicy};
+use crate::sandbox::{SandboxError, SandboxLauncher, SandboxPolicy};
 use crate::snapshot::Snapshotter;
+use crate::store::Memory;
 
 /// What a running tool may use.
 #[derive(Clone)]
@@ -45,6 +49,13 @@ pub struct ToolContext {
     /// The kernel rules every file access and program of this task runs under.
     pub sandbox: Arc<SandboxPolicy>,
     pub launcher: Arc<SandboxLauncher>,
+    /// The task's soul and session: what `remember` records an entry under.
+    pub soul: SoulId,
+    pub session: SessionId,
+    pub memory: Memory,
+    /// Runs `delegate`'s sub-tasks; `None` where the task may not delegate (a
+    /// delegated sub-task itself).
+    pub subagents: Option<Arc<dyn delegate::Subagents>>,
 }
 
 impl ToolContext {
@@ -74,6 +85,29 @@ pub enum ToolError {
 impl ToolError {
     pub fn model(msg: impl Into<String>) -> Self {
         ToolError::RespondToModel(msg.into())
+    }
+}
+
+/// A sandbox failure as the model or the task sees it, the same for every tool: a
+/// cancelled call and a kernel that cannot enforce what the soul requires are answers
+/// the model reads (the task goes on, the call did nothing); a helper that could not be
+/// started or answered garbage means the tools are broken, and the task ends.
+impl From<SandboxError> for ToolError {
+    fn from(e: SandboxError) -> Self {
+        match e {
+            SandboxError::Cancelled => ToolError::model("cancelled: the task was stopped"),
+            SandboxError::NotEnforced(_) => ToolError::model(format!(
+                "refused: {e}; this soul's tools do not run on this kernel"
+            )),
+            e @ (SandboxError::Workspace { .. }
+            | SandboxError::CurrentExe(_)
+            | SandboxError::Spawn { .. }
+            | SandboxError::Wait(_)
+            | SandboxError::Spec(_)
+            | SandboxError::Setup(_)
+            | SandboxError::Helper { .. }
+            | SandboxError::Reply(_)) => ToolError::Fatal(format!("the sandbox failed: {e}")),
+        }
     }
 }
 
@@ -136,6 +170,9 @@ impl Registry {
             Arc::new(systemd::SystemdUser::session()),
             Arc::new(notify::Notify::session()),
             Arc::new(power::Power::system()),
+            Arc::new(delegate::Delegate),
+            Arc::new(memory::Remember),
+            Arc::new(memory::Forget),
         ];
         Registry {
             tools: tools.into_iter().map(|t| (t.info().name, t)).collect(),
@@ -174,5 +211,43 @@ impl Registry {
                 input_schema: t.schema(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::Enforcement;
+
+    #[test]
+    fn sandbox_errors_map_the_same_for_every_tool() {
+        assert_eq!(
+            ToolError::from(SandboxError::Cancelled),
+            ToolError::model("cancelled: the task was stopped")
+        );
+        let none = Enforcement::for_abi(None);
+        match ToolError::from(SandboxError::NotEnforced(none)) {
+            ToolError::RespondToModel(m) => {
+                assert!(
+                    m.starts_with("refused: the soul requires a fully enforced sandbox"),
+                    "{m}"
+                );
+                assert!(
+                    m.ends_with("this soul's tools do not run on this kernel"),
+                    "{m}"
+                );
+            }
+            ToolError::Fatal(m) => panic!("a kernel without Landlock is not fatal: {m}"),
+        }
+        assert_eq!(
+            ToolError::from(SandboxError::Setup("no ruleset".to_owned())),
+            ToolError::Fatal(
+                "the sandbox failed: the sandbox could not be set up: no ruleset".to_owned()
+            )
+        );
+        assert!(matches!(
+            ToolError::from(SandboxError::Reply("eof".to_owned())),
+            ToolError::Fatal(_)
+        ));
     }
 }

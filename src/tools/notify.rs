@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::bus::{Bus, Presence, clean_text};
-use super::util::str_arg;
+use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 use crate::dbus::notifications::NotificationsProxy;
@@ -65,15 +65,13 @@ impl Tool for Notify {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "summary": {"type": "string", "description": format!("one line, at most {MAX_SUMMARY} characters")},
                 "body": {"type": "string", "description": format!("plain text, at most {MAX_BODY} characters")}
-            },
-            "required": ["summary"],
-            "additionalProperties": false
-        })
+            }),
+            &["summary"],
+        )
     }
 
     fn available(&self) -> bool {

@@ -16,7 +16,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::util::{find_program, str_arg};
+use super::util::{find_program, object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 
@@ -144,14 +144,12 @@ impl Tool for Open {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "target": {"type": "string", "description": "path, http(s):// URL or mailto:"}
-            },
-            "required": ["target"],
-            "additionalProperties": false
-        })
+            }),
+            &["target"],
+        )
     }
 
     fn available(&self) -> bool {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::util::str_arg;
+use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 
@@ -120,14 +120,12 @@ impl Tool for Power {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "action": {"type": "string", "enum": Action::ALL}
-            },
-            "required": ["action"],
-            "additionalProperties": false
-        })
+            }),
+            &["action"],
+        )
     }
 
     fn available(&self) -> bool {

@@ -15,6 +15,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+use super::util::object_schema;
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 
@@ -169,19 +170,17 @@ impl Tool for KillProcess {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "pid": {"type": "integer", "minimum": 2},
                 "signal": {
                     "type": "string",
                     "enum": SIGNALS.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
                     "description": "default TERM"
                 }
-            },
-            "required": ["pid"],
-            "additionalProperties": false
-        })
+            }),
+            &["pid"],
+        )
     }
 
     fn execute(

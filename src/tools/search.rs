@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::files::sandboxed;
-use super::util::str_arg;
+use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 use crate::sandbox::fileops::{FileOp, FileReply};
@@ -35,16 +35,14 @@ impl Tool for SearchFiles {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "path": {"type": "string", "description": "directory (or file) to search"},
                 "pattern": {"type": "string", "description": "regular expression"},
                 "glob": {"type": "string", "description": "file-name glob, e.g. *.toml"}
-            },
-            "required": ["path", "pattern"],
-            "additionalProperties": false
-        })
+            }),
+            &["path", "pattern"],
+        )
     }
 
     fn execute(

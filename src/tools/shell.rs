@@ -13,33 +13,15 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::util::{opt_u64, str_arg};
+use super::util::{object_schema, opt_u64, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
-use crate::sandbox::{SandboxError, SandboxOutput};
+use crate::sandbox::SandboxOutput;
 
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 pub const MAX_TIMEOUT_SECS: u64 = 600;
 
 pub struct Shell;
-
-/// A sandbox failure as the model or the task sees it.
-pub(crate) fn sandbox_error(e: SandboxError) -> ToolError {
-    match e {
-        SandboxError::Cancelled => ToolError::model("cancelled: the task was stopped"),
-        SandboxError::NotEnforced(_) => ToolError::model(format!(
-            "refused: {e}; this soul cannot run programs on this kernel"
-        )),
-        e @ (SandboxError::Workspace { .. }
-        | SandboxError::CurrentExe(_)
-        | SandboxError::Spawn { .. }
-        | SandboxError::Wait(_)
-        | SandboxError::Spec(_)
-        | SandboxError::Setup(_)
-        | SandboxError::Helper { .. }
-        | SandboxError::Reply(_)) => ToolError::Fatal(format!("the sandbox failed: {e}")),
-    }
-}
 
 impl Tool for Shell {
     fn info(&self) -> &'static ToolInfo {
@@ -55,16 +37,14 @@ impl Tool for Shell {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "command": {"type": "string", "description": "shell command line"},
                 "cwd": {"type": "string", "description": "working directory (default: the workspace)"},
                 "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        })
+            }),
+            &["command"],
+        )
     }
 
     fn execute(
@@ -92,11 +72,7 @@ impl Tool for Shell {
             }
             policy.limits.timeout = Duration::from_secs(timeout);
             let argv = ["sh", "-c", command].map(str::to_owned);
-            let out = ctx
-                .launcher
-                .run(&policy, &argv, None, &ctx.cancel)
-                .await
-                .map_err(sandbox_error)?;
+            let out = ctx.launcher.run(&policy, &argv, None, &ctx.cancel).await?;
             Ok(format_output(&out, timeout))
         }
         .boxed()

@@ -5,7 +5,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::util::opt_u64;
+use super::util::{object_schema, opt_u64};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 use crate::snapshot::Snapshot;
@@ -32,7 +32,7 @@ impl Tool for SystemSnapshot {
     }
 
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
+        object_schema(json!({}), &[])
     }
 
     fn execute(
@@ -62,14 +62,13 @@ impl Tool for ProcessList {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "sort_by": {"type": "string", "enum": ["cpu", "memory"], "description": "default cpu"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PROCESS_LIMIT}
-            },
-            "additionalProperties": false
-        })
+            }),
+            &[],
+        )
     }
 
     fn execute(

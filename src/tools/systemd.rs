@@ -18,7 +18,7 @@ use zbus::OwnedObjectPath;
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::util::str_arg;
+use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 
@@ -221,18 +221,16 @@ impl Tool for SystemdUser {
     }
 
     fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
+        object_schema(
+            json!({
                 "action": {"type": "string", "enum": Action::ALL},
                 "unit": {
                     "type": "string",
                     "description": "unit name, e.g. `pipewire.service`; required except for `list`"
                 }
-            },
-            "required": ["action"],
-            "additionalProperties": false
-        })
+            }),
+            &["action"],
+        )
     }
 
     fn is_mutating(&self, args: &Value) -> bool {

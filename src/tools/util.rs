@@ -41,3 +41,18 @@ pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
 }
+
+/// The JSON schema of a tool's arguments: an object with `properties`, the
+/// `required` keys, and nothing else (`additionalProperties: false`, so a misspelt
+/// key is the model's error to fix, not silently ignored).
+pub(crate) fn object_schema(properties: serde_json::Value, required: &[&str]) -> serde_json::Value {
+    let mut schema = serde_json::json!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false,
+    });
+    if !required.is_empty() {
+        schema["required"] = serde_json::json!(required);
+    }
+    schema
+}

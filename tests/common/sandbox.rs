@@ -6,9 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use familiar::agent::sandbox_spec;
 use familiar::policy::{Policy, builtin_source};
-use familiar::sandbox::{SandboxLauncher, SandboxOutput, SandboxPolicy, probe};
+use familiar::sandbox::{FileOp, FileReply, SandboxLauncher, SandboxOutput, SandboxPolicy, probe};
 use familiar::soul::{PromptSource, SoulOrigin, parse};
 use tokio_util::sync::CancellationToken;
 
@@ -64,7 +63,7 @@ impl SandboxHome {
         )
         .unwrap();
         SandboxPolicy::new(
-            &sandbox_spec(&soul),
+            &soul.sandbox,
             &policy.protected_paths,
             &self.workspace,
             &self.home,
@@ -101,6 +100,31 @@ pub async fn run(policy: &SandboxPolicy, argv: &[&str]) -> SandboxOutput {
         .run(policy, &argv, None, &CancellationToken::new())
         .await
         .unwrap()
+}
+
+/// Runs `op` in the sandbox and asserts the kernel refused it with EACCES (not that a
+/// path check answered first: the helper reports the errno the kernel gave).
+pub async fn assert_file_op_refused(policy: &SandboxPolicy, op: &FileOp) {
+    let (reply, _) = launcher()
+        .file_op(policy, op, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            reply,
+            FileReply::Error {
+                errno: Some(libc::EACCES),
+                ..
+            }
+        ),
+        "{op:?}: {reply:?}"
+    );
+}
+
+/// Asserts a sandboxed command was refused by the kernel ("Permission denied").
+#[track_caller]
+pub fn assert_permission_denied(out: &SandboxOutput, what: &str) {
+    assert!(out.stderr.contains("Permission denied"), "{what}: {out:?}");
 }
 
 /// Whether a process with this pid still exists (`kill(pid, 0)`).

@@ -60,7 +60,7 @@ fn direct_ctx(h: &Harness) -> ToolContext {
     ToolContext {
         sandbox: Arc::new(
             SandboxPolicy::new(
-                &familiar::agent::sandbox_spec(&soul),
+                &soul.sandbox,
                 &h.policy.protected_paths,
                 &workspace,
                 h.home.path(),
@@ -74,6 +74,10 @@ fn direct_ctx(h: &Harness) -> ToolContext {
         launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
             "CARGO_BIN_EXE_familiar"
         ))),
+        soul: soul.id.clone(),
+        session: familiar::ids::SessionId::new("s-direct").unwrap(),
+        memory: familiar::store::Memory::new(h.store.data_dir(), 100),
+        subagents: None,
     }
 }
 

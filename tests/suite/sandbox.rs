@@ -14,10 +14,9 @@ use familiar::sandbox::{EnforcementStatus, FileOp, FileReply, SandboxError};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::sandbox::{
-    SECRET, SandboxHome, alive, exists, landlock_available, launcher, pids, run, sh,
+    SECRET, SandboxHome, alive, assert_file_op_refused, assert_permission_denied, exists,
+    landlock_available, launcher, pids, run, sh,
 };
-
-const EACCES: i32 = 13;
 
 /// Processes whose working directory is `dir` (everything a sandboxed command starts
 /// runs in the workspace unless it moves).
@@ -75,15 +74,15 @@ async fn writes_outside_the_workspace_are_refused_by_the_kernel() {
     let o = outside.display().to_string();
 
     let out = sh(&p, &format!("echo x > {o}")).await;
-    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    assert_permission_denied(&out, "");
     let py = format!("open('{o}', 'w')");
     let out = run(&p, &["/usr/bin/python3", "-c", &py]).await;
     assert!(out.stderr.contains("PermissionError"), "{out:?}");
     std::fs::write(h.ws("src"), "data").unwrap();
     let out = run(&p, &["cp", "src", &o]).await;
-    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    assert_permission_denied(&out, "");
     let out = sh(&p, &format!("echo x > {}/new", h.home.display())).await;
-    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    assert_permission_denied(&out, "");
     assert!(!exists(&outside));
     assert!(!exists(&h.home.join("new")));
 
@@ -116,10 +115,7 @@ async fn protected_paths_are_unreadable_even_when_home_is_readable() {
     ] {
         let out = sh(&p, &script).await;
         assert!(!out.stdout.contains(SECRET), "{script}: {out:?}");
-        assert!(
-            out.stderr.contains("Permission denied"),
-            "{script}: {out:?}"
-        );
+        assert_permission_denied(&out, &script);
     }
 
     let op = FileOp::Read {
@@ -127,20 +123,7 @@ async fn protected_paths_are_unreadable_even_when_home_is_readable() {
         offset: None,
         limit: None,
     };
-    let (reply, _) = launcher()
-        .file_op(&p, &op, &CancellationToken::new())
-        .await
-        .unwrap();
-    assert!(
-        matches!(
-            reply,
-            FileReply::Error {
-                errno: Some(EACCES),
-                ..
-            }
-        ),
-        "{reply:?}"
-    );
+    assert_file_op_refused(&p, &op).await;
 }
 
 #[tokio::test]
@@ -218,7 +201,7 @@ async fn tcp_connect_follows_the_network_switch() {
 
     let out = run(&h.policy(false, false), &["bash", "-c", &script]).await;
     assert!(!out.stdout.contains("connected"), "{out:?}");
-    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    assert_permission_denied(&out, "");
 
     let out = run(&h.policy(true, false), &["bash", "-c", &script]).await;
     assert_eq!(out.stdout, "connected\n", "{out:?}");
@@ -420,20 +403,7 @@ async fn file_ops_write_inside_and_are_refused_outside() {
     assert_eq!(reply, FileReply::Written { bytes: 6 });
     assert_eq!(std::fs::read_to_string(h.ws("a.txt")).unwrap(), "hello\n");
 
-    let (reply, _) = launcher()
-        .file_op(&p, &write(h.home.join("b.txt")), &cancel)
-        .await
-        .unwrap();
-    assert!(
-        matches!(
-            reply,
-            FileReply::Error {
-                errno: Some(EACCES),
-                ..
-            }
-        ),
-        "{reply:?}"
-    );
+    assert_file_op_refused(&p, &write(h.home.join("b.txt"))).await;
     assert!(!exists(&h.home.join("b.txt")));
 
     let list = FileOp::List {

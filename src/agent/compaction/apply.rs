@@ -133,6 +133,7 @@ impl Task {
                     }
                     Ok(ClientEvent::Event(StreamEvent::Usage { usage: u })) => {
                         self.progress.usage.add(&u);
+                        self.family.budget.spend_tokens(u.total());
                         usage.add(&u);
                     }
                     Ok(ClientEvent::AttemptDiscarded) => answer.clear(),

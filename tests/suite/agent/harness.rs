@@ -16,8 +16,8 @@ use familiar::policy::Policy;
 use familiar::ratelimit::RateLimiters;
 use familiar::sandbox::SandboxLauncher;
 use familiar::snapshot::Snapshotter;
-use familiar::soul::{PromptSource, Soul, SoulOrigin};
-use familiar::store::Store;
+use familiar::soul::{PromptSource, Soul, SoulOrigin, SoulSet};
+use familiar::store::{Memory, Store};
 use familiar::tools::{Registry, Tool};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -124,6 +124,11 @@ impl Harness {
     }
 
     pub fn runtime(&self, tools: Registry) -> Arc<Runtime> {
+        self.runtime_with_souls(tools, SoulSet::default())
+    }
+
+    /// A runtime whose `delegate` finds its souls in `souls`.
+    pub fn runtime_with_souls(&self, tools: Registry, souls: SoulSet) -> Arc<Runtime> {
         Arc::new(Runtime {
             config: Arc::clone(&self.config),
             policy: Arc::clone(&self.policy),
@@ -147,6 +152,11 @@ impl Harness {
             }),
             launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"))),
             enforcement: familiar::sandbox::probe(),
+            souls: Arc::new(souls),
+            memory: Memory::new(
+                self.store.data_dir(),
+                self.config.memory.max_entries_per_scope,
+            ),
         })
     }
 
@@ -159,6 +169,7 @@ impl Harness {
             workspace: Some(self.home.path().join("work")),
             origin: "test".into(),
             max_iterations: None,
+            parent: None,
         }
     }
 

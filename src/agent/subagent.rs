@@ -1,0 +1,356 @@
+//! Delegated sub-tasks: the loop's side of the `delegate` tool.
+//!
+//! A [`Delegator`] is made for each iteration of a task that may delegate. For each
+//! call it checks the target against the soul's `delegates`, builds the child's soul as
+//! the stricter of both ([`Soul::restricted_to`]), clamps its budgets to what the
+//! parent has left ([`Budget::child`], wall clock to the parent's deadline), and runs
+//! the child as a task of its own: its own session (linked to the parent's) and
+//! transcript, the parent's workspace, the parent's cancellation, and the same
+//! decision pipeline, approvals and limiters (the parent's rate limits count the
+//! child's calls too, see [`ParentLink::quota`]). Its events go to the parent's
+//! subscribers with the child's task id, framed by `subagent_started` and
+//! `subagent_finished` on the parent.
+//!
+//! Invariants: depth is at most [`MAX_DEPTH`] (a child gets no delegator, so its
+//! `delegate` calls fail with a tool error saying why); at most [`MAX_CHILDREN`]
+//! children of one task run at once (the rest wait, cancellably).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::agent::budget::{Budget, Exhausted};
+use crate::agent::events::{Event, EventBus, EventPayload};
+use crate::agent::task::Task;
+use crate::agent::turn::{Limits, State};
+use crate::agent::{Runtime, TaskSpec, run_task};
+use crate::ids::{SessionId, SoulId, TaskId};
+use crate::soul::Soul;
+use crate::store::{Context, MemoryEntry, TaskStatus};
+use crate::tools::delegate::{DelegateRequest, Subagents};
+use crate::tools::{ToolContext, ToolError};
+
+/// A top-level task is depth 1, its children depth 2; nothing deeper.
+pub const MAX_DEPTH: u32 = 2;
+/// Children of one task running at once.
+pub const MAX_CHILDREN: usize = 3;
+
+/// What a child task knows of the task that started it.
+#[derive(Debug, Clone)]
+pub struct ParentLink {
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    /// The child's depth (2 for a child of a top-level task).
+    pub depth: u32,
+    /// The child's budget, chained to the parent's.
+    pub budget: Arc<Budget>,
+    /// The ancestors' sessions and souls: their rate limits count the child's calls,
+    /// keyed by their sessions, as if the ancestor had made them.
+    pub quota: Vec<(SessionId, Arc<Soul>)>,
+}
+
+/// A task's place in its family: the budget it shares and its children's slots.
+pub struct Family {
+    pub budget: Arc<Budget>,
+    /// [`MAX_CHILDREN`] permits for the task's sub-tasks.
+    pub slots: Arc<Semaphore>,
+}
+
+impl Family {
+    pub(super) fn for_spec(spec: &TaskSpec, limits: &Limits) -> Family {
+        Family {
+            budget: match &spec.parent {
+                Some(p) => Arc::clone(&p.budget),
+                None => Budget::root(limits.max_iterations, limits.max_tokens),
+            },
+            slots: Arc::new(Semaphore::new(MAX_CHILDREN)),
+        }
+    }
+
+    /// `CallModel`, or the finish status when the budget shared with sub-tasks (or,
+    /// for a sub-task, its parent's) is spent.
+    pub(super) fn check_budget(&self) -> State {
+        match self.budget.exhausted() {
+            None => State::CallModel,
+            Some(Exhausted::Tokens { used, max }) => State::Finish(
+                TaskStatus::BudgetExceeded,
+                format!(
+                    "stopped: the task and its sub-tasks used {used} tokens, the budget is {max}"
+                ),
+            ),
+            Some(Exhausted::Iterations { used, max }) => State::Finish(
+                TaskStatus::MaxIterations,
+                format!(
+                    "stopped after {used} model calls of the task and its sub-tasks (the budget is {max})"
+                ),
+            ),
+        }
+    }
+}
+
+/// The soul's long-term memory for its system prompt: its own entries and those for
+/// every soul, when it has `memory = true`. An unreadable memory file is reported (and
+/// moved aside by the store) and the task goes on without notes.
+pub(super) fn memory_notes(rt: &Runtime, soul: &Soul) -> Vec<MemoryEntry> {
+    if !soul.memory {
+        return Vec::new();
+    }
+    rt.memory.for_soul(&soul.id).unwrap_or_else(|e| {
+        tracing::warn!(soul = %soul.id, "no long-term memory for this task: {e}");
+        Vec::new()
+    })
+}
+
+impl Task {
+    /// What runs this task's `delegate` calls: `None` when the soul delegates to nobody
+    /// or the task is a sub-task itself (so the call fails saying why).
+    pub(super) fn delegator(&self) -> Option<Arc<dyn Subagents>> {
+        if self.delegates().is_empty() {
+            return None;
+        }
+        let depth = self.depth();
+        Some(Arc::new(Delegator {
+            rt: Arc::clone(&self.rt),
+            task_id: self.spec.task_id.clone(),
+            session_id: self.session.ctx.session_id.clone(),
+            soul: Arc::clone(&self.spec.soul),
+            depth,
+            workspace: self.place.workspace.clone(),
+            budget: Arc::clone(&self.family.budget),
+            deadline: self.clock.deadline(self.limits.max_wall_clock),
+            quota: self
+                .spec
+                .parent
+                .as_ref()
+                .map(|p| p.quota.clone())
+                .unwrap_or_default(),
+            bus: self.bus.fork(),
+            slots: Arc::clone(&self.family.slots),
+        }))
+    }
+
+    /// 1 for a task somebody submitted, 2 for its sub-tasks.
+    fn depth(&self) -> u32 {
+        self.spec.parent.as_ref().map_or(1, |p| p.depth)
+    }
+
+    /// The souls this task may hand sub-tasks to: none at the depth limit, or when the
+    /// soul's allowlist has no `delegate`.
+    pub(super) fn delegates(&self) -> &[SoulId] {
+        let soul = &self.spec.soul;
+        if self.depth() >= MAX_DEPTH || !soul.grant.allows_tool("delegate") {
+            return &[];
+        }
+        &soul.delegates
+    }
+
+    /// An approval summary, saying whose sub-task asks.
+    pub(super) fn on_behalf(&self, summary: String) -> String {
+        match &self.spec.parent {
+            Some(p) => format!("{summary} (on behalf of task {})", p.task_id),
+            None => summary,
+        }
+    }
+}
+
+/// Runs the children of one task (one per iteration; cheap to make).
+pub struct Delegator {
+    pub rt: Arc<Runtime>,
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    /// The soul the parent runs under (already restricted if it is a child itself).
+    pub soul: Arc<Soul>,
+    pub depth: u32,
+    pub workspace: PathBuf,
+    pub budget: Arc<Budget>,
+    /// When the parent's wall clock runs out.
+    pub deadline: Instant,
+    /// The parent's own quota chain (its ancestors); the child adds the parent.
+    pub quota: Vec<(SessionId, Arc<Soul>)>,
+    /// A fork of the parent's event bus: the same subscribers.
+    pub bus: EventBus,
+    /// [`MAX_CHILDREN`] permits, shared by every iteration of the task.
+    pub slots: Arc<Semaphore>,
+}
+
+impl Subagents for Delegator {
+    fn run(
+        &self,
+        request: DelegateRequest,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>> {
+        let prepared = self.prepare(&request);
+        let (rt, slots) = (Arc::clone(&self.rt), Arc::clone(&self.slots));
+        let (parent_task, parent_session) = (self.task_id.clone(), self.session_id.clone());
+        let (mut started_bus, child_bus, mut finished_bus) =
+            (self.bus.fork(), self.bus.fork(), self.bus.fork());
+        // Spawned, not awaited in place: the dispatcher drops a cancelled call's future,
+        // and the child must still run its own finish (status persisted, events sent).
+        // It sees the same cancellation through its token and ends promptly.
+        let child_run = tokio::spawn(async move {
+            let spec = prepared?;
+            let Some(child_session) = spec.session.clone() else {
+                return Err(ToolError::Fatal("a sub-task without a session".into()));
+            };
+            let cancel = ctx.cancel.child_token();
+            let _slot = tokio::select! {
+                permit = slots.acquire_owned() => permit.map_err(|_| ToolError::Fatal("the subagent slots are closed".into()))?,
+                () = cancel.cancelled() => return Err(ToolError::model("cancelled: the task was stopped")),
+            };
+            let child = spec.task_id.clone();
+            let soul = spec.soul.id.to_string();
+            let parent_event = |payload| {
+                Arc::new(Event {
+                    payload,
+                    task_id: parent_task.clone(),
+                    session_id: parent_session.clone(),
+                })
+            };
+            // The child's session exists before it starts, linked to ours, so its id is
+            // known to whoever follows our events.
+            let mut ctx_file =
+                Context::new(child_session.clone(), spec.soul.id.clone(), &spec.prompt);
+            ctx_file.parent_session = Some(parent_session.clone());
+            ctx_file.parent_task = Some(parent_task.clone());
+            rt.store.save_context(&ctx_file).map_err(|e| {
+                ToolError::model(format!("cannot create the sub-task's session: {e}"))
+            })?;
+            let started = parent_event(EventPayload::SubagentStarted {
+                child_task_id: child.to_string(),
+                child_session_id: child_session.to_string(),
+                soul: soul.clone(),
+                prompt: spec.prompt.clone(),
+                max_iterations: spec.max_iterations.unwrap_or(spec.soul.max_iterations),
+            });
+            record(&rt, &parent_session, &started);
+            started_bus.publish(started).await;
+            let outcome = run_task(Arc::clone(&rt), spec, child_bus, cancel).await;
+            let (status, result, usage, iterations) = match outcome {
+                Ok(o) => (o.status, o.result, o.usage, o.iterations),
+                Err(e) => (
+                    TaskStatus::Failed,
+                    format!("the sub-task could not start: {e}"),
+                    Default::default(),
+                    0,
+                ),
+            };
+            let finished = parent_event(EventPayload::SubagentFinished {
+                child_task_id: child.to_string(),
+                child_session_id: child_session.to_string(),
+                soul: soul.clone(),
+                status,
+                usage,
+                iterations,
+            });
+            record(&rt, &parent_session, &finished);
+            finished_bus.publish(finished).await;
+            let text = format!("[subagent {soul}, task {child}: {status}]\n{result}");
+            match status {
+                TaskStatus::Completed => Ok(text),
+                TaskStatus::Failed
+                | TaskStatus::Cancelled
+                | TaskStatus::MaxIterations
+                | TaskStatus::BudgetExceeded
+                | TaskStatus::Timeout
+                | TaskStatus::LoopDetected
+                | TaskStatus::Denied
+                | TaskStatus::Interrupted
+                | TaskStatus::Queued
+                | TaskStatus::Running => Err(ToolError::RespondToModel(text)),
+            }
+        });
+        async move {
+            child_run
+                .await
+                .map_err(|e| ToolError::Fatal(format!("the sub-task crashed: {e}")))?
+        }
+        .boxed()
+    }
+}
+
+impl Delegator {
+    /// The child's task, or the reason it may not run.
+    fn prepare(&self, req: &DelegateRequest) -> Result<TaskSpec, ToolError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(ToolError::model(format!(
+                "a delegated sub-task cannot delegate further (sub-tasks nest at most {MAX_DEPTH} deep): do the work yourself or report back what is left"
+            )));
+        }
+        if !self.soul.delegates.iter().any(|d| d.as_str() == req.soul) {
+            let known = self
+                .soul
+                .delegates
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>();
+            return Err(ToolError::model(format!(
+                "soul `{}` may not delegate to `{}`; it may delegate to: {}",
+                self.soul.id,
+                req.soul,
+                if known.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        let target = self
+            .rt
+            .souls
+            .get(&req.soul)
+            .map_err(|e| ToolError::model(e.to_string()))?;
+        let mut soul = target.restricted_to(&self.soul);
+        let wall_left = self.deadline.saturating_duration_since(Instant::now());
+        soul.max_wall_clock = soul.max_wall_clock.min(wall_left);
+        let budget = self.budget.child(
+            req.max_iterations
+                .unwrap_or(soul.max_iterations)
+                .min(soul.max_iterations),
+            soul.max_tokens,
+        );
+        if budget.max_iterations() == 0 || budget.max_tokens() == 0 || wall_left.is_zero() {
+            return Err(ToolError::model(
+                "no budget left for a sub-task: finish with what you have",
+            ));
+        }
+        soul.max_iterations = budget.max_iterations();
+        soul.max_tokens = budget.max_tokens();
+        let mut quota = self.quota.clone();
+        quota.push((self.session_id.clone(), Arc::clone(&self.soul)));
+        Ok(TaskSpec {
+            task_id: TaskId::generate(),
+            prompt: req.prompt.clone(),
+            session: Some(SessionId::generate()),
+            workspace: Some(self.workspace.clone()),
+            origin: format!("delegate:{}", self.task_id),
+            max_iterations: Some(soul.max_iterations),
+            soul: Arc::new(soul),
+            parent: Some(ParentLink {
+                task_id: self.task_id.clone(),
+                session_id: self.session_id.clone(),
+                depth: self.depth + 1,
+                budget,
+                quota,
+            }),
+        })
+    }
+}
+
+/// Appends a parent event to the parent's transcript (a second `O_APPEND` handle: one
+/// `write` per entry, so it interleaves safely with the parent loop's own).
+fn record(rt: &Runtime, session: &SessionId, event: &Event) {
+    let entry = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
+    match rt.store.transcript(session) {
+        Ok(mut t) => {
+            if let Err(e) = t.append(&entry) {
+                tracing::error!(session_id = %session, "cannot append to the transcript: {e}");
+            }
+        }
+        Err(e) => tracing::error!(session_id = %session, "cannot open the transcript: {e}"),
+    }
+}
