@@ -242,7 +242,6 @@ async fn bench() {
             t.elapsed()
         })
         .collect();
-    let snapshot_text = snap.take(Some(&work)).to_prompt_text();
     let args = json!({"path": "notes.txt"});
     let ctx = PathContext {
         home: home.path(),
@@ -294,11 +293,8 @@ async fn bench() {
                 policy: &policy,
                 tools: &tools,
                 workspace: &work,
-                snapshot_text: &snapshot_text,
                 summary: None,
                 facts: &[],
-                iteration: 3,
-                max_iterations: 10,
                 memory: &[],
                 delegates: &[],
             });

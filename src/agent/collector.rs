@@ -24,8 +24,8 @@ use crate::agent::prompt::wrap_tool_output;
 use crate::agent::task::Task;
 use crate::ids::CallId;
 use crate::llm::{
-    ClientEvent, ContentBlock, FinishReason, InvalidArguments, LlmClient, LlmError, Message,
-    Request, Role, StreamEvent, Usage,
+    ClientEvent, ContentBlock, ContextOverflow, FinishReason, InvalidArguments, LlmClient,
+    LlmError, Message, Request, Role, StreamEvent, Usage,
 };
 use crate::store::{AuditDecision, TaskStatus};
 use crate::tools::ToolContext;
@@ -65,12 +65,30 @@ pub(super) struct Collected {
     calls: Vec<(Submitted, CallResult)>,
 }
 
+impl Collected {
+    /// The overflow the call failed with, when nothing else came of it (no output, no
+    /// tool call): sending it again after compaction loses nothing.
+    pub(super) fn bare_overflow(&self) -> Option<ContextOverflow> {
+        match &self.error {
+            Some(LlmError::ContextOverflow(o))
+                if self.blocks.is_empty() && self.text.is_empty() && self.calls.is_empty() =>
+            {
+                Some(o.clone())
+            }
+            Some(_) | None => None,
+        }
+    }
+}
+
 /// The calls' results folded into the conversation.
 struct Folded {
     results: Vec<ContentBlock>,
     fatal: Option<String>,
     signatures: Vec<(String, serde_json::Value)>,
 }
+
+/// What an answer with no text is recorded and reported as.
+pub const EMPTY_ANSWER: &str = "(empty answer)";
 
 type CallEvents = mpsc::UnboundedReceiver<EventPayload>;
 
@@ -207,16 +225,32 @@ impl Task {
                 let (disposition, trail) = self.decide_call(&id, &name, &args).await;
                 (args, disposition, trail)
             }
-            Err(invalid) => (
-                json!({}),
-                Disposition::Refuse {
+            Err(invalid) => {
+                // Reported and stored like any refused call, with what arrived (a call
+                // cut off by the output limit, or arguments that are not JSON).
+                let args = json!({ "received": invalid.raw });
+                let reason = format!(
+                    "{invalid}. Send the call again with a JSON object that matches the tool's schema."
+                );
+                let tier = crate::catalog::info(&name)
+                    .map_or(crate::policy::Tier::SystemCritical, |i| {
+                        crate::catalog::tier_for_call(i, &args)
+                    });
+                self.emit(EventPayload::ToolCallStarted {
+                    call_id: id.to_string(),
+                    tool: name.clone(),
+                    args: args.clone(),
+                    tier: tier.to_string(),
+                    decision: "deny".to_owned(),
+                    reason: Some(reason.clone()),
+                })
+                .await;
+                let refuse = Disposition::Refuse {
                     decision: AuditDecision::Denied,
-                    reason: format!(
-                        "{invalid}. Send the call again with a JSON object that matches the tool's schema."
-                    ),
-                },
-                "arguments=deny".to_owned(),
-            ),
+                    reason,
+                };
+                (args, refuse, "arguments=deny".to_owned())
+            }
         };
         if matches!(disposition, Disposition::Refuse { .. }) {
             c.refused += 1;
@@ -355,17 +389,27 @@ impl Task {
                 text: c.text.clone(),
             });
         }
-        let full_text: String = c
+        let mut full_text: String = c
             .blocks
             .iter()
             .filter_map(|b| match b {
                 ContentBlock::Text { text } => Some(text.as_str()),
                 ContentBlock::Thinking { .. }
+                | ContentBlock::Reminder { .. }
                 | ContentBlock::ToolUse { .. }
                 | ContentBlock::ToolResult { .. } => None,
             })
             .collect::<Vec<_>>()
             .join("");
+        if c.calls.is_empty() && full_text.trim().is_empty() {
+            // An answer is always recorded, so roles keep alternating for the session's
+            // next task (chat templates reject two user messages in a row) and the user
+            // sees that the model said nothing.
+            full_text = EMPTY_ANSWER.to_owned();
+            c.blocks.push(ContentBlock::Text {
+                text: full_text.clone(),
+            });
+        }
         self.record_turn(c.blocks, folded.results);
         let called_tools = !c.calls.is_empty();
         CallEnd::Turn(Turn {
@@ -423,6 +467,9 @@ impl Task {
                 let (s, r) = self.cancelled_status();
                 CallEnd::Finish(s, r)
             }
+            LlmError::ContextOverflow(o) => {
+                CallEnd::Finish(TaskStatus::Failed, self.overflow_failure(&o))
+            }
             e @ (LlmError::Auth(_)
             | LlmError::BadRequest(_)
             | LlmError::NotFound(_)
@@ -449,6 +496,7 @@ pub(super) fn model_failure(e: &LlmError) -> String {
         // These carry their own remedy (fix the key, the model name, the request).
         LlmError::Auth(_)
         | LlmError::BadRequest(_)
+        | LlmError::ContextOverflow(_)
         | LlmError::NotFound(_)
         | LlmError::NoToolSupport(_)
         | LlmError::Config(_)

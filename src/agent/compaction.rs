@@ -71,6 +71,7 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
                     }
                     ContentBlock::ToolResult { .. }
                     | ContentBlock::Text { .. }
+                    | ContentBlock::Reminder { .. }
                     | ContentBlock::Thinking { .. }
                     | ContentBlock::ToolUse { .. } => None,
                 })
@@ -85,6 +86,7 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
                 content.len().saturating_sub(CLEARED_MARKER.len())
             }
             ContentBlock::Text { .. }
+            | ContentBlock::Reminder { .. }
             | ContentBlock::Thinking { .. }
             | ContentBlock::ToolUse { .. } => 0,
         })
@@ -150,7 +152,8 @@ pub fn summary_prompt(previous_summary: Option<&str>, facts: &[String], old: &[M
         for block in &m.content {
             let line = match block {
                 ContentBlock::Text { text } => text.clone(),
-                ContentBlock::Thinking { .. } => continue,
+                // Reminders were the machine's state at the time, not the conversation.
+                ContentBlock::Thinking { .. } | ContentBlock::Reminder { .. } => continue,
                 ContentBlock::ToolUse { name, input, .. } => format!("called {name} {input}"),
                 ContentBlock::ToolResult {
                     content, is_error, ..

@@ -59,10 +59,15 @@ impl Task {
     }
 
     /// Summarises the older history with the model; on failure, keeps going without.
-    async fn full_compact(&mut self, client: &mut LlmClient, tokens_before: u64) {
+    /// Returns whether the history was cut.
+    pub(in crate::agent) async fn full_compact(
+        &mut self,
+        client: &mut LlmClient,
+        tokens_before: u64,
+    ) -> bool {
         let ctx = &self.session.ctx;
         let Some(cut) = split_point(&ctx.history) else {
-            return;
+            return false;
         };
         self.progress.full_compactions += 1;
         let messages_before = ctx.history.len();
@@ -76,18 +81,18 @@ impl Task {
             messages: vec![Message::user_text(prompt)],
             tools: Vec::new(),
             max_tokens: self.max_output_tokens(),
-            temperature: None,
+            temperature: client.temperature(),
         };
         let answer = match self.summarise(client, &request).await {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::warn!(task_id = %self.spec.task_id, "compaction summary failed: {e}");
-                return;
+                return false;
             }
         };
         let (summary, facts) = parse_summary(&answer);
         if summary.is_empty() {
-            return;
+            return false;
         }
         let ctx = &mut self.session.ctx;
         ctx.summary = Some(summary);
@@ -104,6 +109,7 @@ impl Task {
             messages_after,
         })
         .await;
+        true
     }
 
     /// The model's answer to the summary request; its tokens count toward the task.

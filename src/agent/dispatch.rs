@@ -299,10 +299,31 @@ async fn ask(
     }
 }
 
-async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
-    let cancel = env.tool_ctx.cancel.clone();
+/// Runs one call and reports how it ended: every started call gets its
+/// `tool_call_finished`, whether it ran, was refused, timed out waiting for approval or
+/// named a tool this build lacks.
+async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
+    let (call_id, tool) = (spec.call_id.to_string(), spec.name.clone());
     // The person's time to answer is not the tool's: reported apart.
     let mut approval_wait = None;
+    let result = decide_and_run(env, spec, &mut approval_wait).await;
+    env.send(EventPayload::ToolCallFinished {
+        call_id,
+        tool,
+        ok: result.ok,
+        preview: shorten(&result.output, 160),
+        duration_ms: result.duration_ms,
+        approval_wait_ms: approval_wait,
+    });
+    result
+}
+
+async fn decide_and_run(
+    env: &CallEnv,
+    mut spec: CallSpec,
+    approval_wait: &mut Option<u64>,
+) -> CallResult {
+    let cancel = env.tool_ctx.cancel.clone();
     // Cloned: `ask` needs the whole spec, to record the answer in its trail.
     let decision = match spec.disposition.clone() {
         Disposition::Refuse { decision, reason } => {
@@ -312,7 +333,7 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         Disposition::Ask { reason } => {
             let asked = Instant::now();
             let answer = ask(env, &mut spec, reason).await;
-            approval_wait = Some(asked.elapsed().as_millis() as u64);
+            *approval_wait = Some(asked.elapsed().as_millis() as u64);
             match answer {
                 Ok(decision) => decision,
                 Err((decision, why)) => return CallResult::refused(decision, why, spec.trail),
@@ -361,14 +382,6 @@ async fn run_call(env: &CallEnv, mut spec: CallSpec) -> CallResult {
         Err(ToolError::RespondToModel(msg)) => (false, msg, false),
         Err(ToolError::Fatal(msg)) => (false, msg, true),
     };
-    env.send(EventPayload::ToolCallFinished {
-        call_id: spec.call_id.to_string(),
-        tool: spec.name.clone(),
-        ok,
-        preview: shorten(&output, 160),
-        duration_ms,
-        approval_wait_ms: approval_wait,
-    });
     CallResult {
         ok,
         output,

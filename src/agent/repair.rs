@@ -21,6 +21,7 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
             .filter_map(|b| match b {
                 ContentBlock::ToolUse { id, .. } => Some(id.clone()),
                 ContentBlock::Text { .. }
+                | ContentBlock::Reminder { .. }
                 | ContentBlock::Thinking { .. }
                 | ContentBlock::ToolResult { .. } => None,
             })

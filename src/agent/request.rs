@@ -1,20 +1,32 @@
-//! What the model is sent each iteration: the system prompt over a fresh snapshot of
-//! the machine, the tools the soul may use, and the history after compaction, with the
-//! notes the loop queued for the model added to it.
+//! What the model is sent each iteration: the task's stable system prompt, the tools
+//! the soul may use in a stable order, and the history after compaction, whose newest
+//! message gets this iteration's system reminder (the machine's state, the notes the
+//! loop queued for the model, progress and budget).
+//!
+//! The reminder is appended to the history itself and never rewritten, so the next
+//! request repeats this one byte for byte up to its new tail (docs/providers.md).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
 
 use crate::agent::prompt::{PromptParts, system_prompt};
+use crate::agent::reminder::{self, Budget, Environment, Inputs};
 use crate::agent::task::Task;
-use crate::llm::{LlmClient, Request};
+use crate::llm::{ContentBlock, LlmClient, Message, Request, Role};
+use crate::snapshot::Snapshot;
 use crate::store::Context;
 
-/// The parts of the system prompt that stay fixed for one iteration, so it can be built
-/// again after a full compaction changed the summary and facts.
+/// How long the reminder's sources may take together; a slower snapshot is skipped
+/// (the reminder says so), never waited for.
+pub const REMINDER_DEADLINE: Duration = Duration::from_secs(1);
+
+/// What the system prompt is built from besides the task: the same for the whole task
+/// (the summary and facts change only with a full compaction, which rewrites the
+/// history anyway).
 pub(super) struct SystemPrompt {
     tool_names: Vec<&'static str>,
-    snapshot_text: String,
-    iteration: u32,
 }
 
 impl SystemPrompt {
@@ -24,11 +36,8 @@ impl SystemPrompt {
             policy: &task.rt.policy,
             tools: &self.tool_names,
             workspace: &task.place.workspace,
-            snapshot_text: &self.snapshot_text,
             summary: ctx.summary.as_deref(),
             facts: &ctx.facts,
-            iteration: self.iteration,
-            max_iterations: task.limits.max_iterations,
             memory: &task.memory,
             delegates: task.delegates(),
         })
@@ -36,9 +45,9 @@ impl SystemPrompt {
 }
 
 impl Task {
-    /// The request for this iteration and its estimated input tokens.
-    pub(super) async fn build_request(&mut self, client: &mut LlmClient) -> (Request, u64) {
-        let system = SystemPrompt {
+    /// The system prompt's parts for this task.
+    pub(super) fn system_parts(&self) -> SystemPrompt {
+        SystemPrompt {
             tool_names: self
                 .rt
                 .tools
@@ -46,14 +55,14 @@ impl Task {
                 .iter()
                 .map(|t| t.info().name)
                 .collect(),
-            snapshot_text: self.snapshot_text().await,
-            iteration: self.progress.iteration,
-        };
-        if !self.progress.notes.is_empty() {
-            let text = std::mem::take(&mut self.progress.notes).join("\n\n");
-            self.add_user_note(text);
         }
+    }
+
+    /// The request for this iteration and its estimated input tokens.
+    pub(super) async fn build_request(&mut self, client: &mut LlmClient) -> (Request, u64) {
+        let system = self.system_parts();
         self.micro_compact().await;
+        self.add_reminder().await;
         let mut request = Request {
             model: client
                 .model_override()
@@ -63,7 +72,7 @@ impl Task {
             messages: self.session.ctx.history.clone(),
             tools: self.rt.tools.definitions(&self.spec.soul.grant.tools),
             max_tokens: self.max_output_tokens(),
-            temperature: None,
+            temperature: client.temperature(),
         };
         let estimate = self.model.estimator.request(&request);
         let estimate = self
@@ -72,16 +81,73 @@ impl Task {
         (request, estimate)
     }
 
-    /// The machine's state for the prompt. The snapshot reads /proc: off the async
-    /// threads.
-    async fn snapshot_text(&self) -> String {
+    /// Appends this iteration's system reminder to the newest message (a new user
+    /// message when the newest is the model's), and records it in the transcript.
+    async fn add_reminder(&mut self) {
+        let started = Instant::now();
+        let snapshot = self.snapshot_within(REMINDER_DEADLINE).await;
+        let notes = std::mem::take(&mut self.progress.notes);
+        let environment = match &snapshot {
+            Some(current) => Environment::Fresh {
+                previous: self.progress.last_snapshot.as_ref(),
+                current,
+            },
+            None => Environment::Skipped,
+        };
+        let text = reminder::build(&Inputs {
+            environment,
+            plan: self.plan.plan(),
+            budget: Budget {
+                iteration: self.progress.iteration,
+                max_iterations: self.limits.max_iterations,
+                tokens_used: self.progress.usage.total(),
+                max_tokens: self.limits.max_tokens,
+                elapsed: self.clock.elapsed(),
+                max_wall_clock: self.limits.max_wall_clock,
+            },
+            notes: &notes,
+        });
+        if snapshot.is_some() {
+            self.progress.last_snapshot = snapshot;
+        }
+        tracing::debug!(
+            chars = text.chars().count(),
+            micros = started.elapsed().as_micros() as u64,
+            "system reminder"
+        );
+        let entry = json!({"kind": "reminder", "task_id": self.spec.task_id,
+            "iteration": self.progress.iteration, "text": text});
+        self.session.append(&entry);
+        let block = ContentBlock::Reminder { text };
+        let history = &mut self.session.ctx.history;
+        match history.last_mut() {
+            Some(m) if m.role == Role::User => m.content.push(block),
+            Some(_) | None => history.push(Message {
+                role: Role::User,
+                content: vec![block],
+            }),
+        }
+    }
+
+    /// A snapshot of the machine, or `None` when it takes longer than `deadline`. It
+    /// reads /proc: off the async threads.
+    async fn snapshot_within(&self, deadline: Duration) -> Option<Snapshot> {
         let snap = Arc::clone(&self.rt.snapshotter);
         let ws = self.place.workspace.clone();
-        tokio::task::spawn_blocking(move || {
+        let take = tokio::task::spawn_blocking(move || {
             let mut s = snap.lock().unwrap_or_else(|e| e.into_inner());
-            s.take(Some(&ws)).to_prompt_text()
-        })
-        .await
-        .unwrap_or_else(|e| format!("(snapshot unavailable: {e})"))
+            s.take(Some(&ws))
+        });
+        match tokio::time::timeout(deadline, take).await {
+            Ok(Ok(s)) => Some(s),
+            Ok(Err(e)) => {
+                tracing::warn!("the snapshot failed: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::warn!("the snapshot took longer than {deadline:?}: skipped");
+                None
+            }
+        }
     }
 }

@@ -21,7 +21,7 @@ use crate::agent::repair::repair_dangling;
 use crate::agent::runtime::Runtime;
 use crate::agent::subagent::{Family, ParentLink, memory_notes};
 use crate::ids::{SessionId, TaskId};
-use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Role, Usage};
+use crate::llm::{Estimator, LlmClient, LlmError, Message, Usage};
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
 use crate::soul::Soul;
 use crate::store::{
@@ -158,8 +158,10 @@ pub(super) struct Progress {
     pub(super) length_continuations: u32,
     pub(super) full_compactions: u32,
     pub(super) loops: LoopDetector,
-    /// Notes to add to the next user turn (loop warnings, continuations).
+    /// Notes for the model's next reminder (loop warnings, continuations).
     pub(super) notes: Vec<String>,
+    /// The snapshot the last reminder was built from: the next one says what changed.
+    pub(super) last_snapshot: Option<crate::snapshot::Snapshot>,
 }
 
 /// Why a task stops before its work is done, as the clock sees it.
@@ -211,6 +213,11 @@ impl Clock {
 
     /// Whether the task must stop now, and why; a passed deadline counts even before
     /// the timer has fired.
+    /// Time since the task started.
+    pub(super) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     pub(super) fn stop(&self, wall: Duration) -> Option<Stop> {
         if self.cancel.is_cancelled() {
             return Some(self.cancelled_cause());
@@ -422,16 +429,6 @@ impl Task {
         self.session.ctx.history.push(message);
     }
 
-    /// Adds a note for the model to the conversation: appended to the last user message
-    /// when it is one (tool results), so roles keep alternating; a new user message
-    /// otherwise.
-    pub(super) fn add_user_note(&mut self, note: String) {
-        match self.session.ctx.history.last_mut() {
-            Some(m) if m.role == Role::User => m.content.push(ContentBlock::Text { text: note }),
-            Some(_) | None => self.record_message(Message::user_text(note)),
-        }
-    }
-
     /// Saves the context and syncs the transcript. A failure is logged (and returned): the
     /// task goes on and the next save tries again.
     pub(super) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
@@ -479,8 +476,7 @@ impl Task {
             t.finished_at = Some(crate::store::now_rfc3339());
             t.result = Some(result.clone());
         }
-        ctx.usage.input_tokens += usage.input_tokens;
-        ctx.usage.output_tokens += usage.output_tokens;
+        ctx.usage.add(&usage);
         // A task whose end could not be saved (a disk that filled up mid-task) did not
         // complete: saying "completed" lost the work silently (issue 13).
         let (status, result) = match self.persist() {

@@ -278,7 +278,7 @@ impl Task {
             max_iterations: self.limits.max_iterations,
         })
         .await;
-        let (request, estimate) = self.build_request(client).await;
+        let (mut request, mut estimate) = self.build_request(client).await;
 
         // The per-session LLM limit slows the task down rather than failing it.
         if let Err((s, r)) = self.wait_for_llm_quota().await {
@@ -287,7 +287,22 @@ impl Task {
         for h in &self.rt.hooks {
             h.before_llm(&self.task_ref(), &request);
         }
-        let collected = self.collect(client, &request).await;
+        let mut collected = self.collect(client, &request).await;
+        // Too long for the server: compact and send it once more (the same iteration).
+        if let Some(o) = collected.bare_overflow() {
+            self.account(estimate, &collected);
+            match self
+                .recover_overflow(client, &o, &mut request, estimate)
+                .await
+            {
+                Some(e) => estimate = e,
+                None => return State::Finish(TaskStatus::Failed, self.overflow_failure(&o)),
+            }
+            for h in &self.rt.hooks {
+                h.before_llm(&self.task_ref(), &request);
+            }
+            collected = self.collect(client, &request).await;
+        }
         self.account(estimate, &collected);
         match self.conclude(collected).await {
             CallEnd::Turn(turn) => {

@@ -309,7 +309,7 @@ pub fn sessions(
             }
             Ok(Exit::Completed)
         }
-        Some(SessionsAction::Show { id }) => {
+        Some(SessionsAction::Show { id, no_reminders }) => {
             let id = crate::ids::SessionId::new(id)?;
             let ctx = store.load_context(&id)?.with_context(|| {
                 format!("no session `{id}` in {}", config.paths.data_dir.display())
@@ -318,7 +318,7 @@ pub fn sessions(
                 out.json_pretty(&ctx)?;
                 return Ok(Exit::Completed);
             }
-            show_session(&ctx, &store, out)?;
+            show_session(&ctx, &store, !no_reminders, out)?;
             Ok(Exit::Completed)
         }
         Some(SessionsAction::Rm { ids }) => super::prune::rm(&store, &ids, out),
@@ -338,7 +338,12 @@ fn format_time(unix: u64) -> String {
         .to_owned()
 }
 
-fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> anyhow::Result<()> {
+fn show_session(
+    ctx: &crate::store::Context,
+    store: &Store,
+    reminders: bool,
+    out: &mut Out,
+) -> anyhow::Result<()> {
     use crate::llm::ContentBlock;
 
     writeln!(out, "session {} (soul {})", ctx.session_id, ctx.soul)?;
@@ -347,11 +352,7 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
         "  created {}, updated {}",
         ctx.created_at, ctx.updated_at
     )?;
-    writeln!(
-        out,
-        "  usage: {} input + {} output tokens",
-        ctx.usage.input_tokens, ctx.usage.output_tokens
-    )?;
+    writeln!(out, "  usage: {}", describe_usage(&ctx.usage))?;
     writeln!(
         out,
         "  workspace: {}",
@@ -383,6 +384,9 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
                 first_line(&step.description, 66)
             )?;
         }
+        if t.usage != crate::llm::Usage::default() {
+            writeln!(out, "    usage: {}", describe_usage(&t.usage))?;
+        }
         if let Some(result) = &t.result {
             writeln!(out, "    result: {}", first_line(result, 70))?;
         }
@@ -396,6 +400,10 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
         for block in &m.content {
             let line = match block {
                 ContentBlock::Text { text } => first_line(text, 90),
+                ContentBlock::Reminder { .. } if !reminders => continue,
+                ContentBlock::Reminder { text } => {
+                    format!("(system reminder, {} characters)", text.chars().count())
+                }
                 ContentBlock::Thinking { .. } => "(thinking)".to_owned(),
                 ContentBlock::ToolUse { name, input, .. } => {
                     format!("→ {name} {}", first_line(&input.to_string(), 80))
@@ -419,6 +427,21 @@ fn show_session(ctx: &crate::store::Context, store: &Store, out: &mut Out) -> an
         }
     }
     Ok(())
+}
+
+/// `N input + M output tokens`, and what the prompt cache did when it did anything.
+fn describe_usage(u: &crate::llm::Usage) -> String {
+    let mut s = format!(
+        "{} input + {} output tokens",
+        u.input_tokens, u.output_tokens
+    );
+    if u.cache_read_tokens > 0 || u.cache_write_tokens > 0 {
+        s.push_str(&format!(
+            " (prompt cache: {} read, {} written)",
+            u.cache_read_tokens, u.cache_write_tokens
+        ));
+    }
+    s
 }
 
 /// The first line of `s`, cut to `max` characters with an ellipsis.

@@ -225,6 +225,9 @@ pub enum SessionsAction {
         /// The session's id (s-…), as `familiar sessions` lists it
         #[arg(add = ArgValueCandidates::new(complete::sessions))]
         id: String,
+        /// Leave out the system reminders familiar added to the history
+        #[arg(long)]
+        no_reminders: bool,
     },
     /// Remove sessions: their context, transcript and workspace
     Rm {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::http::Wire;
@@ -40,7 +40,9 @@ impl Wire for Anthropic {
         }
     }
 
-    fn body(req: &Request) -> Value {
+    type Body = Body;
+
+    fn body(req: &Request) -> Body {
         request_body(req)
     }
 
@@ -53,22 +55,28 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
+/// The Messages API body, its fields in the order the server caches them (model
+/// settings, system, tools, messages): a request's bytes then repeat the previous
+/// request's up to its last message, which the loopback tests check.
+#[derive(Serialize)]
+pub(crate) struct Body {
+    model: String,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Value>,
+    messages: Value,
+}
+
 /// The Messages API body for `req`.
-pub(crate) fn request_body(req: &Request) -> Value {
-    let mut body = json!({
-        "model": req.model,
-        "max_tokens": req.max_tokens,
-        "stream": true,
-        "messages": wire_messages(&req.messages),
-    });
-    if !req.system.is_empty() {
-        body["system"] =
-            json!([{"type": "text", "text": req.system, "cache_control": ephemeral()}]);
-    }
-    if let Some(t) = req.temperature {
-        body["temperature"] = json!(t);
-    }
-    if !req.tools.is_empty() {
+pub(crate) fn request_body(req: &Request) -> Body {
+    let system = (!req.system.is_empty())
+        .then(|| json!([{"type": "text", "text": req.system, "cache_control": ephemeral()}]));
+    let tools = (!req.tools.is_empty()).then(|| {
         let mut tools: Vec<Value> = req
             .tools
             .iter()
@@ -77,9 +85,17 @@ pub(crate) fn request_body(req: &Request) -> Value {
         if let Some(last) = tools.last_mut() {
             last["cache_control"] = ephemeral();
         }
-        body["tools"] = Value::Array(tools);
+        Value::Array(tools)
+    });
+    Body {
+        model: req.model.clone(),
+        max_tokens: req.max_tokens,
+        temperature: req.temperature,
+        stream: true,
+        system,
+        tools,
+        messages: wire_messages(&req.messages),
     }
-    body
 }
 
 fn wire_messages(messages: &[Message]) -> Value {
@@ -106,6 +122,7 @@ fn wire_messages(messages: &[Message]) -> Value {
                         .unwrap_or(usize::MAX),
                 ),
                 ContentBlock::Text { .. }
+                | ContentBlock::Reminder { .. }
                 | ContentBlock::Thinking { .. }
                 | ContentBlock::ToolUse { .. } => (1, 0),
             };
@@ -116,6 +133,7 @@ fn wire_messages(messages: &[Message]) -> Value {
                 .filter_map(|b| match b {
                     ContentBlock::ToolUse { id, .. } => Some(id),
                     ContentBlock::Text { .. }
+                    | ContentBlock::Reminder { .. }
                     | ContentBlock::Thinking { .. }
                     | ContentBlock::ToolResult { .. } => None,
                 })
@@ -144,8 +162,10 @@ fn wire_messages(messages: &[Message]) -> Value {
 fn wire_block(block: &ContentBlock) -> Option<Value> {
     match block {
         // The API rejects empty text blocks.
-        ContentBlock::Text { text } if text.is_empty() => None,
-        ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+        ContentBlock::Text { text } | ContentBlock::Reminder { text } if text.is_empty() => None,
+        ContentBlock::Text { text } | ContentBlock::Reminder { text } => {
+            Some(json!({"type": "text", "text": text}))
+        }
         // Unsigned thinking (from another provider) cannot be sent back.
         ContentBlock::Thinking {
             thinking,
@@ -480,6 +500,11 @@ fn event_error(e: WireError) -> LlmError {
     } else {
         e.message
     };
+    if e.kind == "invalid_request_error"
+        && let Some(o) = super::overflow::classify(None, "", &message)
+    {
+        return LlmError::ContextOverflow(o);
+    }
     match e.kind.as_str() {
         "overloaded_error" => LlmError::Overloaded {
             status: 529,
@@ -543,7 +568,7 @@ mod tests {
                 is_error: false,
             }],
         };
-        let body = request_body(&req(vec![
+        let body = serde_json::to_value(request_body(&req(vec![
             Message::user_text("go"),
             Message {
                 role: Role::Assistant,
@@ -551,7 +576,8 @@ mod tests {
             },
             result("c2"),
             result("c1"),
-        ]));
+        ])))
+        .unwrap();
         let msgs = body["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 3);
         assert_eq!(

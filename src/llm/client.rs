@@ -62,6 +62,9 @@ pub struct LlmClient {
     fallback: Option<Fallback>,
     retry: RetryPolicy,
     overload_streak: u32,
+    /// `temperature` of the task's provider: sent with every request that does not
+    /// set its own (the loop's and the compaction summary's), fallback included.
+    temperature: Option<f32>,
 }
 
 impl LlmClient {
@@ -72,7 +75,19 @@ impl LlmClient {
             fallback: None,
             retry,
             overload_streak: 0,
+            temperature: None,
         }
+    }
+
+    /// Requests that set no temperature get `temperature`.
+    pub fn with_temperature(mut self, temperature: Option<f32>) -> Self {
+        self.temperature = temperature;
+        self
+    }
+
+    /// The temperature requests get when they set none.
+    pub fn temperature(&self) -> Option<f32> {
+        self.temperature
     }
 
     pub fn with_fallback(mut self, fallback: Fallback) -> Self {
@@ -106,7 +121,8 @@ impl LlmClient {
         let client = LlmClient::new(
             super::build_with(cfg, env, http)?,
             RetryPolicy::from_config(cfg),
-        );
+        )
+        .with_temperature(cfg.temperature);
         let fallback = match (&cfg.fallback_provider, &cfg.fallback_model) {
             (Some(name), model) => {
                 let fcfg = resolve(name).ok_or_else(|| {
@@ -226,6 +242,9 @@ impl Attempts<'_> {
                     let mut req = self.req.clone();
                     if let Some(m) = &self.client.model_override {
                         req.model.clone_from(m);
+                    }
+                    if req.temperature.is_none() {
+                        req.temperature = self.client.temperature;
                     }
                     self.emitted = false;
                     self.inner

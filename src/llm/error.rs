@@ -15,6 +15,10 @@ pub enum LlmError {
     /// 400: the server's own message.
     #[error("{0}")]
     BadRequest(String),
+    /// The request does not fit the model's context, in any server's wording (see
+    /// [`super::overflow`]); the loop compacts and tries again.
+    #[error("{0}")]
+    ContextOverflow(super::ContextOverflow),
     /// 404: unknown model or wrong base_url.
     #[error("{0}")]
     NotFound(String),
@@ -78,6 +82,7 @@ impl LlmError {
             | LlmError::Truncated(_) => true,
             LlmError::Auth(_)
             | LlmError::BadRequest(_)
+            | LlmError::ContextOverflow(_)
             | LlmError::NotFound(_)
             | LlmError::NoToolSupport(_)
             | LlmError::Http { .. }
@@ -96,6 +101,7 @@ impl LlmError {
             | LlmError::Server { retry_after, .. } => *retry_after,
             LlmError::Auth(_)
             | LlmError::BadRequest(_)
+            | LlmError::ContextOverflow(_)
             | LlmError::NotFound(_)
             | LlmError::NoToolSupport(_)
             | LlmError::Http { .. }

@@ -74,6 +74,9 @@ impl HttpCtx {
         let message = self.scrub(&server_message(body));
         let url = &self.cfg.base_url;
         let retry_after = retry_after(headers, SystemTime::now());
+        if let Some(o) = super::overflow::classify(Some(status), body, &message) {
+            return LlmError::ContextOverflow(o);
+        }
         if matches!(status, 400 | 404)
             && let Some(m) = model_missing(&self.cfg, model, &message, body)
         {
@@ -210,16 +213,20 @@ fn model_missing(cfg: &ProviderConfig, model: &str, message: &str, body: &str) -
 }
 
 /// The message inside an error body: `error.message` (OpenAI, Anthropic), `error` as a
-/// string (Ollama), else the body itself; cut to [`MAX_MESSAGE`].
+/// string (Ollama), a top-level `message` (older vLLM), else the body itself; cut to
+/// [`MAX_MESSAGE`].
 pub(crate) fn server_message(body: &str) -> String {
     let from_json = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| {
-            let err = v.get("error")?;
-            err.get("message")
-                .and_then(|m| m.as_str())
-                .or_else(|| err.as_str())
-                .map(str::to_owned)
+            let text = match v.get("error") {
+                Some(err) => err
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .or_else(|| err.as_str()),
+                None => v.get("message").and_then(|m| m.as_str()),
+            };
+            text.map(str::to_owned)
         });
     let text = from_json.unwrap_or_else(|| body.trim().to_owned());
     let mut end = text.len().min(MAX_MESSAGE);
@@ -287,8 +294,12 @@ pub(crate) trait Wire: Send + Sync + 'static {
     fn authorize(builder: reqwest::RequestBuilder, key: Option<&ApiKey>)
     -> reqwest::RequestBuilder;
 
+    /// The JSON body for `req`: a struct, so its fields go out in the order it
+    /// declares (a `Value` would sort them), which keeps request prefixes stable.
+    type Body: serde::Serialize;
+
     /// The JSON body for `req`.
-    fn body(req: &Request) -> serde_json::Value;
+    fn body(req: &Request) -> Self::Body;
 
     /// A decoder for one response's stream.
     fn decoder() -> Box<dyn Decoder>;

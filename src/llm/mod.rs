@@ -23,6 +23,7 @@ pub use http::new_client;
 mod keys;
 pub mod models;
 mod openai;
+pub mod overflow;
 pub mod retry;
 pub mod sse;
 pub mod tokens;
@@ -40,6 +41,7 @@ pub use client::{
     REFUSED_RETRY_DELAY,
 };
 pub use error::{ConnectError, LlmError};
+pub use overflow::ContextOverflow;
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
 
@@ -79,6 +81,12 @@ pub enum ContentBlock {
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+    },
+    /// A `<system-reminder>` block familiar appended to a user message (the machine's
+    /// state, the task's budget): sent as text, stored apart from the user's words so
+    /// it is repeated byte for byte and shown as what it is.
+    Reminder {
+        text: String,
     },
 }
 

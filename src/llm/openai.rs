@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::http::Wire;
@@ -38,7 +38,9 @@ impl Wire for OpenAi {
         }
     }
 
-    fn body(req: &Request) -> Value {
+    type Body = Body;
+
+    fn body(req: &Request) -> Body {
         request_body(req)
     }
 
@@ -47,8 +49,24 @@ impl Wire for OpenAi {
     }
 }
 
+/// The chat completions body, its fields in prompt order (settings, tools, messages):
+/// a request's bytes repeat the previous request's up to its last message, which keeps
+/// prompt caches (llama.cpp, vLLM, OpenAI) warm and the loopback tests check.
+#[derive(Serialize)]
+pub(crate) struct Body {
+    model: String,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    stream: bool,
+    stream_options: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Value>,
+    messages: Vec<Value>,
+}
+
 /// The chat completions body for `req`.
-pub(crate) fn request_body(req: &Request) -> Value {
+pub(crate) fn request_body(req: &Request) -> Body {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if !req.system.is_empty() {
         messages.push(json!({"role": "system", "content": req.system}));
@@ -56,28 +74,25 @@ pub(crate) fn request_body(req: &Request) -> Value {
     for m in &req.messages {
         push_message(m, &mut messages);
     }
-    let mut body = json!({
-        "model": req.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "max_tokens": req.max_tokens,
-    });
-    if let Some(t) = req.temperature {
-        body["temperature"] = json!(t);
-    }
-    if !req.tools.is_empty() {
-        body["tools"] = req
-            .tools
+    let tools = (!req.tools.is_empty()).then(|| {
+        req.tools
             .iter()
             .map(|t| {
                 json!({"type": "function", "function": {
                     "name": t.name, "description": t.description, "parameters": t.input_schema,
                 }})
             })
-            .collect();
+            .collect()
+    });
+    Body {
+        model: req.model.clone(),
+        max_tokens: req.max_tokens,
+        temperature: req.temperature,
+        stream: true,
+        stream_options: json!({"include_usage": true}),
+        tools,
+        messages,
     }
-    body
 }
 
 fn push_message(m: &Message, out: &mut Vec<Value>) {
@@ -87,7 +102,7 @@ fn push_message(m: &Message, out: &mut Vec<Value>) {
     // they go before any text the same user message carries.
     for block in &m.content {
         match block {
-            ContentBlock::Text { text: t } => {
+            ContentBlock::Text { text: t } | ContentBlock::Reminder { text: t } => {
                 if !text.is_empty() {
                     text.push_str("\n\n");
                 }
@@ -381,6 +396,9 @@ fn stream_error(err: &Value) -> LlmError {
         .unwrap_or("unknown error")
         .to_owned();
     let code = err.get("code").and_then(Value::as_u64).unwrap_or(500);
+    if let Some(o) = super::overflow::classify(None, &json!({"error": err}).to_string(), &message) {
+        return LlmError::ContextOverflow(o);
+    }
     match code {
         429 => LlmError::RateLimited {
             message,

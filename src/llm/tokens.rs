@@ -117,7 +117,9 @@ fn message_tokens(m: &Message) -> u64 {
             .map(|b| {
                 BLOCK_OVERHEAD
                     + match b {
-                        ContentBlock::Text { text } => text_tokens(text),
+                        ContentBlock::Text { text } | ContentBlock::Reminder { text } => {
+                            text_tokens(text)
+                        }
                         ContentBlock::Thinking { thinking, .. } => text_tokens(thinking),
                         ContentBlock::ToolUse { name, input, .. } => {
                             text_tokens(name) + json_tokens(input)

@@ -21,7 +21,9 @@ use crate::config::ProcessEnv;
 use crate::hyprland::{HyprState, Hyprland};
 use prompt::cut;
 
+mod diff;
 mod prompt;
+pub use diff::changes;
 
 /// Entries in each of `top_cpu` and `top_memory`.
 pub const TOP_PROCESSES: usize = 5;

@@ -22,6 +22,8 @@ pub struct Recorded {
     /// Lowercased names.
     pub headers: BTreeMap<String, String>,
     pub body: Value,
+    /// The body's bytes exactly as sent (prompt-cache prefix checks compare these).
+    pub raw: Vec<u8>,
 }
 
 /// A step of a reply body.
@@ -287,12 +289,14 @@ async fn read_request(sock: &mut TcpStream) -> Option<Recorded> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let body = serde_json::from_slice(&buf[head_end..head_end + len]).unwrap_or(Value::Null);
+    let raw = buf[head_end..head_end + len].to_vec();
+    let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
     Some(Recorded {
         method,
         path,
         headers,
         body,
+        raw,
     })
 }
 

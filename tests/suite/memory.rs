@@ -218,7 +218,7 @@ async fn familiar_run_remembers_and_the_next_task_sees_the_note() {
         "{notes}"
     );
     // The notes sit before the environment: the stable part of the prompt.
-    assert!(system.find("<memory_notes>") < system.find("# Environment"));
+    assert!(system.contains("<memory_notes>") && !system.contains("# Environment"));
 
     // forget: once, then it is gone.
     let out = familiar(&home, &["memory", "forget", &id]).await;

@@ -102,6 +102,7 @@ fn provider_failure(cfg: &ProviderConfig, model: &str, e: &LlmError) -> (Check, 
             )),
         ),
         LlmError::BadRequest(_)
+        | LlmError::ContextOverflow(_)
         | LlmError::NoToolSupport(_)
         | LlmError::RateLimited { .. }
         | LlmError::Overloaded { .. }

@@ -52,7 +52,16 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
         .unwrap()
         .to_owned();
     assert!(system.starts_with("You are a test soul."), "{system}");
-    assert!(system.contains("# Rules in force") && system.contains("# Environment now"));
+    assert!(system.contains("# Rules in force") && !system.contains("Environment now"));
+    // The environment travels as a reminder after the prompt, never in the system prompt.
+    let first = h.server.requests()[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        first.contains("\n\n<system-reminder>\nEnvironment now:\ntime: "),
+        "{first}"
+    );
 
     // The context, field by field.
     let ctx: Context = h.store.load_context(&out.session_id).unwrap().unwrap();

@@ -1,6 +1,7 @@
 //! The agent loop against the scripted loopback model: real files, real store, real
 //! tools, no timing assertions (tests wait for events).
 
+mod cache_prefix;
 mod desktop_tools;
 pub mod harness;
 mod hooks;

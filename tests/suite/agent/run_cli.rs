@@ -68,7 +68,11 @@ async fn familiar_run_completes_and_prints_json_events() {
     }
     // The prompt reached the model as the user's message.
     let sent = &server.requests()[0].body["messages"];
-    assert_eq!(sent[1]["content"], "what is using my disk?");
+    let text = sent[1]["content"].as_str().unwrap();
+    assert!(
+        text.starts_with("what is using my disk?\n\n<system-reminder>\n"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,9 +138,12 @@ async fn familiar_run_reads_the_prompt_from_stdin_and_rejects_an_empty_one() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hi");
-    assert_eq!(
-        server.requests()[0].body["messages"][1]["content"],
-        "hello from stdin"
+    let sent = server.requests()[0].body["messages"][1]["content"].clone();
+    assert!(
+        sent.as_str()
+            .unwrap()
+            .starts_with("hello from stdin\n\n<system-reminder>"),
+        "{sent}"
     );
 
     let mut cmd = home.familiar();

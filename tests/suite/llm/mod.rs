@@ -7,6 +7,7 @@
 
 mod decode;
 mod faults;
+mod requests;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
