@@ -251,10 +251,14 @@ pub enum MemoryAction {
     /// One entry per line: id, soul (`*`: every soul), text
     List,
     /// Remove one entry
-    Forget { id: String },
+    Forget {
+        /// The entry's id, as `familiar memory list` prints it
+        id: String,
+    },
     /// Remove every entry, or those of one soul (`--soul '*'`: those every soul sees)
     Clear {
-        #[arg(long, value_name = "S")]
+        /// Only the entries of this soul (`*`: those every soul sees)
+        #[arg(long, value_name = "S", add = ArgValueCandidates::new(complete::souls))]
         soul: Option<String>,
     },
 }
