@@ -8,7 +8,8 @@
 //! [`repair`] mends a history a crash left invalid);
 //! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside; [`runtime`]
 //! is what the tasks of one process share, model clients included. [`subagent`] runs
-//! `delegate`'s sub-tasks, sharing the parent's [`budget`].
+//! `delegate`'s sub-tasks, sharing the parent's [`budget`]; [`family`] is what a task
+//! knows of its parent and children (plain data the loop and the runner both read).
 
 pub mod budget;
 pub mod choice;
@@ -17,6 +18,7 @@ pub mod compaction;
 mod compactor;
 pub mod dispatch;
 pub mod events;
+pub mod family;
 mod gate;
 pub mod hooks;
 pub mod loop_detect;

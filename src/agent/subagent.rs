@@ -24,88 +24,16 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::agent::budget::{Budget, Exhausted};
+use crate::agent::budget::Budget;
 use crate::agent::events::{Event, EventBus, EventPayload};
-use crate::agent::task::Limits;
+pub use crate::agent::family::{Family, MAX_CHILDREN, MAX_DEPTH, ParentLink};
 use crate::agent::task::Task;
-use crate::agent::turn::State;
 use crate::agent::{Runtime, TaskSpec, run_task};
 use crate::ids::{SessionId, SoulId, TaskId};
 use crate::soul::Soul;
-use crate::store::{Context, MemoryEntry, TaskStatus};
+use crate::store::{Context, TaskStatus};
 use crate::tools::delegate::{DelegateRequest, Subagents};
 use crate::tools::{ToolContext, ToolError};
-
-/// A top-level task is depth 1, its children depth 2; nothing deeper.
-pub const MAX_DEPTH: u32 = 2;
-/// Children of one task running at once.
-pub const MAX_CHILDREN: usize = 3;
-
-/// What a child task knows of the task that started it.
-#[derive(Debug, Clone)]
-pub struct ParentLink {
-    pub task_id: TaskId,
-    pub session_id: SessionId,
-    /// The child's depth (2 for a child of a top-level task).
-    pub depth: u32,
-    /// The child's budget, chained to the parent's.
-    pub budget: Arc<Budget>,
-    /// The ancestors' sessions and souls: their rate limits count the child's calls,
-    /// keyed by their sessions, as if the ancestor had made them.
-    pub quota: Vec<(SessionId, Arc<Soul>)>,
-}
-
-/// A task's place in its family: the budget it shares and its children's slots.
-pub struct Family {
-    pub budget: Arc<Budget>,
-    /// [`MAX_CHILDREN`] permits for the task's sub-tasks.
-    pub slots: Arc<Semaphore>,
-}
-
-impl Family {
-    pub(super) fn for_spec(spec: &TaskSpec, limits: &Limits) -> Family {
-        Family {
-            budget: match &spec.parent {
-                Some(p) => Arc::clone(&p.budget),
-                None => Budget::root(limits.max_iterations, limits.max_tokens),
-            },
-            slots: Arc::new(Semaphore::new(MAX_CHILDREN)),
-        }
-    }
-
-    /// `CallModel`, or the finish status when the budget shared with sub-tasks (or,
-    /// for a sub-task, its parent's) is spent.
-    pub(super) fn check_budget(&self) -> State {
-        match self.budget.exhausted() {
-            None => State::CallModel,
-            Some(Exhausted::Tokens { used, max }) => State::Finish(
-                TaskStatus::BudgetExceeded,
-                format!(
-                    "stopped: the task and its sub-tasks used {used} tokens, the budget is {max}"
-                ),
-            ),
-            Some(Exhausted::Iterations { used, max }) => State::Finish(
-                TaskStatus::MaxIterations,
-                format!(
-                    "stopped after {used} model calls of the task and its sub-tasks (the budget is {max})"
-                ),
-            ),
-        }
-    }
-}
-
-/// The soul's long-term memory for its system prompt: its own entries and those for
-/// every soul, when it has `memory = true`. An unreadable memory file is reported (and
-/// moved aside by the store) and the task goes on without notes.
-pub(super) fn memory_notes(rt: &Runtime, soul: &Soul) -> Vec<MemoryEntry> {
-    if !soul.memory {
-        return Vec::new();
-    }
-    rt.memory.for_soul(&soul.id).unwrap_or_else(|e| {
-        tracing::warn!(soul = %soul.id, "no long-term memory for this task: {e}");
-        Vec::new()
-    })
-}
 
 impl Task {
     /// What runs this task's `delegate` calls: `None` when the soul delegates to nobody

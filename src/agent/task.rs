@@ -14,12 +14,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::events::{Event, EventBus, EventPayload};
+use crate::agent::family::{Family, ParentLink, memory_notes};
 use crate::agent::hooks::TaskRef;
 use crate::agent::loop_detect::LoopDetector;
 use crate::agent::plan::PlanTracker;
 use crate::agent::repair::repair_dangling;
 use crate::agent::runtime::Runtime;
-use crate::agent::subagent::{Family, ParentLink, memory_notes};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::{Estimator, LlmClient, LlmError, Message, Usage};
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
@@ -343,7 +343,11 @@ impl Task {
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);
-        let family = Family::for_spec(&spec, &limits);
+        let family = Family::new(
+            spec.parent.as_ref(),
+            limits.max_iterations,
+            limits.max_tokens,
+        );
         let memory = memory_notes(&rt, &spec.soul);
 
         ctx.tasks.push(TaskRecord {

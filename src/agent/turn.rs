@@ -230,7 +230,10 @@ async fn drive(
                 match check_limits(&task.progress, &task.limits, stop) {
                     // What sub-tasks spent counts too (and a sub-task stops when the
                     // task that started it is out of budget).
-                    State::CallModel => task.family.check_budget(),
+                    State::CallModel => match task.family.check_budget() {
+                        Some((status, why)) => State::Finish(status, why),
+                        None => State::CallModel,
+                    },
                     other => other,
                 }
             }
