@@ -1,0 +1,86 @@
+//! A task's place in its family of delegated sub-tasks: the link a child keeps to its
+//! parent, the budget they share, the slots for running children, and the long-term
+//! memory a soul's system prompt carries. Plain data: it knows nothing of the loop, so
+//! the task, the loop and the sub-task runner can all read it.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::agent::budget::{Budget, Exhausted};
+use crate::agent::runtime::Runtime;
+use crate::ids::{SessionId, TaskId};
+use crate::soul::Soul;
+use crate::store::{MemoryEntry, TaskStatus};
+
+/// A top-level task is depth 1, its children depth 2; nothing deeper.
+pub const MAX_DEPTH: u32 = 2;
+/// Children of one task running at once.
+pub const MAX_CHILDREN: usize = 3;
+
+/// What a child task knows of the task that started it.
+#[derive(Debug, Clone)]
+pub struct ParentLink {
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    /// The child's depth (2 for a child of a top-level task).
+    pub depth: u32,
+    /// The child's budget, chained to the parent's.
+    pub budget: Arc<Budget>,
+    /// The ancestors' sessions and souls: their rate limits count the child's calls,
+    /// keyed by their sessions, as if the ancestor had made them.
+    pub quota: Vec<(SessionId, Arc<Soul>)>,
+}
+
+/// A task's place in its family: the budget it shares and its children's slots.
+pub struct Family {
+    pub budget: Arc<Budget>,
+    /// [`MAX_CHILDREN`] permits for the task's sub-tasks.
+    pub slots: Arc<Semaphore>,
+}
+
+impl Family {
+    /// A child shares its parent's budget; a top-level task starts its own.
+    pub(super) fn new(parent: Option<&ParentLink>, max_iterations: u32, max_tokens: u64) -> Family {
+        Family {
+            budget: match parent {
+                Some(p) => Arc::clone(&p.budget),
+                None => Budget::root(max_iterations, max_tokens),
+            },
+            slots: Arc::new(Semaphore::new(MAX_CHILDREN)),
+        }
+    }
+
+    /// The finish status when the budget shared with sub-tasks (or, for a sub-task, its
+    /// parent's) is spent; `None` while there is some left.
+    pub(super) fn check_budget(&self) -> Option<(TaskStatus, String)> {
+        match self.budget.exhausted() {
+            None => None,
+            Some(Exhausted::Tokens { used, max }) => Some((
+                TaskStatus::BudgetExceeded,
+                format!(
+                    "stopped: the task and its sub-tasks used {used} tokens, the budget is {max}"
+                ),
+            )),
+            Some(Exhausted::Iterations { used, max }) => Some((
+                TaskStatus::MaxIterations,
+                format!(
+                    "stopped after {used} model calls of the task and its sub-tasks (the budget is {max})"
+                ),
+            )),
+        }
+    }
+}
+
+/// The soul's long-term memory for its system prompt: its own entries and those for
+/// every soul, when it has `memory = true`. An unreadable memory file is reported (and
+/// moved aside by the store) and the task goes on without notes.
+pub(super) fn memory_notes(rt: &Runtime, soul: &Soul) -> Vec<MemoryEntry> {
+    if !soul.memory {
+        return Vec::new();
+    }
+    rt.memory.for_soul(&soul.id).unwrap_or_else(|e| {
+        tracing::warn!(soul = %soul.id, "no long-term memory for this task: {e}");
+        Vec::new()
+    })
+}
