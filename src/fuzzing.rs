@@ -35,7 +35,9 @@ fn fixtures() -> &'static Fixtures {
             .map(|n| format!("\"{n}\""))
             .collect();
         let src = format!(
-            "id = \"fuzz\"\ndescription = \"every tool\"\nprompt = \"p\"\ntools = [{}]\n",
+            // `delegate` needs someone to hand sub-tasks to.
+            "id = \"fuzz\"\ndescription = \"every tool\"\nprompt = \"p\"\ntools = [{}]\n\
+             delegates = [\"safe_assistant\"]\n",
             tools.join(", ")
         );
         let soul = crate::soul::parse(
@@ -110,5 +112,21 @@ pub fn load_context_bytes(bytes: &[u8]) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The fixture soul lists every tool; `delegate` made it fail validation, so every
+    // policy fuzz target died on its first input (found by `cargo fuzz run shell_policy`).
+    #[test]
+    fn the_fixture_soul_with_every_tool_loads() {
+        assert!(matches!(
+            shell_decision("ls"),
+            Decision::Allow | Decision::Ask { .. }
+        ));
+        decide_call("read_file", &serde_json::json!({"path": "/etc/hostname"}));
     }
 }

@@ -39,8 +39,29 @@ fuzz_target!(|data: &[u8]| {
     let pieces = decode_recorded(kind, chunks);
     let whole = decode_recorded(kind, vec![Bytes::copy_from_slice(body)]);
     assert_eq!(
-        format!("{whole:?}"),
-        format!("{pieces:?}"),
+        without_generated_ids(&format!("{whole:?}")),
+        without_generated_ids(&format!("{pieces:?}")),
         "the chunking changed the decoded events"
     );
 });
+
+/// A tool call without an id gets a random one (`call-` and 12 hex digits): the two
+/// decodes differ there by design, so those ids are blanked before comparing.
+fn without_generated_ids(text: &str) -> String {
+    const PREFIX: &str = "CallId(\"call-";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        let (head, tail) = rest.split_at(at + PREFIX.len());
+        out.push_str(head);
+        let hex = tail.bytes().take_while(u8::is_ascii_hexdigit).count();
+        if hex == 12 && tail[12..].starts_with("\")") {
+            out.push_str("GENERATED");
+            rest = &tail[12..];
+        } else {
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
