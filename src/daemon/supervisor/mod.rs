@@ -7,22 +7,29 @@
 //! - at most one queued-or-running task per session;
 //! - every task that was accepted ends with exactly one `TaskFinished` signal, emitted
 //!   after all of its `TaskEvent`s.
+//!
+//! Sub-tasks a task delegates are recorded in `delegated.rs`; what `GetTask` and
+//! `ListTasks` show is built in `view.rs`.
+
+mod delegated;
+mod view;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
+pub use self::delegated::ChildNote;
+use self::delegated::forward_events;
 use super::service::Service;
 use super::{DaemonOptions, MAX_FINISHED, Op, Shared, SubmitRequest, notify};
-use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
+use crate::agent::events::{Delivery, EventBus};
 use crate::agent::{TaskError, TaskOutcome, TaskSpec, run_task};
-use crate::dbus::{self, Error, LIST_PROMPT_CHARS};
+use crate::dbus::{self, Error};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
 use crate::soul::Soul;
@@ -32,23 +39,6 @@ use crate::store::{Context, StoreError, TaskStatus};
 pub struct Finished {
     task_id: TaskId,
     outcome: Result<TaskOutcome, TaskError>,
-}
-
-/// What the event forwarder saw of a delegated sub-task.
-pub enum ChildNote {
-    Started {
-        child: TaskId,
-        parent: TaskId,
-        session_id: SessionId,
-        soul: String,
-        prompt: String,
-    },
-    Finished {
-        child: TaskId,
-        status: TaskStatus,
-        result: String,
-        usage: Usage,
-    },
 }
 
 struct Entry {
@@ -146,22 +136,7 @@ impl Supervisor {
                 self.publish_counts().await;
             }
             Op::GetTask { id, reply } => self.get_task(&id, reply),
-            Op::ListTasks { reply } => {
-                let list = self
-                    .order
-                    .iter()
-                    .filter_map(|id| self.tasks.get(id).map(|e| (id, e)))
-                    .map(|(id, e)| {
-                        (
-                            id.to_string(),
-                            e.soul.id.to_string(),
-                            e.status.as_str().to_owned(),
-                            e.prompt.chars().take(LIST_PROMPT_CHARS).collect(),
-                        )
-                    })
-                    .collect();
-                send_reply(reply, list);
-            }
+            Op::ListTasks { reply } => send_reply(reply, self.list_tasks()),
             Op::Child(note) => self.child(note),
             Op::Finished(f) => {
                 self.finished(f).await;
@@ -330,66 +305,6 @@ impl Supervisor {
         self.record_end(&f.task_id, status, &result, usage).await;
     }
 
-    /// Records a sub-task next to its parent, so `ListTasks` and `GetTask` show it.
-    fn child(&mut self, note: ChildNote) {
-        match note {
-            ChildNote::Started {
-                child,
-                parent,
-                session_id,
-                soul,
-                prompt,
-            } => {
-                let Some(p) = self.tasks.get_mut(&parent) else {
-                    return;
-                };
-                p.children.push(child.clone());
-                let loaded = self.shared.loaded.get();
-                let Ok(soul) = loaded.souls.get(&soul) else {
-                    return;
-                };
-                let entry = Entry {
-                    session_id,
-                    new_session: false,
-                    soul: Arc::new(soul.clone()),
-                    prompt,
-                    origin: format!("delegate:{parent}"),
-                    workspace: None,
-                    max_iterations: None,
-                    status: TaskStatus::Running,
-                    result: None,
-                    usage: Usage::default(),
-                    cancel: CancellationToken::new(),
-                    parent: Some(parent.clone()),
-                    children: Vec::new(),
-                };
-                self.tasks.insert(child.clone(), entry);
-                // Listed right after its parent and its earlier siblings.
-                let at = self
-                    .order
-                    .iter()
-                    .rposition(|id| {
-                        *id == parent
-                            || self.tasks.get(id).and_then(|e| e.parent.as_ref()) == Some(&parent)
-                    })
-                    .map_or(self.order.len(), |i| i + 1);
-                self.order.insert(at, child);
-            }
-            ChildNote::Finished {
-                child,
-                status,
-                result,
-                usage,
-            } => {
-                if let Some(e) = self.tasks.get_mut(&child) {
-                    e.status = status;
-                    e.result = Some(result);
-                    e.usage = usage;
-                }
-            }
-        }
-    }
-
     async fn cancel(&mut self, id: &TaskId) -> Result<(), Error> {
         let Some(e) = self.tasks.get(id) else {
             return Err(unknown_task(id));
@@ -435,62 +350,6 @@ impl Supervisor {
         {
             tracing::warn!(task_id = %id, "cannot emit TaskFinished: {e}");
         }
-    }
-
-    fn get_task(&self, id: &TaskId, reply: oneshot::Sender<Result<String, Error>>) {
-        let Some(e) = self.tasks.get(id) else {
-            send_reply(reply, Err(unknown_task(id)));
-            return;
-        };
-        let parent_session = e
-            .parent
-            .as_ref()
-            .and_then(|p| self.tasks.get(p))
-            .map(|p| p.session_id.clone());
-        let mut v = json!({
-            "id": id,
-            "session_id": e.session_id,
-            "soul": e.soul.id,
-            "status": e.status,
-            "prompt": e.prompt,
-            "origin": e.origin,
-            "plan": null,
-            "usage": e.usage,
-            "result": e.result,
-            // Without a notification server nothing else shows these (issue 9 §6).
-            "approvals": self
-                .shared
-                .rt
-                .approvals
-                .pending_for(id)
-                .iter()
-                .map(|r| json!({
-                    "request_id": r.request_id,
-                    "tool": r.tool,
-                    "tier": r.tier,
-                    "summary": r.summary,
-                    "reason": r.reason,
-                }))
-                .collect::<Vec<_>>(),
-            "parent_task": e.parent,
-            "parent_session": parent_session,
-            "children": e.children,
-        });
-        let store = Arc::clone(&self.shared.rt.store);
-        let (session, task) = (e.session_id.clone(), id.clone());
-        // The plan lives in the session context, which the loop persists each step;
-        // read it off the owner's thread.
-        tokio::task::spawn_blocking(move || {
-            if let Ok(Some(ctx)) = store.load_context(&session)
-                && let Some(t) = ctx.tasks.iter().find(|t| t.task_id == task)
-            {
-                v["plan"] = serde_json::to_value(&t.plan).unwrap_or_default();
-                if v["usage"] == json!(Usage::default()) {
-                    v["usage"] = serde_json::to_value(t.usage).unwrap_or_default();
-                }
-            }
-            send_reply(reply, Ok(v.to_string()));
-        });
     }
 
     /// Forgets the oldest finished tasks past [`MAX_FINISHED`].
@@ -560,58 +419,6 @@ fn create_session(
         spec.soul.id.clone(),
         &spec.prompt,
     ))
-}
-
-/// Emits every event of a task (and of its sub-tasks) as a `TaskEvent`, and tells the
-/// owner about sub-tasks starting and ending.
-async fn forward_events(
-    emitter: SignalEmitter<'static>,
-    mut rx: mpsc::Receiver<Arc<Event>>,
-    tx: mpsc::Sender<Op>,
-) {
-    // Sub-task id → its parent's, from `subagent_started`.
-    let mut parents: HashMap<TaskId, TaskId> = HashMap::new();
-    while let Some(ev) = rx.recv().await {
-        if let Err(e) =
-            Service::task_event(&emitter, ev.task_id.as_str(), ev.kind(), &ev.payload_json()).await
-        {
-            tracing::warn!(task_id = %ev.task_id, "cannot emit TaskEvent: {e}");
-        }
-        let note = if let EventPayload::SubagentStarted { child_task_id, .. } = &ev.payload {
-            if let Ok(child) = TaskId::new(child_task_id.as_str()) {
-                parents.insert(child, ev.task_id.clone());
-            }
-            None
-        } else if let EventPayload::TaskStarted { soul, prompt, .. } = &ev.payload {
-            parents.get(&ev.task_id).map(|parent| ChildNote::Started {
-                child: ev.task_id.clone(),
-                parent: parent.clone(),
-                session_id: ev.session_id.clone(),
-                soul: soul.clone(),
-                prompt: prompt.clone(),
-            })
-        } else if let EventPayload::TaskFinished {
-            status,
-            result,
-            usage,
-            ..
-        } = &ev.payload
-        {
-            parents.get(&ev.task_id).map(|_| ChildNote::Finished {
-                child: ev.task_id.clone(),
-                status: *status,
-                result: result.clone(),
-                usage: *usage,
-            })
-        } else {
-            None
-        };
-        if let Some(note) = note
-            && tx.send(Op::Child(note)).await.is_err()
-        {
-            tracing::debug!("the supervisor is gone; a sub-task is not listed");
-        }
-    }
 }
 
 fn unknown_task(id: &TaskId) -> Error {
