@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use zbus::OwnedObjectPath;
@@ -19,7 +18,7 @@ use zbus::proxy;
 
 use super::bus::{Bus, Presence};
 use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 /// The user manager's bus name.
@@ -244,11 +243,7 @@ impl Tool for SystemdUser {
         self.presence.check()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let bus = self.presence.bus().clone();
         async move {
             let action = Action::parse(str_arg(&args, "action")?)?;
