@@ -8,26 +8,23 @@ fn parse(src: &str) -> Result<Policy, FileError> {
     Policy::from_toml("p.toml", src, Path::new(HOME))
 }
 
-#[test]
-fn builtin_default_parses() {
-    let p = Policy::from_toml(
-        &builtin_label("default"),
-        builtin_source("default").unwrap(),
+fn builtin(name: &str) -> Policy {
+    Policy::from_toml(
+        &builtin_label(name),
+        builtin_source(name).unwrap(),
         Path::new(HOME),
     )
-    .unwrap();
-    insta::assert_debug_snapshot!("builtin_default", p);
+    .unwrap()
+}
+
+#[test]
+fn builtin_default_parses() {
+    insta::assert_debug_snapshot!("builtin_default", builtin("default"));
 }
 
 #[test]
 fn builtin_strict_parses() {
-    let p = Policy::from_toml(
-        &builtin_label("strict"),
-        builtin_source("strict").unwrap(),
-        Path::new(HOME),
-    )
-    .unwrap();
-    insta::assert_debug_snapshot!("builtin_strict", p);
+    insta::assert_debug_snapshot!("builtin_strict", builtin("strict"));
 }
 
 #[test]

@@ -47,7 +47,7 @@ const UNIT_TYPES: &[&str] = &[
 
 /// One row of `ListUnits`: name, description, load state, active state, sub state,
 /// followed unit, object path, job id, job type, job path.
-type UnitRow = (
+pub type UnitRow = (
     String,
     String,
     String,

@@ -1,5 +1,7 @@
 //! `systemd_user` against a fake systemd user manager on the private bus.
 
+use familiar::tools::systemd::UnitRow;
+
 use super::*;
 
 /// systemd's object path escaping: every byte outside `[A-Za-z0-9]` becomes `_XX`.
@@ -68,19 +70,6 @@ impl FakeManager {
         Ok(job)
     }
 }
-
-type UnitRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    OwnedObjectPath,
-    u32,
-    String,
-    OwnedObjectPath,
-);
 
 #[interface(name = "org.freedesktop.systemd1.Manager")]
 impl FakeManager {
