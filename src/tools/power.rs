@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::util::{object_schema, str_arg};
+use super::util::{not_one_of, object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
@@ -50,10 +50,7 @@ impl Action {
             "suspend" => Ok(Action::Suspend),
             "reboot" => Ok(Action::Reboot),
             "poweroff" => Ok(Action::PowerOff),
-            other => Err(ToolError::model(format!(
-                "unknown `action` `{other}`; one of: {}",
-                Action::ALL.join(", ")
-            ))),
+            other => Err(not_one_of("action", other, Action::ALL)),
         }
     }
 

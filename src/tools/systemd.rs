@@ -17,7 +17,7 @@ use zbus::OwnedObjectPath;
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::util::{object_schema, str_arg};
+use super::util::{not_one_of, object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
@@ -120,12 +120,7 @@ impl Action {
             "stop" => Action::Stop,
             "restart" => Action::Restart,
             "reload" => Action::Reload,
-            other => {
-                return Err(ToolError::model(format!(
-                    "unknown `action` `{other}`; one of: {}",
-                    Action::ALL.join(", ")
-                )));
-            }
+            other => return Err(not_one_of("action", other, Action::ALL)),
         })
     }
 

@@ -16,6 +16,14 @@ pub(crate) fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a 
         .ok_or_else(|| ToolError::model(format!("missing string argument `{key}`")))
 }
 
+/// `key` was given a value outside its choices: say which ones there are.
+pub(crate) fn not_one_of(key: &str, got: &str, choices: &[&str]) -> ToolError {
+    ToolError::model(format!(
+        "unknown `{key}` `{got}`; one of: {}",
+        choices.join(", ")
+    ))
+}
+
 /// An optional unsigned argument (numbers sent as strings are accepted: small models do).
 pub(crate) fn opt_u64(args: &serde_json::Value, key: &str) -> Result<Option<u64>, ToolError> {
     match args.get(key) {

@@ -100,7 +100,11 @@ fn check_data_dir(data: &Path) -> Vec<SessionId> {
 }
 
 fn load(data: &Path, id: &SessionId) -> Context {
-    Store::open(data).unwrap().load_context(id).unwrap().unwrap()
+    Store::open(data)
+        .unwrap()
+        .load_context(id)
+        .unwrap()
+        .unwrap()
 }
 
 /// A session whose task the kill interrupted (dangling calls or not: a context is
