@@ -17,15 +17,12 @@
 //!   eviction: each entry was approved by the user, only they decide what goes.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CONTEXT_DIR, StoreError, TEMP_COUNTER, TEMP_MARKER, move_aside_to, now_rfc3339};
+use super::{CONTEXT_DIR, StoreError, atomic, move_aside_to, now_rfc3339};
 use crate::ids::{IdError, MemoryId, SessionId, SoulId};
 
 /// The `version` this build reads and writes.
@@ -266,16 +263,7 @@ impl Memory {
     /// Holds the memory lock until dropped (the kernel drops it if the process dies).
     fn lock(&self) -> Result<File, MemoryError> {
         let path = self.private_dir.join(LOCK_FILE);
-        // Never deleted, like the session locks: unlinking a lock file lets two holders
-        // lock two different inodes of the same name.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| StoreError::io("cannot open", &path, e))?;
+        let file = atomic::open_lock_file(&path)?;
         file.lock()
             .map_err(|e| StoreError::io("cannot lock", &path, e))?;
         Ok(file)
@@ -313,36 +301,12 @@ impl Memory {
 
     /// Replaces the file atomically. Call only under the lock.
     fn save(&self, file: &MemoryFile) -> Result<(), MemoryError> {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         // `.memory.json.tmp-PID-N` in context/: the store's stale-temp sweep knows the
         // pattern, and tools never see it.
-        let temp = self
-            .private_dir
-            .join(format!(".memory{TEMP_MARKER}{}-{n}", std::process::id()));
-        let io = |e| StoreError::io("cannot write", &temp, e);
-        let bytes = serde_json::to_vec_pretty(file).map_err(StoreError::Serialize)?;
-        let written = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .and_then(|mut f| {
-                f.write_all(&bytes)?;
-                f.sync_all()
-            });
-        if let Err(e) = written {
-            if let Err(rm) = fs::remove_file(&temp) {
-                tracing::warn!(path = %temp.display(), error = %rm, "cannot remove temp file");
-            }
-            return Err(io(e).into());
-        }
-        fs::rename(&temp, &self.path)
-            .map_err(|e| StoreError::io("cannot rename into", &self.path, e))?;
-        // The rename is durable only once the directory entry is.
-        let dir = self.path.parent().unwrap_or(Path::new("/"));
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| StoreError::io("cannot sync", dir, e))?;
+        let temp = atomic::write_temp(&self.private_dir, "memory", |w| {
+            serde_json::to_writer_pretty(w, file).map_err(StoreError::Serialize)
+        })?;
+        atomic::commit(&temp, &self.path)?;
         Ok(())
     }
 }

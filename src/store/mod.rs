@@ -10,6 +10,7 @@
 //! - Transcripts and the audit log only grow (see [`transcript`], [`audit`]).
 //! - One holder per session lock, across processes ([`SessionLock`], `flock(2)`).
 
+mod atomic;
 pub mod audit;
 pub mod context;
 pub mod memory;
@@ -17,15 +18,15 @@ mod remove;
 pub mod transcript;
 
 use std::fs::{self, File, OpenOptions};
-use std::io::BufWriter;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
+use self::atomic::TEMP_MARKER;
 use crate::ids::{SessionId, SoulId};
 
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
@@ -42,7 +43,6 @@ const WORKSPACE_DIR: &str = "workspaces";
 const AUDIT_FILE: &str = "audit.jsonl";
 /// Temp files are `.SESSION_ID.json.tmp-PID-N`: ids never start with a dot, so a temp
 /// file can never be mistaken for a session.
-const TEMP_MARKER: &str = ".json.tmp-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -150,8 +150,6 @@ impl Drop for SessionLock {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 impl Store {
     /// Opens (creating) the data directory: `data_dir` mode 0700, its `context/`,
     /// `transcripts/`, `workspaces/`, and `audit.jsonl`. Removes temp files left by
@@ -233,52 +231,18 @@ impl Store {
 
     /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
     /// [`Store::save_context`], split so tests can stop between the halves.
-    ///
-    /// Hand-written rather than `tempfile`'s `NamedTempFile::persist` or
-    /// `atomic-write-file` (issue 15, evaluated): neither keeps the writer's pid in the
-    /// temp name, which [`Store::open`] needs to remove only dead writers' leftovers,
-    /// `persist` does not sync the directory (the rename's durability, the other half
-    /// here), and `atomic-write-file` 0.3 (which does) brings `rand` 0.10 beside our
-    /// 0.9, a second copy in the binary. Either would replace about ten lines.
     fn write_temp(&self, ctx: &Context) -> Result<PathBuf, StoreError> {
         if ctx.version != CONTEXT_VERSION {
             return Err(StoreError::UnsupportedVersion(ctx.version));
         }
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let temp = self.data_dir.join(CONTEXT_DIR).join(format!(
-            ".{}{TEMP_MARKER}{}-{n}",
-            ctx.session_id,
-            std::process::id()
-        ));
-        let io = |e| StoreError::io("cannot write", &temp, e);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(io)?;
-        let result = (|| {
-            let mut w = BufWriter::with_capacity(64 * 1024, file);
-            serde_json::to_writer(&mut w, ctx).map_err(StoreError::Serialize)?;
-            let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-            file.sync_all().map_err(io)
-        })();
-        if let Err(e) = result {
-            if let Err(rm) = fs::remove_file(&temp) {
-                tracing::warn!(path = %temp.display(), error = %rm, "cannot remove temp file");
-            }
-            return Err(e);
-        }
-        Ok(temp)
+        let dir = self.data_dir.join(CONTEXT_DIR);
+        atomic::write_temp(&dir, ctx.session_id.as_str(), |w| {
+            serde_json::to_writer(w, ctx).map_err(StoreError::Serialize)
+        })
     }
 
     fn commit(&self, temp: &Path, target: &Path) -> Result<(), StoreError> {
-        fs::rename(temp, target).map_err(|e| StoreError::io("cannot rename into", target, e))?;
-        // The rename is durable only once the directory entry is.
-        let dir = self.data_dir.join(CONTEXT_DIR);
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| StoreError::io("cannot sync", &dir, e))
+        atomic::commit(temp, target)
     }
 
     /// The session's context, `None` when it has none. A file that does not parse or
@@ -362,16 +326,7 @@ impl Store {
     /// Takes the session's lock, or fails at once with [`StoreError::SessionBusy`].
     pub fn lock_session(&self, id: &SessionId) -> Result<SessionLock, StoreError> {
         let path = self.data_dir.join(CONTEXT_DIR).join(format!("{id}.lock"));
-        // The lock file is never deleted: unlinking a lock file lets two holders lock
-        // two different inodes of the same name.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| StoreError::io("cannot open", &path, e))?;
+        let file = atomic::open_lock_file(&path)?;
         // `std`'s `File::try_lock` (flock, stable since Rust 1.89, our minimum): `fs4`
         // and `fd-lock` (issue 15, evaluated) would add a dependency for the same call.
         match file.try_lock() {
