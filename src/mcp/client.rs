@@ -136,11 +136,17 @@ impl McpConnection {
 
     /// Ends the session and stops the server and everything it started.
     pub async fn shutdown(mut self) {
-        if let Err(e) = self.service.cancel().await {
-            tracing::debug!(server = %self.server, "closing the MCP session: {e}");
+        if let Some(mut child) = self.child.take() {
+            stdio::stop(&mut child, Duration::from_secs(3)).await;
         }
-        if let Some(child) = self.child.as_mut() {
-            stdio::stop(child, Duration::from_secs(3)).await;
+    }
+}
+
+impl Drop for McpConnection {
+    /// A connection dropped without [`McpConnection::shutdown`] still stops its server.
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            stdio::terminate(child);
         }
     }
 }

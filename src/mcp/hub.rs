@@ -227,10 +227,9 @@ impl McpHub {
                 let policy = self.policy(config)?;
                 let mut argv = vec![command.clone()];
                 argv.extend(args.iter().cloned());
-                let started = tokio::select! {
-                    s = stdio::spawn(&config.name, &self.launcher, &policy, &argv) => s?,
-                    () = cancel.cancelled() => return Err(McpError::Cancelled),
-                };
+                // Not raced with `cancel`: this only waits for the helper's report,
+                // and dropping it halfway would leave nobody to stop the server.
+                let started = stdio::spawn(&config.name, &self.launcher, &policy, &argv).await?;
                 McpConnection::over_stdio(&config.name, started, START_TIMEOUT, cancel).await
             }
             McpTransport::Http { url } => {

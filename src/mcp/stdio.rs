@@ -49,7 +49,9 @@ pub async fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        // Not SIGKILL on drop: the helper must live to kill what the server started
+        // (see [`terminate`]).
+        .kill_on_drop(false);
     if let Some(abi) = launcher.abi_override {
         cmd.env(crate::sandbox::status::TEST_ABI_ENV, abi.to_string());
     }
@@ -99,15 +101,21 @@ pub async fn spawn(
     })
 }
 
-/// Asks the helper to stop (SIGTERM: it passes it on and SIGKILLs what is left a
-/// second later), then kills it if it is still there after `grace`.
-pub async fn stop(child: &mut Child, grace: Duration) {
+/// Sends the helper SIGTERM: it passes it on to the server and everything the server
+/// started, SIGKILLs what is left a second later, and exits.
+pub fn terminate(child: &Child) {
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
         let pid = nix::unistd::Pid::from_raw(pid);
         if let Err(e) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
             tracing::debug!("SIGTERM to the MCP helper: {e}");
         }
     }
+}
+
+/// Asks the helper to stop (SIGTERM: it passes it on and SIGKILLs what is left a
+/// second later), then kills it if it is still there after `grace`.
+pub async fn stop(child: &mut Child, grace: Duration) {
+    terminate(child);
     if tokio::time::timeout(grace, child.wait()).await.is_err()
         && let Err(e) = child.kill().await
     {
