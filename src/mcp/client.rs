@@ -51,6 +51,7 @@ impl McpConnection {
             stdout,
             stdin,
             enforcement,
+            stderr_tail,
         } = started;
         match initialise(server, (stdout, stdin), timeout, cancel).await {
             Ok((service, tools)) => Ok(McpConnection {
@@ -60,6 +61,11 @@ impl McpConnection {
                 enforcement,
                 tools,
             }),
+            Err(McpError::Protocol { server, message }) => {
+                stdio::stop(&mut child, Duration::from_secs(2)).await;
+                let message = format!("{message}{}", stdio::tail_clause(&stderr_tail));
+                Err(McpError::Protocol { server, message })
+            }
             Err(e) => {
                 stdio::stop(&mut child, Duration::from_secs(2)).await;
                 Err(e)

@@ -7,7 +7,9 @@
 //! stays the subreaper of everything the server starts and kills all of it when the
 //! server exits or when the helper gets SIGTERM.
 
+use std::collections::VecDeque;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -23,6 +25,23 @@ pub struct StdioServer {
     pub stdout: ChildStdout,
     pub stdin: ChildStdin,
     pub enforcement: Option<Enforcement>,
+    /// The last lines the server wrote to stderr, for a start failure's message.
+    pub stderr_tail: StderrTail,
+}
+
+/// Shared with the task that drains the server's stderr.
+pub type StderrTail = Arc<Mutex<VecDeque<String>>>;
+
+/// Lines of stderr kept for error messages.
+const TAIL_LINES: usize = 5;
+
+/// The kept stderr lines, as one clause for an error message (empty if none).
+pub fn tail_clause(tail: &StderrTail) -> String {
+    let lines = tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>());
+    match lines {
+        Ok(lines) if !lines.is_empty() => format!(" (its stderr: {})", lines.join(" | ")),
+        Ok(_) | Err(_) => String::new(),
+    }
 }
 
 /// Starts `argv` under `policy`. Returns once the helper has reported that the
@@ -87,10 +106,18 @@ pub async fn spawn(
         ReportOutcome::SetupFailed(m) => return Err(start(format!("sandbox setup: {m}"))),
     }
     let name = server.to_owned();
+    let stderr_tail = StderrTail::default();
+    let tail = stderr_tail.clone();
     tokio::spawn(async move {
         // The server's own diagnostics: logged, never read by the model.
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::debug!(server = %name, "stderr: {line}");
+            if let Ok(mut t) = tail.lock() {
+                if t.len() == TAIL_LINES {
+                    t.pop_front();
+                }
+                t.push_back(line.chars().take(300).collect());
+            }
         }
     });
     Ok(StdioServer {
@@ -98,6 +125,7 @@ pub async fn spawn(
         stdout,
         stdin,
         enforcement: report.enforcement,
+        stderr_tail,
     })
 }
 
