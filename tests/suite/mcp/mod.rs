@@ -167,3 +167,61 @@ async fn cancelling_a_task_stops_waiting_for_a_hanging_server() {
         ServerState::NotStarted
     ));
 }
+
+/// `config.toml` text declaring the test server as `NAME` in `mode`.
+fn config_toml(name: &str, mode: &str) -> String {
+    let (command, args) = server::argv();
+    let exe = std::env::current_exe().unwrap();
+    format!(
+        "[mcp.{name}]\ncommand = {command:?}\nargs = {args:?}\nenv = {{ {} = {mode:?} }}\n\
+         tier = \"write\"\n[mcp.{name}.tools]\necho = \"read\"\n[mcp.{name}.sandbox]\nread = [{:?}]\n",
+        server::MODE_ENV,
+        exe.parent().unwrap().display().to_string(),
+    )
+}
+
+#[test]
+fn mcp_list_starts_the_servers_says_so_and_shows_their_tools_and_tiers() {
+    if !landlock_available() {
+        return;
+    }
+    let home = crate::common::TestHome::new();
+    home.write_config("config.toml", &config_toml("files", "ok"));
+    let out = home.familiar().args(["mcp", "list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("starting 1 MCP server(s)"), "{stderr}");
+    assert!(stdout.contains("files\tstdio: sh -c"), "{stdout}");
+    assert!(stdout.contains("ok, 3 tools"), "{stdout}");
+    assert!(stdout.contains("  files__echo\tread\tEchoes"), "{stdout}");
+    assert!(stdout.contains("  files__write_file\twrite\t"), "{stdout}");
+
+    let out = home
+        .familiar()
+        .args(["mcp", "list", "--no-start", "--json"])
+        .output()
+        .unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["state"]["state"], "not_started");
+}
+
+#[test]
+fn bad_mcp_tables_name_file_line_and_key() {
+    let home = crate::common::TestHome::new();
+    let cfg = home.write_config("config.toml", "[mcp.x]\ncommand = \"a\"\nbogus = 1\n");
+    let out = home.familiar().args(["mcp", "list"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:3: key `mcp.x.bogus`", cfg.display())),
+        "{stderr}"
+    );
+    home.write_config("config.toml", "[mcp.x]\nargs = [\"a\"]\n");
+    let out = home.familiar().args(["mcp", "list"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("key `mcp.x.command`: a `command` or a `url` is needed"),
+        "{stderr}"
+    );
+}
