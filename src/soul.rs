@@ -13,15 +13,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use toml::Spanned;
+use serde::Serialize;
 
-use crate::catalog::{self, Tier};
-use crate::config::{Paths, expand_home, parse_duration};
+use crate::config::Paths;
 use crate::error::{ConfigError, FileError, parse_toml};
 use crate::ids::SoulId;
-use crate::policy::{Grant, Mode, Policy, RateLimits, TierModes};
+use crate::policy::{Grant, Policy, RateLimits, TierModes};
 use crate::sandbox::SandboxSpec;
+
+mod sections;
+
+use self::sections::{Fields, SoulToml};
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 pub const MAX_MAX_ITERATIONS: u32 = 1000;
@@ -129,45 +131,6 @@ fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Er
     s.collect_str(&humantime::format_duration(*d))
 }
 
-/// A soul file as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SoulToml {
-    id: Option<Spanned<String>>,
-    description: Option<String>,
-    prompt: Option<String>,
-    prompt_file: Option<Spanned<String>>,
-    provider: Option<String>,
-    model: Option<String>,
-    max_iterations: Option<Spanned<u32>>,
-    max_tokens: Option<Spanned<u64>>,
-    max_wall_clock: Option<Spanned<String>>,
-    tools: Option<Vec<Spanned<String>>>,
-    permissions: Option<PermissionsToml>,
-    sandbox: Option<SandboxToml>,
-    rate_limits: Option<RateLimits>,
-    delegates: Option<Spanned<Vec<Spanned<String>>>>,
-    memory: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PermissionsToml {
-    read: Option<Spanned<Mode>>,
-    write: Option<Spanned<Mode>>,
-    execute: Option<Spanned<Mode>>,
-    system_critical: Option<Spanned<Mode>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SandboxToml {
-    read: Option<Vec<Spanned<String>>>,
-    write: Option<Vec<Spanned<String>>>,
-    network: Option<bool>,
-    require: Option<bool>,
-}
-
 /// How a prompt file named by a soul is found.
 pub enum PromptSource<'a> {
     /// Built-in souls: the compiled-in prompts.
@@ -190,225 +153,30 @@ pub fn parse(
     origin: SoulOrigin,
 ) -> Result<Soul, FileError> {
     let raw: SoulToml = parse_toml(file, src)?;
-    let at = |span: std::ops::Range<usize>, msg: String| FileError::at(file, src, span, msg);
-    let whole = |msg: String| FileError::whole_file(file, msg);
-
-    let id = match &raw.id {
-        Some(id) => {
-            let parsed =
-                SoulId::new(id.get_ref().clone()).map_err(|e| at(id.span(), e.to_string()))?;
-            if parsed.as_str() != stem {
-                return Err(at(
-                    id.span(),
-                    format!("id `{parsed}` does not match the file name `{stem}.toml`"),
-                ));
-            }
-            parsed
-        }
-        None => SoulId::new(stem).map_err(|e| whole(format!("file name: {e}")))?,
-    };
-
-    let prompt = match (raw.prompt, &raw.prompt_file) {
-        (Some(_), Some(pf)) => {
-            return Err(at(
-                pf.span(),
-                "set either `prompt` or `prompt_file`, not both".into(),
-            ));
-        }
-        (Some(p), None) => p,
-        (None, Some(pf)) => {
-            load_prompt(pf.get_ref(), &prompts).map_err(|e| at(pf.span(), e.to_string()))?
-        }
-        (None, None) => return Err(whole("missing `prompt` or `prompt_file`".into())),
-    };
-    if prompt.trim().is_empty() {
-        return Err(whole("the prompt is empty".into()));
-    }
-
-    let max_iterations = match raw.max_iterations {
-        Some(n) if *n.get_ref() == 0 || *n.get_ref() > MAX_MAX_ITERATIONS => {
-            return Err(at(
-                n.span(),
-                format!("{} is outside 1..={MAX_MAX_ITERATIONS}", n.get_ref()),
-            ));
-        }
-        Some(n) => n.into_inner(),
-        None => DEFAULT_MAX_ITERATIONS,
-    };
-    let max_tokens = match raw.max_tokens {
-        Some(n) if *n.get_ref() < 1000 => {
-            return Err(at(
-                n.span(),
-                format!("{} is below the minimum of 1000", n.get_ref()),
-            ));
-        }
-        Some(n) => n.into_inner(),
-        None => DEFAULT_MAX_TOKENS,
-    };
-    let max_wall_clock = match raw.max_wall_clock {
-        Some(s) => parse_duration(s.get_ref()).map_err(|e| at(s.span(), e.to_string()))?,
-        None => DEFAULT_MAX_WALL_CLOCK,
-    };
-
-    let tools = match raw.tools {
-        Some(list) => {
-            let mut tools = Vec::with_capacity(list.len());
-            for t in list {
-                if catalog::info(t.get_ref()).is_none() {
-                    return Err(at(
-                        t.span(),
-                        format!(
-                            "unknown tool `{}` (known: {})",
-                            t.get_ref(),
-                            catalog::names().collect::<Vec<_>>().join(", ")
-                        ),
-                    ));
-                }
-                if !tools.contains(t.get_ref()) {
-                    tools.push(t.into_inner());
-                }
-            }
-            tools
-        }
-        None => DEFAULT_TOOLS.iter().map(|s| (*s).to_owned()).collect(),
-    };
-
-    let delegates = parse_delegates(raw.delegates, &id, &tools, &at, &whole)?;
-
-    let perms = raw.permissions.unwrap_or_default();
-    let mut permissions = TierModes {
-        read: Mode::Allow,
-        write: Mode::Allow,
-        execute: Mode::Allow,
-        system_critical: Mode::Allow,
-    };
-    for (tier, mode) in [
-        (Tier::Read, &perms.read),
-        (Tier::Write, &perms.write),
-        (Tier::Execute, &perms.execute),
-        (Tier::SystemCritical, &perms.system_critical),
-    ] {
-        let Some(mode) = mode else { continue };
-        if let Some(policy) = policy {
-            let ceiling = policy.tiers.get(tier);
-            if *mode.get_ref() < ceiling {
-                return Err(at(
-                    mode.span(),
-                    format!(
-                        "`{}` is looser than policy `{}`, which sets {tier} = `{ceiling}`: a soul can only tighten the policy (allowed here: {})",
-                        mode.get_ref(),
-                        policy.name,
-                        allowed_modes(ceiling)
-                    ),
-                ));
-            }
-        }
-        match tier {
-            Tier::Read => permissions.read = *mode.get_ref(),
-            Tier::Write => permissions.write = *mode.get_ref(),
-            Tier::Execute => permissions.execute = *mode.get_ref(),
-            Tier::SystemCritical => permissions.system_critical = *mode.get_ref(),
-        }
-    }
-
-    let sb = raw.sandbox.unwrap_or_default();
-    let paths = |list: Option<Vec<Spanned<String>>>, default: &[&str]| {
-        let list = match list {
-            Some(l) => l,
-            None => default
-                .iter()
-                .map(|s| Spanned::new(0..0, (*s).to_owned()))
-                .collect(),
-        };
-        list.into_iter()
-            .map(|p| {
-                let expanded = expand_home(Path::new(p.get_ref()), home);
-                if expanded.is_absolute() {
-                    Ok(expanded)
-                } else {
-                    Err(at(
-                        p.span(),
-                        format!("`{}` must be absolute or start with ~/", p.get_ref()),
-                    ))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let sandbox = SandboxSpec {
-        read: paths(sb.read, &["~"])?,
-        write: paths(sb.write, &[])?,
-        network: sb.network.unwrap_or(false),
-        require: sb.require.unwrap_or(false),
-    };
-
+    let f = Fields { file, src, home };
+    let id = f.id(raw.id.as_ref(), stem)?;
+    let prompt = f.prompt(raw.prompt, raw.prompt_file.as_ref(), &prompts)?;
+    let tools = f.tools(raw.tools)?;
+    let delegates = f.delegates(raw.delegates, &id, &tools)?;
     Ok(Soul {
         id,
         description: raw.description.unwrap_or_default(),
         prompt,
         provider: raw.provider,
         model: raw.model,
-        max_iterations,
-        max_tokens,
-        max_wall_clock,
-        grant: Grant { tools, permissions },
-        sandbox,
+        max_iterations: f.max_iterations(raw.max_iterations)?,
+        max_tokens: f.max_tokens(raw.max_tokens)?,
+        max_wall_clock: f.max_wall_clock(raw.max_wall_clock)?,
+        grant: Grant {
+            tools,
+            permissions: f.permissions(raw.permissions.unwrap_or_default(), policy)?,
+        },
+        sandbox: f.sandbox(raw.sandbox.unwrap_or_default())?,
         rate_limits: raw.rate_limits.unwrap_or_default(),
         delegates,
         memory: raw.memory.unwrap_or(false),
         origin,
     })
-}
-
-/// `delegates`: soul ids, not the soul itself, and set exactly when `tools` names
-/// `delegate` (either alone is a soul that cannot do what its file says).
-fn parse_delegates(
-    raw: Option<Spanned<Vec<Spanned<String>>>>,
-    id: &SoulId,
-    tools: &[String],
-    at: &dyn Fn(std::ops::Range<usize>, String) -> FileError,
-    whole: &dyn Fn(String) -> FileError,
-) -> Result<Vec<SoulId>, FileError> {
-    let has_tool = tools.iter().any(|t| t == "delegate");
-    let Some(raw) = raw else {
-        return if has_tool {
-            Err(whole(
-                "`tools` lists `delegate` but `delegates` names no soul to hand sub-tasks to"
-                    .into(),
-            ))
-        } else {
-            Ok(Vec::new())
-        };
-    };
-    let span = raw.span();
-    let mut out: Vec<SoulId> = Vec::new();
-    for d in raw.into_inner() {
-        let soul = SoulId::new(d.get_ref().clone()).map_err(|e| at(d.span(), e.to_string()))?;
-        if &soul == id {
-            return Err(at(d.span(), "a soul cannot delegate to itself".into()));
-        }
-        if !out.contains(&soul) {
-            out.push(soul);
-        }
-    }
-    match (out.is_empty(), has_tool) {
-        (false, false) => Err(at(
-            span,
-            "`delegates` is set but `tools` does not list `delegate`".into(),
-        )),
-        (true, true) => Err(at(
-            span,
-            "`tools` lists `delegate` but `delegates` is empty".into(),
-        )),
-        (true, false) | (false, true) => Ok(out),
-    }
-}
-
-fn allowed_modes(ceiling: Mode) -> &'static str {
-    match ceiling {
-        Mode::Allow => "allow, ask, deny",
-        Mode::Ask => "ask, deny",
-        Mode::Deny => "deny",
-    }
 }
 
 /// Why a soul's `prompt_file` could not be loaded.

@@ -22,7 +22,9 @@ use crate::ids::{CallId, SessionId, SoulId, TaskId};
 use crate::llm::{LlmError, Request, Usage};
 use crate::policy::Tier;
 use crate::ratelimit::RateLimited;
-use crate::store::{AuditDecision, AuditEntry, AuditOutcome, Store, TaskStatus, args_digest};
+use crate::store::{
+    AuditDecision, AuditEntry, AuditOutcome, Outcome, Store, TaskStatus, args_digest,
+};
 
 /// Which task a hook call is about.
 pub struct TaskRef<'a> {
@@ -119,19 +121,12 @@ impl Hooks for MetricsHook {
     }
 
     fn task_finished(&self, _task: &TaskRef<'_>, status: TaskStatus) {
-        match status {
-            TaskStatus::Completed => bump(&self.metrics.tasks_completed),
-            // Stopped on purpose (Ctrl-C, `familiar cancel`, shutdown): not a failure.
-            TaskStatus::Cancelled => bump(&self.metrics.tasks_cancelled),
-            TaskStatus::Failed
-            | TaskStatus::MaxIterations
-            | TaskStatus::BudgetExceeded
-            | TaskStatus::Timeout
-            | TaskStatus::LoopDetected
-            | TaskStatus::Denied
-            | TaskStatus::Interrupted
-            | TaskStatus::Queued
-            | TaskStatus::Running => bump(&self.metrics.tasks_failed),
+        match status.outcome() {
+            Outcome::Completed => bump(&self.metrics.tasks_completed),
+            Outcome::Cancelled => bump(&self.metrics.tasks_cancelled),
+            Outcome::Limit | Outcome::Failed | Outcome::Unfinished => {
+                bump(&self.metrics.tasks_failed)
+            }
         }
     }
 

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -31,7 +30,8 @@ use crate::agent::task::Task;
 use crate::agent::{Runtime, TaskSpec, run_task};
 use crate::ids::{SessionId, SoulId, TaskId};
 use crate::soul::Soul;
-use crate::store::{Context, TaskStatus};
+use crate::store::{Context, Outcome, TaskStatus};
+use crate::tools::ToolFuture;
 use crate::tools::delegate::{DelegateRequest, Subagents};
 use crate::tools::{ToolContext, ToolError};
 
@@ -108,11 +108,7 @@ pub struct Delegator {
 }
 
 impl Subagents for Delegator {
-    fn run(
-        &self,
-        request: DelegateRequest,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn run(&self, request: DelegateRequest, ctx: ToolContext) -> ToolFuture {
         let prepared = self.prepare(&request);
         let (rt, slots) = (Arc::clone(&self.rt), Arc::clone(&self.slots));
         let (parent_task, parent_session) = (self.task_id.clone(), self.session_id.clone());
@@ -179,18 +175,11 @@ impl Subagents for Delegator {
             record(&rt, &parent_session, &finished);
             finished_bus.publish(finished).await;
             let text = format!("[subagent {soul}, task {child}: {status}]\n{result}");
-            match status {
-                TaskStatus::Completed => Ok(text),
-                TaskStatus::Failed
-                | TaskStatus::Cancelled
-                | TaskStatus::MaxIterations
-                | TaskStatus::BudgetExceeded
-                | TaskStatus::Timeout
-                | TaskStatus::LoopDetected
-                | TaskStatus::Denied
-                | TaskStatus::Interrupted
-                | TaskStatus::Queued
-                | TaskStatus::Running => Err(ToolError::RespondToModel(text)),
+            match status.outcome() {
+                Outcome::Completed => Ok(text),
+                Outcome::Limit | Outcome::Cancelled | Outcome::Failed | Outcome::Unfinished => {
+                    Err(ToolError::RespondToModel(text))
+                }
             }
         });
         async move {

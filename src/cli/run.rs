@@ -23,20 +23,14 @@ use crate::config::{Config, ProcessEnv};
 use crate::ids::{SessionId, TaskId};
 use crate::policy;
 use crate::soul::SoulSet;
-use crate::store::TaskStatus;
+use crate::store::{Outcome, TaskStatus};
 
 /// The exit code for a finish status (DESIGN §2).
 pub fn exit_for(status: TaskStatus) -> Exit {
-    match status {
-        TaskStatus::Completed => Exit::Completed,
-        TaskStatus::MaxIterations | TaskStatus::BudgetExceeded | TaskStatus::Timeout => Exit::Limit,
-        TaskStatus::Failed
-        | TaskStatus::Cancelled
-        | TaskStatus::LoopDetected
-        | TaskStatus::Denied
-        | TaskStatus::Interrupted
-        | TaskStatus::Queued
-        | TaskStatus::Running => Exit::Failed,
+    match status.outcome() {
+        Outcome::Completed => Exit::Completed,
+        Outcome::Limit => Exit::Limit,
+        Outcome::Cancelled | Outcome::Failed | Outcome::Unfinished => Exit::Failed,
     }
 }
 

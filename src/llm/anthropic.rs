@@ -341,6 +341,124 @@ impl AnthropicDecoder {
             self.usage.cache_read_tokens = n;
         }
     }
+
+    /// `content_block_start`: text and thinking stream at once; a tool call is
+    /// announced and its arguments collected until the block stops.
+    fn block_start(
+        &mut self,
+        index: u32,
+        content_block: WireBlock,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        let block = match content_block {
+            WireBlock::Text { text } => {
+                if !text.is_empty() {
+                    out.push_back(StreamEvent::TextDelta { text });
+                }
+                Block::Text
+            }
+            WireBlock::ToolUse { id, name, input } => {
+                let id = CallId::from_provider(id);
+                self.calls += 1;
+                out.push_back(StreamEvent::ToolCallStarted {
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+                Block::Tool {
+                    id,
+                    name,
+                    json: String::new(),
+                    initial: input.filter(|v| v.as_object().is_some_and(|o| !o.is_empty())),
+                }
+            }
+            WireBlock::Thinking {
+                thinking,
+                signature,
+            } => {
+                if !thinking.is_empty() {
+                    out.push_back(StreamEvent::ThinkingDelta {
+                        text: thinking.clone(),
+                    });
+                }
+                Block::Thinking {
+                    text: thinking,
+                    signature,
+                }
+            }
+            WireBlock::Other => Block::Other,
+        };
+        self.blocks.insert(index, block);
+    }
+
+    fn block_delta(
+        &mut self,
+        index: u32,
+        delta: WireDelta,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), LlmError> {
+        match (self.blocks.get_mut(&index), delta) {
+            (_, WireDelta::TextDelta { text }) => {
+                out.push_back(StreamEvent::TextDelta { text });
+            }
+            (Some(Block::Tool { json, .. }), WireDelta::InputJsonDelta { partial_json }) => {
+                json.push_str(&partial_json);
+            }
+            (Some(Block::Thinking { text, .. }), WireDelta::ThinkingDelta { thinking }) => {
+                text.push_str(&thinking);
+                out.push_back(StreamEvent::ThinkingDelta { text: thinking });
+            }
+            (
+                Some(Block::Thinking { signature, .. }),
+                WireDelta::SignatureDelta { signature: s },
+            ) => {
+                signature.get_or_insert_with(String::new).push_str(&s);
+            }
+            (_, WireDelta::InputJsonDelta { .. })
+            | (_, WireDelta::ThinkingDelta { .. })
+            | (_, WireDelta::SignatureDelta { .. }) => {
+                return Err(LlmError::Protocol(format!(
+                    "content_block_delta for block {index} does not match its block"
+                )));
+            }
+            (_, WireDelta::Other) => {}
+        }
+        Ok(())
+    }
+
+    /// `content_block_stop`: a tool call's arguments and a thinking block are whole.
+    fn block_stop(&mut self, index: u32, out: &mut VecDeque<StreamEvent>) {
+        match self.blocks.remove(&index) {
+            Some(Block::Tool {
+                id,
+                name,
+                json,
+                initial,
+            }) => {
+                let input = match initial {
+                    Some(v) if json.trim().is_empty() => Ok(v),
+                    Some(_) | None => parse_arguments(&json),
+                };
+                out.push_back(StreamEvent::ToolCallComplete { id, name, input });
+            }
+            Some(Block::Thinking { text, signature }) => {
+                out.push_back(StreamEvent::ThinkingComplete {
+                    thinking: text,
+                    signature,
+                });
+            }
+            Some(Block::Text) | Some(Block::Other) | None => {}
+        }
+    }
+}
+
+/// The Messages API's `stop_reason`, in our terms.
+fn finish_reason(r: &str) -> FinishReason {
+    match r {
+        "tool_use" => FinishReason::ToolUse,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Stop,
+    }
 }
 
 impl Decoder for AnthropicDecoder {
@@ -360,109 +478,15 @@ impl Decoder for AnthropicDecoder {
             WireEvent::ContentBlockStart {
                 index,
                 content_block,
-            } => {
-                let block = match content_block {
-                    WireBlock::Text { text } => {
-                        if !text.is_empty() {
-                            out.push_back(StreamEvent::TextDelta { text });
-                        }
-                        Block::Text
-                    }
-                    WireBlock::ToolUse { id, name, input } => {
-                        let id = CallId::from_provider(id);
-                        self.calls += 1;
-                        out.push_back(StreamEvent::ToolCallStarted {
-                            id: id.clone(),
-                            name: name.clone(),
-                        });
-                        Block::Tool {
-                            id,
-                            name,
-                            json: String::new(),
-                            initial: input.filter(|v| v.as_object().is_some_and(|o| !o.is_empty())),
-                        }
-                    }
-                    WireBlock::Thinking {
-                        thinking,
-                        signature,
-                    } => {
-                        if !thinking.is_empty() {
-                            out.push_back(StreamEvent::ThinkingDelta {
-                                text: thinking.clone(),
-                            });
-                        }
-                        Block::Thinking {
-                            text: thinking,
-                            signature,
-                        }
-                    }
-                    WireBlock::Other => Block::Other,
-                };
-                self.blocks.insert(index, block);
-            }
-            WireEvent::ContentBlockDelta { index, delta } => {
-                match (self.blocks.get_mut(&index), delta) {
-                    (_, WireDelta::TextDelta { text }) => {
-                        out.push_back(StreamEvent::TextDelta { text });
-                    }
-                    (
-                        Some(Block::Tool { json, .. }),
-                        WireDelta::InputJsonDelta { partial_json },
-                    ) => {
-                        json.push_str(&partial_json);
-                    }
-                    (Some(Block::Thinking { text, .. }), WireDelta::ThinkingDelta { thinking }) => {
-                        text.push_str(&thinking);
-                        out.push_back(StreamEvent::ThinkingDelta { text: thinking });
-                    }
-                    (
-                        Some(Block::Thinking { signature, .. }),
-                        WireDelta::SignatureDelta { signature: s },
-                    ) => {
-                        signature.get_or_insert_with(String::new).push_str(&s);
-                    }
-                    (_, WireDelta::InputJsonDelta { .. })
-                    | (_, WireDelta::ThinkingDelta { .. })
-                    | (_, WireDelta::SignatureDelta { .. }) => {
-                        return Err(LlmError::Protocol(format!(
-                            "content_block_delta for block {index} does not match its block"
-                        )));
-                    }
-                    (_, WireDelta::Other) => {}
-                }
-            }
-            WireEvent::ContentBlockStop { index } => match self.blocks.remove(&index) {
-                Some(Block::Tool {
-                    id,
-                    name,
-                    json,
-                    initial,
-                }) => {
-                    let input = match initial {
-                        Some(v) if json.trim().is_empty() => Ok(v),
-                        Some(_) | None => parse_arguments(&json),
-                    };
-                    out.push_back(StreamEvent::ToolCallComplete { id, name, input });
-                }
-                Some(Block::Thinking { text, signature }) => {
-                    out.push_back(StreamEvent::ThinkingComplete {
-                        thinking: text,
-                        signature,
-                    });
-                }
-                Some(Block::Text) | Some(Block::Other) | None => {}
-            },
+            } => self.block_start(index, content_block, out),
+            WireEvent::ContentBlockDelta { index, delta } => self.block_delta(index, delta, out)?,
+            WireEvent::ContentBlockStop { index } => self.block_stop(index, out),
             WireEvent::MessageDelta { delta, usage } => {
                 if let Some(u) = usage {
                     self.add_usage(u);
                 }
                 if let Some(r) = delta.stop_reason {
-                    self.stop_reason = Some(match r.as_str() {
-                        "tool_use" => FinishReason::ToolUse,
-                        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
-                        "refusal" => FinishReason::ContentFilter,
-                        _ => FinishReason::Stop,
-                    });
+                    self.stop_reason = Some(finish_reason(&r));
                 }
             }
             WireEvent::MessageStop => {

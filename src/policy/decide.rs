@@ -177,181 +177,246 @@ pub fn decide(
     call: &Call,
     ctx: &PathContext,
 ) -> Verdict {
-    let mut steps = Vec::new();
-    let mut step = |name, outcome, detail: String| {
-        steps.push(Step {
-            name,
-            outcome,
-            detail,
-        });
-    };
-    let deny = |steps: Vec<Step>, rule, reason| Verdict {
-        decision: Decision::Deny { rule, reason },
-        steps,
-    };
-
-    if !grant.allows_tool(call.tool) {
-        let reason = format!(
-            "`{}` is not one of soul `{soul}`'s tools (it may use: {})",
-            call.tool,
-            grant.tools.join(", ")
-        );
-        step(StepName::SoulTools, Outcome::Deny, reason.clone());
-        return deny(steps, DenyRule::NotInSoul, reason);
-    }
-    step(
-        StepName::SoulTools,
-        Outcome::Pass,
-        format!("`{}` is in soul `{soul}`'s tools", call.tool),
-    );
-
     let command = command_of(call);
     let analysis = command
         .as_ref()
         .map(|(cmd, cwd)| analyze(cmd, ctx.home, cwd.as_deref()));
-
     let subjects = match (&command, &analysis) {
         (Some((raw, _)), Some(a)) => subjects(raw, a),
         _ => Vec::new(),
     };
-    let shown = command.as_ref().map_or("", |(raw, _)| raw.as_str());
-    if let Some((rule, subject)) = first_match(&policy.blocked, &subjects) {
-        let reason = format!(
-            "`{}`{} is blocked by policy `{}`: {}",
-            abbreviate(shown),
-            seen_as(shown, subject),
-            policy.name,
-            rule.reason
-        );
-        step(StepName::BlockedPatterns, Outcome::Deny, reason.clone());
-        return deny(steps, DenyRule::BlockedPattern, reason);
-    }
-    step(
-        StepName::BlockedPatterns,
-        Outcome::Pass,
-        if subjects.is_empty() {
-            "no command to match".to_owned()
-        } else {
-            format!("{} blocked pattern(s), none matched", policy.blocked.len())
-        },
-    );
-
-    let mut paths = named_paths(call);
-    if let Some(a) = &analysis {
-        paths.extend(a.paths.iter().cloned());
-    }
-    for p in &paths {
-        if let Some(entry) = protected_entry(p, ctx, &policy.protected_paths) {
-            let reason = format!(
-                "`{p}` is protected by policy `{}` (under `{}`): no tool may read or write it",
-                policy.name,
-                entry.display()
-            );
-            step(StepName::ProtectedPaths, Outcome::Deny, reason.clone());
-            return deny(steps, DenyRule::ProtectedPath, reason);
-        }
-    }
-    step(
-        StepName::ProtectedPaths,
-        Outcome::Pass,
-        match paths.len() {
-            0 => "no paths named".to_owned(),
-            n => format!("{n} path(s) checked"),
-        },
-    );
-
-    let mode = grant.effective_modes(policy).get(call.tier);
-    let who = if grant.permissions.get(call.tier) > policy.tiers.get(call.tier) {
-        format!("soul `{soul}`")
-    } else {
-        format!("policy `{}`", policy.name)
+    let mut judge = Judge {
+        soul,
+        grant,
+        policy,
+        call,
+        ctx,
+        shown: command.as_ref().map_or("", |(raw, _)| raw.as_str()),
+        analysis: analysis.as_ref(),
+        subjects: &subjects,
+        steps: Vec::new(),
     };
-    match mode {
-        Mode::Deny => {
-            let reason = format!(
-                "`{}` is {} {} tool and {who} denies {} tools",
+    let decision = match judge.deny_steps() {
+        Err((rule, reason)) => Decision::Deny { rule, reason },
+        Ok(mode) => match judge.ask_steps(mode) {
+            Some(reason) => Decision::Ask { reason },
+            None => Decision::Allow,
+        },
+    };
+    Verdict {
+        decision,
+        steps: judge.steps,
+    }
+}
+
+/// A deny: the rule and the reason.
+type Denied = (DenyRule, String);
+
+/// One call being judged: what it is, what it runs, and the steps taken so far. One
+/// method per step of the contract.
+struct Judge<'a> {
+    soul: &'a SoulId,
+    grant: &'a Grant,
+    policy: &'a Policy,
+    call: &'a Call<'a>,
+    ctx: &'a PathContext<'a>,
+    /// The command as the model wrote it (empty when the call runs none).
+    shown: &'a str,
+    analysis: Option<&'a Analysis>,
+    subjects: &'a [String],
+    steps: Vec<Step>,
+}
+
+impl Judge<'_> {
+    fn step(&mut self, name: StepName, outcome: Outcome, detail: String) {
+        self.steps.push(Step {
+            name,
+            outcome,
+            detail,
+        });
+    }
+
+    fn deny(&mut self, name: StepName, rule: DenyRule, reason: String) -> Denied {
+        self.step(name, Outcome::Deny, reason.clone());
+        (rule, reason)
+    }
+
+    /// The steps that can deny, in order; the tier's mode when none does.
+    fn deny_steps(&mut self) -> Result<Mode, Denied> {
+        self.soul_tools()?;
+        self.blocked_patterns()?;
+        self.protected_paths()?;
+        self.tier_mode()
+    }
+
+    /// The steps that can only ask: the reason to ask, or `None` to allow.
+    fn ask_steps(&mut self, mode: Mode) -> Option<String> {
+        let mut ask = self.shell_analysis();
+        if let Some(reason) = self.ask_patterns() {
+            ask.get_or_insert(reason);
+        }
+        if mode == Mode::Ask {
+            let call = self.call;
+            ask.get_or_insert(format!(
+                "`{}` is {} {} tool: {} asks before {} tools run",
                 call.tool,
                 article(call.tier),
                 call.tier,
+                self.who(),
                 call.tier
-            );
-            step(StepName::TierMode, Outcome::Deny, reason.clone());
-            return deny(steps, DenyRule::TierDenied, reason);
+            ));
         }
-        Mode::Ask => step(
-            StepName::TierMode,
-            Outcome::Ask,
-            format!("{who} asks before {} tools", call.tier),
-        ),
-        Mode::Allow => step(
-            StepName::TierMode,
-            Outcome::Pass,
-            format!("{who} allows {} tools", call.tier),
-        ),
+        ask
     }
-    // Rate limits come here in the contract's order; the agent loop owns the limiters
-    // and applies them to a verdict that is not a deny.
 
-    let mut ask: Option<String> = None;
-    if let Some(a) = &analysis {
+    fn soul_tools(&mut self) -> Result<(), Denied> {
+        let (tool, soul) = (self.call.tool, self.soul);
+        if !self.grant.allows_tool(tool) {
+            let reason = format!(
+                "`{tool}` is not one of soul `{soul}`'s tools (it may use: {})",
+                self.grant.tools.join(", ")
+            );
+            return Err(self.deny(StepName::SoulTools, DenyRule::NotInSoul, reason));
+        }
+        self.step(
+            StepName::SoulTools,
+            Outcome::Pass,
+            format!("`{tool}` is in soul `{soul}`'s tools"),
+        );
+        Ok(())
+    }
+
+    fn blocked_patterns(&mut self) -> Result<(), Denied> {
+        let policy = self.policy;
+        if let Some((rule, subject)) = first_match(&policy.blocked, self.subjects) {
+            let reason = format!(
+                "`{}`{} is blocked by policy `{}`: {}",
+                abbreviate(self.shown),
+                seen_as(self.shown, subject),
+                policy.name,
+                rule.reason
+            );
+            return Err(self.deny(StepName::BlockedPatterns, DenyRule::BlockedPattern, reason));
+        }
+        let detail = if self.subjects.is_empty() {
+            "no command to match".to_owned()
+        } else {
+            format!("{} blocked pattern(s), none matched", policy.blocked.len())
+        };
+        self.step(StepName::BlockedPatterns, Outcome::Pass, detail);
+        Ok(())
+    }
+
+    fn protected_paths(&mut self) -> Result<(), Denied> {
+        let mut paths = named_paths(self.call);
+        if let Some(a) = self.analysis {
+            paths.extend(a.paths.iter().cloned());
+        }
+        for p in &paths {
+            if let Some(entry) = protected_entry(p, self.ctx, &self.policy.protected_paths) {
+                let reason = format!(
+                    "`{p}` is protected by policy `{}` (under `{}`): no tool may read or write it",
+                    self.policy.name,
+                    entry.display()
+                );
+                return Err(self.deny(StepName::ProtectedPaths, DenyRule::ProtectedPath, reason));
+            }
+        }
+        let detail = match paths.len() {
+            0 => "no paths named".to_owned(),
+            n => format!("{n} path(s) checked"),
+        };
+        self.step(StepName::ProtectedPaths, Outcome::Pass, detail);
+        Ok(())
+    }
+
+    /// Who sets the tier's mode: the soul where it is stricter than the policy.
+    fn who(&self) -> String {
+        let tier = self.call.tier;
+        if self.grant.permissions.get(tier) > self.policy.tiers.get(tier) {
+            format!("soul `{}`", self.soul)
+        } else {
+            format!("policy `{}`", self.policy.name)
+        }
+    }
+
+    fn tier_mode(&mut self) -> Result<Mode, Denied> {
+        let (tool, tier) = (self.call.tool, self.call.tier);
+        let mode = self.grant.effective_modes(self.policy).get(tier);
+        let who = self.who();
+        match mode {
+            Mode::Deny => {
+                let reason = format!(
+                    "`{tool}` is {} {tier} tool and {who} denies {tier} tools",
+                    article(tier)
+                );
+                return Err(self.deny(StepName::TierMode, DenyRule::TierDenied, reason));
+            }
+            Mode::Ask => self.step(
+                StepName::TierMode,
+                Outcome::Ask,
+                format!("{who} asks before {tier} tools"),
+            ),
+            Mode::Allow => self.step(
+                StepName::TierMode,
+                Outcome::Pass,
+                format!("{who} allows {tier} tools"),
+            ),
+        }
+        // Rate limits come next in the contract's order; the agent loop owns the
+        // limiters and applies them to a verdict that is not a deny.
+        Ok(mode)
+    }
+
+    /// A command that cannot be parsed or hides what it runs is asked about.
+    fn shell_analysis(&mut self) -> Option<String> {
+        let a = self.analysis?;
+        let mut ask = None;
         if let Some(e) = &a.error {
             let reason = format!(
                 "the command could not be parsed ({e}), so it cannot be checked before it runs"
             );
-            step(StepName::ShellAnalysis, Outcome::Ask, reason.clone());
-            ask.get_or_insert(reason);
+            self.step(StepName::ShellAnalysis, Outcome::Ask, reason.clone());
+            ask = Some(reason);
         }
         for why in &a.opaque {
-            step(StepName::ShellAnalysis, Outcome::Ask, why.clone());
+            self.step(StepName::ShellAnalysis, Outcome::Ask, why.clone());
         }
         if let Some(why) = a.opaque.first() {
             ask.get_or_insert(format!(
                 "`{}` cannot be fully checked before it runs: {why}",
-                abbreviate(shown)
+                abbreviate(self.shown)
             ));
         }
         if a.error.is_none() && a.opaque.is_empty() {
-            step(
-                StepName::ShellAnalysis,
-                Outcome::Pass,
-                format!("{} simple command(s), nothing opaque", a.subjects.len()),
-            );
+            let detail = format!("{} simple command(s), nothing opaque", a.subjects.len());
+            self.step(StepName::ShellAnalysis, Outcome::Pass, detail);
         }
-    }
-    match first_match(&policy.ask, &subjects) {
-        Some((rule, subject)) => {
-            let reason = format!(
-                "`{}`{} needs approval under policy `{}`: {}",
-                abbreviate(shown),
-                seen_as(shown, subject),
-                policy.name,
-                rule.reason
-            );
-            step(StepName::AskPatterns, Outcome::Ask, reason.clone());
-            ask.get_or_insert(reason);
-        }
-        None if subjects.is_empty() => {}
-        None => step(
-            StepName::AskPatterns,
-            Outcome::Pass,
-            format!("{} ask pattern(s), none matched", policy.ask.len()),
-        ),
-    }
-    if mode == Mode::Ask {
-        ask.get_or_insert(format!(
-            "`{}` is {} {} tool: {who} asks before {} tools run",
-            call.tool,
-            article(call.tier),
-            call.tier,
-            call.tier
-        ));
+        ask
     }
 
-    let decision = match ask {
-        Some(reason) => Decision::Ask { reason },
-        None => Decision::Allow,
-    };
-    Verdict { decision, steps }
+    fn ask_patterns(&mut self) -> Option<String> {
+        let policy = self.policy;
+        match first_match(&policy.ask, self.subjects) {
+            Some((rule, subject)) => {
+                let reason = format!(
+                    "`{}`{} needs approval under policy `{}`: {}",
+                    abbreviate(self.shown),
+                    seen_as(self.shown, subject),
+                    policy.name,
+                    rule.reason
+                );
+                self.step(StepName::AskPatterns, Outcome::Ask, reason.clone());
+                Some(reason)
+            }
+            None if self.subjects.is_empty() => None,
+            None => {
+                let detail = format!("{} ask pattern(s), none matched", policy.ask.len());
+                self.step(StepName::AskPatterns, Outcome::Pass, detail);
+                None
+            }
+        }
+    }
 }
 
 fn article(tier: Tier) -> &'static str {

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use regex::Regex;
@@ -103,170 +104,206 @@ impl Policy {
     /// Parses and validates a policy file. The policy is named after the file's stem;
     /// keys the file leaves out keep the built-in `default` policy's values.
     pub fn from_toml(file_label: &str, src: &str, home: &Path) -> Result<Policy, FileError> {
-        let base_src = builtin_source("default").unwrap_or_default();
-        let base_raw: PolicyToml = parse_toml(&builtin_label("default"), base_src)?;
-        let base = resolve(
-            "default",
-            &builtin_label("default"),
-            base_src,
-            base_raw,
-            home,
-            None,
-        )?;
+        let base = builtin_default(home)?;
         let name = Path::new(file_label).file_stem().map_or_else(
             || file_label.to_owned(),
             |s| s.to_string_lossy().into_owned(),
         );
         let raw: PolicyToml = parse_toml(file_label, src)?;
-        resolve(&name, file_label, src, raw, home, Some(&base))
+        Source {
+            file: file_label,
+            src,
+            home,
+        }
+        .resolve(&name, raw, Some(&base))
     }
 }
 
-fn resolve(
-    name: &str,
-    file: &str,
-    src: &str,
-    raw: PolicyToml,
-    home: &Path,
-    base: Option<&Policy>,
-) -> Result<Policy, FileError> {
-    let at = |span, message: String| FileError::at(file, src, span, message);
+/// The built-in `default` policy for `home`, the base every policy file inherits
+/// from. Made once per home directory and kept: its regexes are the bulk of the work
+/// (a reload, `familiar policy check` and the fuzzers parse many policies).
+fn builtin_default(home: &Path) -> Result<Policy, FileError> {
+    static CACHE: Mutex<Option<(PathBuf, Policy)>> = Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((h, policy)) = cache.as_ref()
+        && h == home
+    {
+        return Ok(policy.clone());
+    }
+    let label = builtin_label("default");
+    let src = builtin_source("default").unwrap_or_default();
+    let raw: PolicyToml = parse_toml(&label, src)?;
+    let policy = Source {
+        file: &label,
+        src,
+        home,
+    }
+    .resolve("default", raw, None)?;
+    *cache = Some((home.to_owned(), policy.clone()));
+    Ok(policy)
+}
 
-    let approval_timeout = match raw.approval_timeout {
-        Some(s) => {
-            let d = parse_duration(s.get_ref()).map_err(|e| at(s.span(), e.to_string()))?;
-            if d.is_zero() {
-                return Err(at(
-                    s.span(),
-                    "must be longer than 0s (examples: \"30s\", \"2m\")".to_owned(),
-                ));
-            }
-            d
+/// A policy file being resolved: where its errors point, and the home `~` means.
+struct Source<'a> {
+    file: &'a str,
+    src: &'a str,
+    home: &'a Path,
+}
+
+impl Source<'_> {
+    fn at(&self, span: std::ops::Range<usize>, message: String) -> FileError {
+        FileError::at(self.file, self.src, span, message)
+    }
+
+    /// The effective policy: each key from the file, or the base's where it is left out.
+    fn resolve(
+        &self,
+        name: &str,
+        raw: PolicyToml,
+        base: Option<&Policy>,
+    ) -> Result<Policy, FileError> {
+        let approval_timeout = match raw.approval_timeout {
+            Some(s) => self.approval_timeout(&s)?,
+            None => base.map_or(DEFAULT_APPROVAL_TIMEOUT, |b| b.approval_timeout),
+        };
+        let base_tiers = base.map_or(DEFAULT_TIERS, |b| b.tiers);
+        let t = raw.tiers.unwrap_or_default();
+        let tiers = TierModes {
+            read: t.read.unwrap_or(base_tiers.read),
+            write: t.write.unwrap_or(base_tiers.write),
+            execute: t.execute.unwrap_or(base_tiers.execute),
+            system_critical: t.system_critical.unwrap_or(base_tiers.system_critical),
+        };
+        let (rate_limits, global_tool_calls) = match raw.rate_limits {
+            Some(r) => self.rate_limits(r, base)?,
+            None => (
+                base.map(|b| b.rate_limits.clone()).unwrap_or_default(),
+                base.and_then(|b| b.global_tool_calls),
+            ),
+        };
+        let protected_paths = match raw.protected_paths {
+            Some(list) => self.protected_paths(list)?,
+            None => base.map(|b| b.protected_paths.clone()).unwrap_or_default(),
+        };
+        let blocked = match raw.blocked {
+            Some(rules) => self.patterns(rules)?,
+            None => base.map(|b| b.blocked.clone()).unwrap_or_default(),
+        };
+        let ask = match raw.ask {
+            Some(rules) => self.patterns(rules)?,
+            None => base.map(|b| b.ask.clone()).unwrap_or_default(),
+        };
+        Ok(Policy {
+            name: name.to_owned(),
+            description: raw
+                .description
+                .or_else(|| base.map(|b| b.description.clone()))
+                .unwrap_or_default(),
+            tiers,
+            rate_limits,
+            global_tool_calls,
+            approval_timeout,
+            protected_paths,
+            blocked,
+            ask,
+        })
+    }
+
+    fn approval_timeout(&self, s: &Spanned<String>) -> Result<Duration, FileError> {
+        let d = parse_duration(s.get_ref()).map_err(|e| self.at(s.span(), e.to_string()))?;
+        if d.is_zero() {
+            return Err(self.at(
+                s.span(),
+                "must be longer than 0s (examples: \"30s\", \"2m\")".to_owned(),
+            ));
         }
-        None => base.map_or(DEFAULT_APPROVAL_TIMEOUT, |b| b.approval_timeout),
-    };
+        Ok(d)
+    }
 
-    let base_tiers = base.map_or(DEFAULT_TIERS, |b| b.tiers);
-    let t = raw.tiers.unwrap_or_default();
-    let tiers = TierModes {
-        read: t.read.unwrap_or(base_tiers.read),
-        write: t.write.unwrap_or(base_tiers.write),
-        execute: t.execute.unwrap_or(base_tiers.execute),
-        system_critical: t.system_critical.unwrap_or(base_tiers.system_critical),
-    };
-
-    let base_rates = base.map(|b| &b.rate_limits);
-    let (rate_limits, global_tool_calls) = match raw.rate_limits {
-        Some(r) => {
-            let tools = match r.tools {
-                Some(map) => {
-                    let mut tools = BTreeMap::new();
-                    for (tool, rate) in map {
-                        if crate::catalog::info(tool.get_ref()).is_none() {
-                            let known: Vec<_> = crate::catalog::names().collect();
-                            return Err(at(
-                                tool.span(),
-                                format!(
-                                    "unknown tool `{}` (tools: {})",
-                                    tool.get_ref(),
-                                    known.join(", ")
-                                ),
-                            ));
-                        }
-                        tools.insert(tool.into_inner(), rate);
+    fn rate_limits(
+        &self,
+        r: RateLimitsToml,
+        base: Option<&Policy>,
+    ) -> Result<(RateLimits, Option<RateSpec>), FileError> {
+        let base_rates = base.map(|b| &b.rate_limits);
+        let tools = match r.tools {
+            Some(map) => {
+                let mut tools = BTreeMap::new();
+                for (tool, rate) in map {
+                    if crate::catalog::info(tool.get_ref()).is_none() {
+                        let known: Vec<_> = crate::catalog::names().collect();
+                        let message = format!(
+                            "unknown tool `{}` (tools: {})",
+                            tool.get_ref(),
+                            known.join(", ")
+                        );
+                        return Err(self.at(tool.span(), message));
                     }
-                    tools
+                    tools.insert(tool.into_inner(), rate);
                 }
-                None => base_rates.map(|b| b.tools.clone()).unwrap_or_default(),
-            };
-            let limits = RateLimits {
-                tool_calls: r.tool_calls.or(base_rates.and_then(|b| b.tool_calls)),
-                llm_calls: r.llm_calls.or(base_rates.and_then(|b| b.llm_calls)),
-                tools,
-            };
-            let global = r
-                .global_tool_calls
-                .or(base.and_then(|b| b.global_tool_calls));
-            (limits, global)
-        }
-        None => (
-            base_rates.cloned().unwrap_or_default(),
-            base.and_then(|b| b.global_tool_calls),
-        ),
-    };
-
-    let protected_paths = match raw.protected_paths {
-        Some(list) => {
-            let mut out = Vec::with_capacity(list.len());
-            for p in list {
-                let text = p.get_ref();
-                let expanded = expand_protected(text, home);
-                if !expanded.is_absolute() {
-                    let mut err = at(
-                        p.span(),
-                        format!("`{text}` must be an absolute path or start with `~/`"),
-                    );
-                    // A multi-line array puts the entry on a line of its own, with no key.
-                    err.key.get_or_insert_with(|| "protected_paths".to_owned());
-                    return Err(err);
-                }
-                out.push(lexical_normalize(&expanded));
+                tools
             }
-            out
-        }
-        None => base.map(|b| b.protected_paths.clone()).unwrap_or_default(),
-    };
+            None => base_rates.map(|b| b.tools.clone()).unwrap_or_default(),
+        };
+        let limits = RateLimits {
+            tool_calls: r.tool_calls.or(base_rates.and_then(|b| b.tool_calls)),
+            llm_calls: r.llm_calls.or(base_rates.and_then(|b| b.llm_calls)),
+            tools,
+        };
+        let global = r
+            .global_tool_calls
+            .or(base.and_then(|b| b.global_tool_calls));
+        Ok((limits, global))
+    }
 
-    let compile = |rules: Option<Vec<PatternToml>>,
-                   inherited: Option<&Vec<PatternRule>>|
-     -> Result<Vec<PatternRule>, FileError> {
-        match rules {
-            Some(rules) => rules
-                .into_iter()
-                .map(|r| {
-                    let pattern = Regex::new(r.pattern.get_ref()).map_err(|e| {
-                        at(
-                            r.pattern.span(),
-                            format!(
-                                "invalid regex `{}`: {} (regex syntax: https://docs.rs/regex)",
-                                r.pattern.get_ref(),
-                                regex_error_summary(&e)
-                            ),
-                        )
-                    })?;
-                    if r.reason.trim().is_empty() {
-                        return Err(at(
-                            r.pattern.span(),
-                            "needs a non-empty `reason`: it is shown to the model and the user"
-                                .to_owned(),
-                        ));
-                    }
-                    Ok(PatternRule {
-                        pattern,
-                        reason: r.reason,
-                    })
+    fn protected_paths(&self, list: Vec<Spanned<String>>) -> Result<Vec<PathBuf>, FileError> {
+        let mut out = Vec::with_capacity(list.len());
+        for p in list {
+            let text = p.get_ref();
+            let expanded = expand_protected(text, self.home);
+            if !expanded.is_absolute() {
+                let mut err = self.at(
+                    p.span(),
+                    format!("`{text}` must be an absolute path or start with `~/`"),
+                );
+                // A multi-line array puts the entry on a line of its own, with no key.
+                err.key.get_or_insert_with(|| "protected_paths".to_owned());
+                return Err(err);
+            }
+            out.push(lexical_normalize(&expanded));
+        }
+        Ok(out)
+    }
+
+    /// `[[blocked]]` or `[[ask]]` rules, compiled.
+    fn patterns(&self, rules: Vec<PatternToml>) -> Result<Vec<PatternRule>, FileError> {
+        rules
+            .into_iter()
+            .map(|r| {
+                let pattern = Regex::new(r.pattern.get_ref()).map_err(|e| {
+                    self.at(
+                        r.pattern.span(),
+                        format!(
+                            "invalid regex `{}`: {} (regex syntax: https://docs.rs/regex)",
+                            r.pattern.get_ref(),
+                            regex_error_summary(&e)
+                        ),
+                    )
+                })?;
+                if r.reason.trim().is_empty() {
+                    return Err(self.at(
+                        r.pattern.span(),
+                        "needs a non-empty `reason`: it is shown to the model and the user"
+                            .to_owned(),
+                    ));
+                }
+                Ok(PatternRule {
+                    pattern,
+                    reason: r.reason,
                 })
-                .collect(),
-            None => Ok(inherited.cloned().unwrap_or_default()),
-        }
-    };
-    let blocked = compile(raw.blocked, base.map(|b| &b.blocked))?;
-    let ask = compile(raw.ask, base.map(|b| &b.ask))?;
-
-    Ok(Policy {
-        name: name.to_owned(),
-        description: raw
-            .description
-            .or_else(|| base.map(|b| b.description.clone()))
-            .unwrap_or_default(),
-        tiers,
-        rate_limits,
-        global_tool_calls,
-        approval_timeout,
-        protected_paths,
-        blocked,
-        ask,
-    })
+            })
+            .collect()
+    }
 }
 
 fn expand_protected(text: &str, home: &Path) -> PathBuf {
@@ -348,241 +385,5 @@ fn known_names(paths: &Paths) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HOME: &str = "/home/user";
-
-    fn parse(src: &str) -> Result<Policy, FileError> {
-        Policy::from_toml("p.toml", src, Path::new(HOME))
-    }
-
-    #[test]
-    fn builtin_default_parses() {
-        let p = Policy::from_toml(
-            &builtin_label("default"),
-            builtin_source("default").unwrap(),
-            Path::new(HOME),
-        )
-        .unwrap();
-        insta::assert_debug_snapshot!("builtin_default", p);
-    }
-
-    #[test]
-    fn builtin_strict_parses() {
-        let p = Policy::from_toml(
-            &builtin_label("strict"),
-            builtin_source("strict").unwrap(),
-            Path::new(HOME),
-        )
-        .unwrap();
-        insta::assert_debug_snapshot!("builtin_strict", p);
-    }
-
-    #[test]
-    fn every_builtin_name_has_a_source() {
-        for name in builtin_names() {
-            assert!(builtin_source(name).is_some(), "{name}");
-        }
-        assert_eq!(builtin_names().len(), BUILTINS.len());
-    }
-
-    #[test]
-    fn strict_keeps_every_protection_of_default() {
-        let d = parse(builtin_source("default").unwrap()).unwrap();
-        let s = parse(builtin_source("strict").unwrap()).unwrap();
-        assert_eq!(s.protected_paths, d.protected_paths);
-        assert_eq!(s.blocked, d.blocked);
-        assert!(d.ask.iter().all(|r| s.ask.contains(r)));
-        assert!(s.ask.len() > d.ask.len());
-        for tier in super::super::Tier::ALL {
-            assert!(s.tiers.get(tier) >= d.tiers.get(tier), "{tier}");
-        }
-    }
-
-    #[test]
-    fn shipped_protected_paths_cover_the_secrets() {
-        let d = parse(builtin_source("default").unwrap()).unwrap();
-        for must in [
-            "~/.ssh",
-            "~/.gnupg",
-            "~/.password-store",
-            "~/.local/share/keyrings",
-            "~/.pki",
-            "~/.mozilla",
-            "~/.librewolf",
-            "~/.config/google-chrome",
-            "~/.config/chromium",
-            "~/.config/BraveSoftware",
-            "~/.config/vivaldi",
-            "~/.aws",
-            "~/.kube/config",
-            "~/.docker/config.json",
-            "~/.netrc",
-            "~/.git-credentials",
-            "~/.config/gh/hosts.yml",
-            "~/.config/familiar",
-            "/etc/shadow",
-            "/etc/gshadow",
-            "/etc/sudoers",
-            "/etc/sudoers.d",
-        ] {
-            let p = expand_home(Path::new(must), Path::new(HOME));
-            assert!(d.protected_paths.contains(&p), "{must} missing");
-        }
-    }
-
-    #[test]
-    fn missing_keys_keep_the_default_policy() {
-        let p = parse("[tiers]\nexecute = \"allow\"\n").unwrap();
-        let d = parse(builtin_source("default").unwrap()).unwrap();
-        assert_eq!(p.name, "p");
-        assert_eq!(p.tiers.execute, Mode::Allow);
-        assert_eq!(p.tiers.write, Mode::Ask);
-        assert_eq!(p.protected_paths, d.protected_paths);
-        assert_eq!(p.blocked, d.blocked);
-        assert_eq!(p.rate_limits, d.rate_limits);
-        assert_eq!(p.approval_timeout, Duration::from_secs(120));
-    }
-
-    #[test]
-    fn empty_lists_drop_what_the_default_has() {
-        let p = parse("protected_paths = []\nblocked = []\nask = []\n").unwrap();
-        assert!(p.protected_paths.is_empty() && p.blocked.is_empty() && p.ask.is_empty());
-    }
-
-    #[test]
-    fn home_forms_expand_in_protected_paths() {
-        let p = parse("protected_paths = [\"~/a/../b\", \"$HOME/c\", \"${HOME}/d/\", \"/e\"]\n")
-            .unwrap();
-        let want: Vec<PathBuf> = ["/home/user/b", "/home/user/c", "/home/user/d", "/e"]
-            .iter()
-            .map(PathBuf::from)
-            .collect();
-        assert_eq!(p.protected_paths, want);
-    }
-
-    #[test]
-    fn malformed_policies_name_file_line_key_and_what_is_allowed() {
-        let cases: &[(&str, &str)] = &[
-            (
-                "[tiers]\nread = \"maybe\"\n",
-                "p.toml:2: key `tiers.read`: unknown variant `maybe`, expected one of `allow`, `ask`, `deny`",
-            ),
-            (
-                "[tiers]\nexec = \"allow\"\n",
-                "p.toml:2: key `tiers.exec`: unknown field `exec`, expected one of `read`, `write`, `execute`, `system_critical`",
-            ),
-            (
-                "descripton = \"x\"\n",
-                "p.toml:1: key `descripton`: unknown field `descripton`, expected one of `description`, `approval_timeout`, `tiers`, `rate_limits`, `protected_paths`, `blocked`, `ask`",
-            ),
-            (
-                "\n[rate_limits]\ntool_calls = \"60 per minute\"\n",
-                "p.toml:3: key `rate_limits.tool_calls`: invalid rate `60 per minute`: expected COUNT/UNIT like `30/min` (units: s, sec, min, h, hour, day)",
-            ),
-            (
-                "[rate_limits]\nglobal_tool_calls = \"0/min\"\n",
-                "p.toml:2: key `rate_limits.global_tool_calls`: invalid rate `0/min`",
-            ),
-            (
-                "[rate_limits.tools]\nshel = \"5/min\"\n",
-                "p.toml:2: key `rate_limits.tools.shel`: unknown tool `shel` (tools: read_file, list_dir,",
-            ),
-            (
-                "approval_timeout = \"soon\"\n",
-                "p.toml:1: key `approval_timeout`: invalid duration `soon`",
-            ),
-            (
-                "approval_timeout = \"0s\"\n",
-                "p.toml:1: key `approval_timeout`: must be longer than 0s",
-            ),
-            (
-                "description = \"x\"\n\n[[blocked]]\npattern = '^rm (-rf'\nreason = \"x\"\n",
-                "p.toml:4: key `blocked.pattern`: invalid regex `^rm (-rf`: unclosed group (regex syntax: https://docs.rs/regex)",
-            ),
-            (
-                "[[ask]]\npattern = 'a'\nreason = \"  \"\n",
-                "p.toml:2: key `ask.pattern`: needs a non-empty `reason`",
-            ),
-            (
-                "[[ask]]\npattern = 'a'\nwhy = \"x\"\n",
-                "p.toml:3: key `ask.why`: unknown field `why`, expected `pattern` or `reason`",
-            ),
-            (
-                "protected_paths = [\n  \"~/.ssh\",\n  \"relative/dir\",\n]\n",
-                "p.toml:3: key `protected_paths`: `relative/dir` must be an absolute path or start with `~/`",
-            ),
-            ("[tiers\n", "p.toml:1:"),
-        ];
-        for (src, want) in cases {
-            let err = parse(src).unwrap_err().to_string();
-            assert!(err.starts_with(want), "{src:?}\n got: {err}\nwant: {want}");
-        }
-    }
-
-    #[test]
-    fn unknown_policy_lists_the_known_ones() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = Paths {
-            config_dir: dir.path().join("cfg"),
-            data_dir: dir.path().join("data"),
-            home: PathBuf::from(HOME),
-        };
-        std::fs::create_dir_all(paths.policies_dir()).unwrap();
-        std::fs::write(paths.policies_dir().join("mine.toml"), "").unwrap();
-        let err = load("nope", &paths).unwrap_err().to_string();
-        assert_eq!(err, "unknown policy `nope` (known: default, mine, strict)");
-        assert!(load("../x", &paths).is_err());
-    }
-
-    #[test]
-    fn user_file_overrides_the_builtin_and_own_files_stay_protected() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = Paths {
-            config_dir: dir.path().join("cfg"),
-            data_dir: dir.path().join("data"),
-            home: PathBuf::from(HOME),
-        };
-        std::fs::create_dir_all(paths.policies_dir()).unwrap();
-        std::fs::write(
-            paths.policies_dir().join("strict.toml"),
-            "protected_paths = []\n[tiers]\nexecute = \"ask\"\n",
-        )
-        .unwrap();
-        let p = load("strict", &paths).unwrap();
-        assert_eq!(p.name, "strict");
-        assert_eq!(p.tiers.execute, Mode::Ask);
-        assert_eq!(
-            p.protected_paths,
-            vec![
-                paths.config_dir.clone(),
-                paths.data_dir.join("audit.jsonl"),
-                paths.data_dir.join("context"),
-                paths.data_dir.join("transcripts"),
-                paths.data_dir.join("memory.json"),
-            ]
-        );
-        let builtin = load("default", &paths).unwrap();
-        assert_eq!(builtin.tiers.execute, Mode::Ask);
-        assert!(builtin.protected_paths.contains(&paths.config_dir));
-    }
-
-    #[test]
-    fn bad_user_file_names_its_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = Paths {
-            config_dir: dir.path().join("cfg"),
-            data_dir: dir.path().join("data"),
-            home: PathBuf::from(HOME),
-        };
-        std::fs::create_dir_all(paths.policies_dir()).unwrap();
-        let file = paths.policies_dir().join("mine.toml");
-        std::fs::write(&file, "[tiers]\nwrite = \"yes\"\n").unwrap();
-        let err = load("mine", &paths).unwrap_err().to_string();
-        assert!(
-            err.starts_with(&format!("{}:2: key `tiers.write`:", file.display())),
-            "{err}"
-        );
-    }
-}
+#[path = "file_tests.rs"]
+mod tests;

@@ -146,22 +146,31 @@ pub fn frame(spec_json: &[u8], rest: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Why the helper could not read its spec.
+#[derive(Debug, thiserror::Error)]
+enum SpecError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0} bytes, more than {MAX_SPEC_BYTES}")]
+    TooLong(u64),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+}
+
 /// Reads exactly the framed spec from stdin, through an unbuffered duplicate of fd 0.
-fn read_spec() -> Result<HelperSpec, String> {
-    let fd = std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| e.to_string())?;
+fn read_spec() -> Result<HelperSpec, SpecError> {
+    let fd = std::io::stdin().as_fd().try_clone_to_owned()?;
     let mut stdin = std::fs::File::from(fd);
     let mut len = [0u8; 8];
-    stdin.read_exact(&mut len).map_err(|e| e.to_string())?;
+    stdin.read_exact(&mut len)?;
     let len = u64::from_le_bytes(len);
-    if len > MAX_SPEC_BYTES {
-        return Err(format!("{len} bytes, more than {MAX_SPEC_BYTES}"));
-    }
-    let mut json = vec![0u8; usize::try_from(len).map_err(|e| e.to_string())?];
-    stdin.read_exact(&mut json).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&json).map_err(|e| e.to_string())
+    let size = usize::try_from(len)
+        .ok()
+        .filter(|_| len <= MAX_SPEC_BYTES)
+        .ok_or(SpecError::TooLong(len))?;
+    let mut json = vec![0u8; size];
+    stdin.read_exact(&mut json)?;
+    Ok(serde_json::from_slice(&json)?)
 }
 
 /// Runs `argv` as our child, then kills and reaps everything it left behind.

@@ -1,6 +1,8 @@
 use std::path::Path;
 
 use super::*;
+use crate::catalog::Tier;
+use crate::policy::Mode;
 use crate::policy::{Policy, TierModes};
 
 fn policy(write: Mode, execute: Mode) -> Policy {

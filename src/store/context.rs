@@ -222,19 +222,39 @@ impl TaskStatus {
 
     /// Whether the task will never run again.
     pub fn is_finished(self) -> bool {
+        self.outcome() != Outcome::Unfinished
+    }
+
+    /// What kind of end this is: the one place that sorts the statuses, for exit
+    /// codes, metrics and a sub-task's result.
+    pub fn outcome(self) -> Outcome {
         match self {
-            TaskStatus::Queued | TaskStatus::Running => false,
-            TaskStatus::Completed
-            | TaskStatus::Failed
-            | TaskStatus::Cancelled
-            | TaskStatus::MaxIterations
-            | TaskStatus::BudgetExceeded
-            | TaskStatus::Timeout
+            TaskStatus::Queued | TaskStatus::Running => Outcome::Unfinished,
+            TaskStatus::Completed => Outcome::Completed,
+            TaskStatus::MaxIterations | TaskStatus::BudgetExceeded | TaskStatus::Timeout => {
+                Outcome::Limit
+            }
+            // Stopped on purpose (Ctrl-C, `familiar cancel`, shutdown): not a failure.
+            TaskStatus::Cancelled => Outcome::Cancelled,
+            TaskStatus::Failed
             | TaskStatus::LoopDetected
             | TaskStatus::Denied
-            | TaskStatus::Interrupted => true,
+            | TaskStatus::Interrupted => Outcome::Failed,
         }
     }
+}
+
+/// The kinds of end a [`TaskStatus`] falls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Queued or running.
+    Unfinished,
+    Completed,
+    /// A budget ran out: iterations, tokens or wall clock.
+    Limit,
+    Cancelled,
+    /// Failed, denied, stopped by loop detection, or interrupted by a crash.
+    Failed,
 }
 
 impl std::fmt::Display for TaskStatus {

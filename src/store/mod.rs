@@ -30,8 +30,8 @@ use crate::ids::{SessionId, SoulId};
 
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
 pub use context::{
-    CONTEXT_VERSION, Context, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus, ToolStats,
-    now_rfc3339, title_from_prompt,
+    CONTEXT_VERSION, Context, Outcome, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus,
+    ToolStats, now_rfc3339, title_from_prompt,
 };
 pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
 pub use transcript::{Transcript, TranscriptContents};

@@ -7,11 +7,10 @@
 //! with an error that says why.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::json;
 
 use super::util::{opt_u64, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::ToolInfo;
 
 /// What the model asked for.
@@ -26,11 +25,7 @@ pub struct DelegateRequest {
 pub trait Subagents: Send + Sync {
     /// Runs the child to its end; the text is what the parent's model reads (status
     /// and final answer). Stops promptly when `ctx.cancel` fires.
-    fn run(
-        &self,
-        request: DelegateRequest,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>>;
+    fn run(&self, request: DelegateRequest, ctx: ToolContext) -> ToolFuture;
 }
 
 pub struct Delegate;
@@ -59,11 +54,7 @@ impl Tool for Delegate {
         })
     }
 
-    fn execute(
-        &self,
-        args: serde_json::Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: serde_json::Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let soul = str_arg(&args, "soul")?.trim().to_owned();
             let prompt = str_arg(&args, "prompt")?.trim().to_owned();

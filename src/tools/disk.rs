@@ -10,12 +10,11 @@
 //! complete when it is not.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::files::human_size;
 use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 /// Entries listed at most (the total covers all of them).
@@ -40,11 +39,7 @@ impl Tool for DiskUsage {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let root = path.display().to_string();

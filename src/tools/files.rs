@@ -7,11 +7,10 @@
 //! bounded: a tool never returns more than [`MAX_READ_BYTES`].
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::util::{object_schema, opt_u64, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::util::{object_schema, opt_u64, sandboxed, str_arg, unexpected};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 use crate::sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
 
@@ -23,23 +22,6 @@ pub const DEFAULT_READ_LINES: u64 = 400;
 pub const MAX_DIR_ENTRIES: usize = 500;
 
 pub struct ReadFile;
-
-/// Runs a file operation in the task's sandbox and turns a refusal into an error the
-/// model can read (the kernel's errno included, so "Permission denied" is visible as
-/// such).
-pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply, ToolError> {
-    let (reply, _enforcement) = ctx.launcher.file_op(&ctx.sandbox, &op, &ctx.cancel).await?;
-    match reply {
-        FileReply::Error { errno, message } => Err(ToolError::model(match errno {
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                format!("{message} (outside what this soul's sandbox allows)")
-            }
-            Some(libc::EISDIR) => format!("{message}: it is a directory, use list_dir"),
-            Some(_) | None => message,
-        })),
-        other => Ok(other),
-    }
-}
 
 impl Tool for ReadFile {
     fn info(&self) -> &'static ToolInfo {
@@ -63,11 +45,7 @@ impl Tool for ReadFile {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let offset = opt_u64(&args, "offset")?.unwrap_or(1).max(1) as usize;
@@ -85,9 +63,7 @@ impl Tool for ReadFile {
                     total_lines,
                     truncated,
                 } => format_lines(&path, &content, offset, total_lines, truncated),
-                other => Err(ToolError::Fatal(format!(
-                    "unexpected reply to read: {other:?}"
-                ))),
+                other => Err(unexpected("read", &other)),
             }
         }
         .boxed()
@@ -152,20 +128,14 @@ impl Tool for ListDir {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             match sandboxed(&ctx, FileOp::List { path: path.clone() }).await? {
                 FileReply::List { entries, truncated } => {
                     Ok(format_list(&path, &entries, truncated))
                 }
-                other => Err(ToolError::Fatal(format!(
-                    "unexpected reply to list: {other:?}"
-                ))),
+                other => Err(unexpected("list", &other)),
             }
         }
         .boxed()
@@ -214,11 +184,7 @@ impl Tool for WriteFile {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let content = str_arg(&args, "content")?.to_owned();
@@ -230,9 +196,7 @@ impl Tool for WriteFile {
                 FileReply::Written { bytes } => {
                     Ok(format!("wrote {bytes} bytes to {}", path.display()))
                 }
-                other => Err(ToolError::Fatal(format!(
-                    "unexpected reply to write: {other:?}"
-                ))),
+                other => Err(unexpected("write", &other)),
             }
         }
         .boxed()
@@ -263,11 +227,7 @@ impl Tool for EditFile {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let old = str_arg(&args, "old")?.to_owned();
@@ -286,9 +246,7 @@ impl Tool for EditFile {
                 FileReply::Written { bytes } => {
                     Ok(format!("edited {} ({bytes} bytes now)", path.display()))
                 }
-                other => Err(ToolError::Fatal(format!(
-                    "unexpected reply to edit: {other:?}"
-                ))),
+                other => Err(unexpected("edit", &other)),
             }
         }
         .boxed()

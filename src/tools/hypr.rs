@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use super::ToolFuture;
 use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
@@ -86,11 +86,7 @@ impl Tool for HyprState {
         (self.locate)().is_some()
     }
 
-    fn execute(
-        &self,
-        _args: Value,
-        _ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, _args: Value, _ctx: ToolContext) -> ToolFuture {
         let locate = Arc::clone(&self.locate);
         async move {
             tokio::task::spawn_blocking(move || {
@@ -164,11 +160,7 @@ impl Tool for HyprDispatch {
         (self.locate)().is_some()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        _ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, _ctx: ToolContext) -> ToolFuture {
         let locate = Arc::clone(&self.locate);
         async move {
             let dispatcher = str_arg(&args, "dispatcher")?.to_owned();

@@ -9,11 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::util::{find_program, object_schema, opt_u64};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 pub const DEFAULT_LINES: u64 = 100;
@@ -134,11 +133,7 @@ impl Tool for Journal {
         self.journalctl.is_some() && !self.dirs.is_empty()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let program = self.journalctl.clone();
         let dirs = self.dirs.clone();
         async move {

@@ -7,11 +7,10 @@
 //! the sandbox keeps every tool out of it.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::json;
 
 use super::util::str_arg;
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::ToolInfo;
 use crate::store::{MemoryError, MemoryScope, Remembered};
 
@@ -41,11 +40,7 @@ impl Tool for Remember {
         })
     }
 
-    fn execute(
-        &self,
-        args: serde_json::Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: serde_json::Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let fact = str_arg(&args, "fact")?.to_owned();
             let scope = match args.get("scope").and_then(|s| s.as_str()) {
@@ -98,11 +93,7 @@ impl Tool for Forget {
         })
     }
 
-    fn execute(
-        &self,
-        args: serde_json::Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: serde_json::Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let id = str_arg(&args, "id")?.trim().to_owned();
             let (memory, soul) = (ctx.memory.clone(), ctx.soul.clone());

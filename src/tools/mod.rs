@@ -133,12 +133,11 @@ pub trait Tool: Send + Sync {
     }
 
     /// Runs the call. Must stop promptly when `ctx.cancel` fires.
-    fn execute(
-        &self,
-        args: serde_json::Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>>;
+    fn execute(&self, args: serde_json::Value, ctx: ToolContext) -> ToolFuture;
 }
+
+/// What a running call resolves to: the text for the model, or who receives the error.
+pub type ToolFuture = BoxFuture<'static, Result<String, ToolError>>;
 
 /// The implemented tools.
 pub struct Registry {

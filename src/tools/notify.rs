@@ -10,12 +10,11 @@
 use std::collections::HashMap;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::bus::{Bus, Presence, clean_text};
 use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 use crate::dbus::notifications::NotificationsProxy;
 
@@ -78,11 +77,7 @@ impl Tool for Notify {
         self.presence.check()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let bus = self.presence.bus().clone();
         async move {
             let summary = clean_text(str_arg(&args, "summary")?, MAX_SUMMARY, false);

@@ -13,11 +13,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::util::{find_program, object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 /// Longest target accepted (URLs included).
@@ -156,11 +155,7 @@ impl Tool for Open {
         self.opener.is_some()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let opener = self.opener.clone();
         async move {
             let opener = opener.ok_or_else(|| {

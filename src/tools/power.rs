@@ -9,13 +9,12 @@
 //! not answer.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::util::{not_one_of, object_schema, str_arg};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 /// logind's bus name.
@@ -51,10 +50,7 @@ impl Action {
             "suspend" => Ok(Action::Suspend),
             "reboot" => Ok(Action::Reboot),
             "poweroff" => Ok(Action::PowerOff),
-            other => Err(ToolError::model(format!(
-                "unknown `action` `{other}`; one of: {}",
-                Action::ALL.join(", ")
-            ))),
+            other => Err(not_one_of("action", other, Action::ALL)),
         }
     }
 
@@ -132,11 +128,7 @@ impl Tool for Power {
         self.presence.check()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let bus = self.presence.bus().clone();
         async move {
             let action = Action::parse(str_arg(&args, "action")?)?;

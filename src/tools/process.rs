@@ -9,12 +9,12 @@
 //! principle be reused; the window is microseconds and needs the pid space to wrap.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+use super::ToolFuture;
 use super::util::object_schema;
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
@@ -183,11 +183,7 @@ impl Tool for KillProcess {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        _ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, _ctx: ToolContext) -> ToolFuture {
         async move {
             let pid = parse_pid(&args)?;
             let signal = parse_signal(args.get("signal"))?;

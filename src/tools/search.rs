@@ -7,12 +7,10 @@
 //! helper process and the model gets the parser's message.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::files::sandboxed;
-use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::util::{object_schema, sandboxed, str_arg, unexpected};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 use crate::sandbox::fileops::{FileOp, FileReply};
 use crate::sandbox::search::{
@@ -45,11 +43,7 @@ impl Tool for SearchFiles {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let pattern = str_arg(&args, "pattern")?.to_owned();
@@ -94,9 +88,7 @@ impl Tool for SearchFiles {
                     unreadable_examples: &unreadable_examples,
                     stopped,
                 })),
-                other => Err(ToolError::Fatal(format!(
-                    "unexpected reply to search: {other:?}"
-                ))),
+                other => Err(unexpected("search", &other)),
             }
         }
         .boxed()

@@ -10,11 +10,10 @@
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::util::{object_schema, opt_u64, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 use crate::sandbox::SandboxOutput;
 
@@ -47,11 +46,7 @@ impl Tool for Shell {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let command = str_arg(&args, "command")?;
             if command.trim().is_empty() {

@@ -2,11 +2,10 @@
 //! [`Snapshotter`](crate::snapshot::Snapshotter), so a tool call costs one refresh.
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::util::{object_schema, opt_u64};
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 use crate::snapshot::Snapshot;
 
@@ -35,11 +34,7 @@ impl Tool for SystemSnapshot {
         object_schema(json!({}), &[])
     }
 
-    fn execute(
-        &self,
-        _args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, _args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let snap = tokio::task::spawn_blocking(move || take(&ctx))
                 .await
@@ -71,11 +66,7 @@ impl Tool for ProcessList {
         )
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         async move {
             let by_memory = match args.get("sort_by").and_then(Value::as_str) {
                 None | Some("cpu") => false,

@@ -11,15 +11,14 @@
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use zbus::OwnedObjectPath;
 use zbus::proxy;
 
 use super::bus::{Bus, Presence};
-use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError};
+use super::util::{not_one_of, object_schema, str_arg};
+use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 /// The user manager's bus name.
@@ -48,7 +47,7 @@ const UNIT_TYPES: &[&str] = &[
 
 /// One row of `ListUnits`: name, description, load state, active state, sub state,
 /// followed unit, object path, job id, job type, job path.
-type UnitRow = (
+pub type UnitRow = (
     String,
     String,
     String,
@@ -121,12 +120,7 @@ impl Action {
             "stop" => Action::Stop,
             "restart" => Action::Restart,
             "reload" => Action::Reload,
-            other => {
-                return Err(ToolError::model(format!(
-                    "unknown `action` `{other}`; one of: {}",
-                    Action::ALL.join(", ")
-                )));
-            }
+            other => return Err(not_one_of("action", other, Action::ALL)),
         })
     }
 
@@ -244,11 +238,7 @@ impl Tool for SystemdUser {
         self.presence.check()
     }
 
-    fn execute(
-        &self,
-        args: Value,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let bus = self.presence.bus().clone();
         async move {
             let action = Action::parse(str_arg(&args, "action")?)?;

@@ -1,18 +1,27 @@
-//! Helpers the tool implementations share: reading the model's arguments and finding
-//! programs on the daemon's `PATH`.
+//! Helpers the tool implementations share: reading the model's arguments, running a
+//! file operation in the sandbox, and finding programs on the daemon's `PATH`.
 //!
 //! Invariant: a bad argument is a [`ToolError::RespondToModel`] that names the key, so
 //! the model can correct the call; nothing here panics on what a model sent.
 
 use std::path::PathBuf;
 
-use super::ToolError;
+use super::{ToolContext, ToolError};
+use crate::sandbox::fileops::{FileOp, FileReply};
 
 /// A required string argument, or an error the model can act on.
 pub(crate) fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a str, ToolError> {
     args.get(key)
         .and_then(|v| v.as_str())
         .ok_or_else(|| ToolError::model(format!("missing string argument `{key}`")))
+}
+
+/// `key` was given a value outside its choices: say which ones there are.
+pub(crate) fn not_one_of(key: &str, got: &str, choices: &[&str]) -> ToolError {
+    ToolError::model(format!(
+        "unknown `{key}` `{got}`; one of: {}",
+        choices.join(", ")
+    ))
 }
 
 /// An optional unsigned argument (numbers sent as strings are accepted: small models do).
@@ -55,4 +64,27 @@ pub(crate) fn object_schema(properties: serde_json::Value, required: &[&str]) ->
         schema["required"] = serde_json::json!(required);
     }
     schema
+}
+
+/// Runs a file operation in the task's sandbox and turns a refusal into an error the
+/// model can read (the kernel's errno included, so "Permission denied" is visible as
+/// such).
+pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply, ToolError> {
+    let (reply, _enforcement) = ctx.launcher.file_op(&ctx.sandbox, &op, &ctx.cancel).await?;
+    match reply {
+        FileReply::Error { errno, message } => Err(ToolError::model(match errno {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                format!("{message} (outside what this soul's sandbox allows)")
+            }
+            Some(libc::EISDIR) => format!("{message}: it is a directory, use list_dir"),
+            Some(_) | None => message,
+        })),
+        other => Ok(other),
+    }
+}
+
+/// The sandbox helper answered an operation with the reply of another: a bug of ours,
+/// not the model's, so the task stops.
+pub(crate) fn unexpected(op: &str, reply: &FileReply) -> ToolError {
+    ToolError::Fatal(format!("unexpected reply to {op}: {reply:?}"))
 }

@@ -146,36 +146,28 @@ pub async fn run_checks(config_path: Option<&Path>) -> Vec<Check> {
     checks
 }
 
-/// Policy, souls, provider and model.
+/// Policy, souls, provider and model; each needs the one before.
 async fn config_checks(config: &Config) -> Vec<Check> {
     let mut checks = Vec::new();
-    let policy = match crate::policy::load(&config.policy, &config.paths) {
-        Ok(p) => {
-            checks.push(Check::ok(
-                "policy",
-                format!("policy `{}` parses", config.policy),
-            ));
-            p
-        }
-        Err(e) => {
-            checks.push(Check::fail(
-                "policy",
-                e.to_string(),
-                "correct the policy file, or set `policy` in config.toml to `default` or `strict`",
-            ));
-            return checks;
-        }
+    let Some(policy) = needed(
+        &mut checks,
+        "policy",
+        crate::policy::load(&config.policy, &config.paths),
+        "correct the policy file, or set `policy` in config.toml to `default` or `strict`",
+    ) else {
+        return checks;
     };
-    let souls = match SoulSet::load(&config.paths, &policy) {
-        Ok(s) => s,
-        Err(e) => {
-            checks.push(Check::fail(
-                "souls",
-                e.to_string(),
-                "correct the soul file it names",
-            ));
-            return checks;
-        }
+    checks.push(Check::ok(
+        "policy",
+        format!("policy `{}` parses", config.policy),
+    ));
+    let Some(souls) = needed(
+        &mut checks,
+        "souls",
+        SoulSet::load(&config.paths, &policy),
+        "correct the soul file it names",
+    ) else {
+        return checks;
     };
     for err in &souls.errors {
         checks.push(Check::fail(
@@ -187,16 +179,13 @@ async fn config_checks(config: &Config) -> Vec<Check> {
             ),
         ));
     }
-    let soul = match souls.get(config.default_soul.as_str()) {
-        Ok(s) => s,
-        Err(e) => {
-            checks.push(Check::fail(
-                "souls",
-                e.to_string(),
-                "set `default_soul` in config.toml to one of the souls listed",
-            ));
-            return checks;
-        }
+    let Some(soul) = needed(
+        &mut checks,
+        "souls",
+        souls.get(config.default_soul.as_str()),
+        "set `default_soul` in config.toml to one of the souls listed",
+    ) else {
+        return checks;
     };
     if souls.errors.is_empty() {
         checks.push(Check::ok(
@@ -208,18 +197,32 @@ async fn config_checks(config: &Config) -> Vec<Check> {
             ),
         ));
     }
-    let provider = match config.provider(soul.provider.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            checks.push(Check::fail(
-                "provider",
-                e.to_string(),
-                "add the [providers.NAME] table the soul names",
-            ));
-            return checks;
-        }
+    let Some(provider) = needed(
+        &mut checks,
+        "provider",
+        config.provider(soul.provider.as_deref()),
+        "add the [providers.NAME] table the soul names",
+    ) else {
+        return checks;
     };
     let model = soul.model.as_deref().unwrap_or(&provider.model);
     checks.extend(provider::provider_checks(provider, model).await);
     checks
+}
+
+/// The value a later check needs, or a failed check saying why it is missing (the
+/// caller then stops: the checks after it cannot run).
+fn needed<T, E: std::fmt::Display>(
+    checks: &mut Vec<Check>,
+    check: &'static str,
+    result: Result<T, E>,
+    fix: &str,
+) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(e) => {
+            checks.push(Check::fail(check, e.to_string(), fix));
+            None
+        }
+    }
 }

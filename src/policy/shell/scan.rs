@@ -61,189 +61,227 @@ pub(super) fn split_redirects(words: Vec<String>) -> (Vec<String>, Vec<(String, 
 /// payloads and here-document bodies. Never fails: problems land in `error`.
 pub(super) fn scan(src: &str) -> Scan {
     let chars: Vec<char> = src.chars().collect();
-    let mut scan = Scan::default();
-    let mut cur = Segment::default();
-    let mut pending_heredocs: Vec<(String, bool)> = Vec::new();
-    let mut i = 0;
-
-    let end_segment = |scan: &mut Scan, cur: &mut Segment, pipe: bool| {
-        let mut done = std::mem::take(cur);
-        done.pipes_out = pipe;
-        cur.piped_in = pipe;
-        if !done.text.trim().is_empty() || !done.heredocs.is_empty() {
-            scan.segments.push(done);
-        }
+    let mut s = Scanner {
+        chars: &chars,
+        i: 0,
+        scan: Scan::default(),
+        cur: Segment::default(),
+        pending_heredocs: Vec::new(),
     };
+    while s.i < chars.len() {
+        s.step();
+    }
+    s.end_segment(false);
+    s.scan
+}
 
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '\'' => match chars[i + 1..].iter().position(|&x| x == '\'') {
-                Some(p) => {
-                    cur.text.extend(&chars[i..=i + 1 + p]);
-                    i += p + 2;
-                }
-                None => {
-                    scan.error
-                        .get_or_insert("unbalanced single quote `'`".to_owned());
-                    cur.text.extend(&chars[i + 1..]);
-                    i = chars.len();
-                }
-            },
-            '"' => {
-                cur.text.push('"');
-                i += 1;
-                let mut closed = false;
-                while i < chars.len() {
-                    match chars[i] {
-                        '\\' => {
-                            cur.text.extend(chars[i..(i + 2).min(chars.len())].iter());
-                            i += 2;
-                        }
-                        '"' => {
-                            cur.text.push('"');
-                            i += 1;
-                            closed = true;
-                            break;
-                        }
-                        '$' if chars.get(i + 1) == Some(&'(') => {
-                            i = substitution(&chars, i, &mut scan, &mut cur);
-                        }
-                        '`' => i = backtick(&chars, i, &mut scan, &mut cur),
-                        other => {
-                            cur.text.push(other);
-                            i += 1;
-                        }
-                    }
-                }
-                if !closed {
-                    scan.error
-                        .get_or_insert("unbalanced double quote `\"`".to_owned());
-                }
-            }
+/// The scanner's state while it walks one command line.
+struct Scanner<'a> {
+    chars: &'a [char],
+    i: usize,
+    scan: Scan,
+    cur: Segment,
+    /// Here-documents opened on the current line: (delimiter, strip leading tabs).
+    pending_heredocs: Vec<(String, bool)>,
+}
+
+impl Scanner<'_> {
+    /// Consumes one token at `i`.
+    fn step(&mut self) {
+        let (chars, i) = (self.chars, self.i);
+        match chars[i] {
+            '\'' => self.single_quote(),
+            '"' => self.double_quote(),
             '\\' => {
-                if chars.get(i + 1) == Some(&'\n') {
-                    i += 2;
-                } else {
-                    cur.text.extend(chars[i..(i + 2).min(chars.len())].iter());
-                    i += 2;
+                // A backslash-newline is a line continuation: it vanishes.
+                if chars.get(i + 1) != Some(&'\n') {
+                    self.cur
+                        .text
+                        .extend(chars[i..(i + 2).min(chars.len())].iter());
                 }
+                self.i += 2;
             }
-            '#' if cur.text.is_empty() || cur.text.ends_with(char::is_whitespace) => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
+            '#' if self.cur.text.is_empty() || self.cur.text.ends_with(char::is_whitespace) => {
+                while self.i < chars.len() && chars[self.i] != '\n' {
+                    self.i += 1;
                 }
             }
             '$' if chars.get(i + 1) == Some(&'(') => {
-                i = substitution(&chars, i, &mut scan, &mut cur);
+                self.i = substitution(chars, i, &mut self.scan, &mut self.cur);
             }
-            '`' => i = backtick(&chars, i, &mut scan, &mut cur),
-            '<' | '>' if chars.get(i + 1) == Some(&'(') => {
-                scan.opaque
-                    .push("process substitution `<(...)`/`>(...)` runs a hidden command");
-                let (payload, end) = balanced(&chars, i + 1);
-                match end {
-                    Some(end) => {
-                        scan.nested.push(payload);
-                        i = end + 1;
-                    }
-                    None => {
-                        scan.error
-                            .get_or_insert("unbalanced `(` in process substitution".to_owned());
-                        scan.nested.push(payload);
-                        i = chars.len();
-                    }
-                }
-                cur.text.push_str(" <(...) ");
-            }
-            '<' | '>' | '&' if is_redirect_start(&chars, i) => {
-                let op = redirect_op(&chars, i);
-                i += op.chars().count();
-                // A digit-only word right before the operator is the fd it applies to.
-                let trimmed = cur.text.trim_end_matches(|c: char| c.is_ascii_digit());
-                if trimmed.len() < cur.text.len()
-                    && (trimmed.is_empty() || trimmed.ends_with(char::is_whitespace))
-                {
-                    cur.text.truncate(trimmed.len());
-                }
-                cur.text.push(' ');
-                cur.text.push(REDIR);
-                cur.text.push_str(&op);
-                cur.text.push(' ');
-                if op == "<<" || op == "<<-" {
-                    let (delim, next) = heredoc_delimiter(&chars, i);
-                    cur.text.push_str("EOF ");
-                    pending_heredocs.push((delim, op == "<<-"));
-                    i = next;
-                }
-            }
+            '`' => self.i = backtick(chars, i, &mut self.scan, &mut self.cur),
+            '<' | '>' if chars.get(i + 1) == Some(&'(') => self.process_substitution(),
+            '<' | '>' | '&' if is_redirect_start(chars, i) => self.redirect(),
             ';' | '(' | ')' => {
-                end_segment(&mut scan, &mut cur, false);
-                i += 1;
+                self.end_segment(false);
+                self.i += 1;
             }
             '\n' => {
-                if !pending_heredocs.is_empty() {
-                    i += 1;
-                    for (delim, strip_tabs) in std::mem::take(&mut pending_heredocs) {
-                        let mut body = String::new();
-                        loop {
-                            if i >= chars.len() {
-                                scan.error.get_or_insert(format!(
-                                    "here-document not terminated by `{delim}`"
-                                ));
-                                break;
-                            }
-                            let end = chars[i..]
-                                .iter()
-                                .position(|&x| x == '\n')
-                                .map_or(chars.len(), |p| i + p);
-                            let line: String = chars[i..end].iter().collect();
-                            i = end + 1;
-                            let cmp = if strip_tabs {
-                                line.trim_start_matches('\t')
-                            } else {
-                                line.as_str()
-                            };
-                            if cmp == delim {
-                                break;
-                            }
-                            body.push_str(&line);
-                            body.push('\n');
-                        }
-                        cur.heredocs.push(body);
-                    }
-                    end_segment(&mut scan, &mut cur, false);
+                if self.pending_heredocs.is_empty() {
+                    self.i += 1;
                 } else {
-                    end_segment(&mut scan, &mut cur, false);
-                    i += 1;
+                    self.heredoc_bodies();
                 }
+                self.end_segment(false);
             }
             '&' => {
-                end_segment(&mut scan, &mut cur, false);
-                i += if chars.get(i + 1) == Some(&'&') { 2 } else { 1 };
+                self.end_segment(false);
+                self.i += if chars.get(i + 1) == Some(&'&') { 2 } else { 1 };
             }
-            '|' => match chars.get(i + 1) {
-                Some('|') => {
-                    end_segment(&mut scan, &mut cur, false);
-                    i += 2;
-                }
-                Some('&') => {
-                    end_segment(&mut scan, &mut cur, true);
-                    i += 2;
-                }
-                _ => {
-                    end_segment(&mut scan, &mut cur, true);
-                    i += 1;
-                }
-            },
+            '|' => {
+                // `||` starts a new command; `|` and `|&` pipe into the next one.
+                let (pipe, len) = match chars.get(i + 1) {
+                    Some('|') => (false, 2),
+                    Some('&') => (true, 2),
+                    _ => (true, 1),
+                };
+                self.end_segment(pipe);
+                self.i += len;
+            }
             other => {
-                cur.text.push(other);
-                i += 1;
+                self.cur.text.push(other);
+                self.i += 1;
             }
         }
     }
-    end_segment(&mut scan, &mut cur, false);
-    scan
+
+    fn end_segment(&mut self, pipe: bool) {
+        let mut done = std::mem::take(&mut self.cur);
+        done.pipes_out = pipe;
+        self.cur.piped_in = pipe;
+        if !done.text.trim().is_empty() || !done.heredocs.is_empty() {
+            self.scan.segments.push(done);
+        }
+    }
+
+    fn single_quote(&mut self) {
+        let (chars, i) = (self.chars, self.i);
+        match chars[i + 1..].iter().position(|&x| x == '\'') {
+            Some(p) => {
+                self.cur.text.extend(&chars[i..=i + 1 + p]);
+                self.i += p + 2;
+            }
+            None => {
+                self.scan
+                    .error
+                    .get_or_insert("unbalanced single quote `'`".to_owned());
+                self.cur.text.extend(&chars[i + 1..]);
+                self.i = chars.len();
+            }
+        }
+    }
+
+    /// A double-quoted string: substitutions inside it still run, so they are scanned.
+    fn double_quote(&mut self) {
+        let chars = self.chars;
+        self.cur.text.push('"');
+        self.i += 1;
+        while self.i < chars.len() {
+            let i = self.i;
+            match chars[i] {
+                '\\' => {
+                    self.cur
+                        .text
+                        .extend(chars[i..(i + 2).min(chars.len())].iter());
+                    self.i += 2;
+                }
+                '"' => {
+                    self.cur.text.push('"');
+                    self.i += 1;
+                    return;
+                }
+                '$' if chars.get(i + 1) == Some(&'(') => {
+                    self.i = substitution(chars, i, &mut self.scan, &mut self.cur);
+                }
+                '`' => self.i = backtick(chars, i, &mut self.scan, &mut self.cur),
+                other => {
+                    self.cur.text.push(other);
+                    self.i += 1;
+                }
+            }
+        }
+        self.scan
+            .error
+            .get_or_insert("unbalanced double quote `\"`".to_owned());
+    }
+
+    fn process_substitution(&mut self) {
+        self.scan
+            .opaque
+            .push("process substitution `<(...)`/`>(...)` runs a hidden command");
+        let (payload, end) = balanced(self.chars, self.i + 1);
+        self.scan.nested.push(payload);
+        match end {
+            Some(end) => self.i = end + 1,
+            None => {
+                self.scan
+                    .error
+                    .get_or_insert("unbalanced `(` in process substitution".to_owned());
+                self.i = self.chars.len();
+            }
+        }
+        self.cur.text.push_str(" <(...) ");
+    }
+
+    /// A redirection operator, marked with [`REDIR`]; `<<` and `<<-` also open a
+    /// here-document whose body starts on the next line.
+    fn redirect(&mut self) {
+        let op = redirect_op(self.chars, self.i);
+        self.i += op.chars().count();
+        let text = &mut self.cur.text;
+        // A digit-only word right before the operator is the fd it applies to.
+        let trimmed = text.trim_end_matches(|c: char| c.is_ascii_digit());
+        if trimmed.len() < text.len()
+            && (trimmed.is_empty() || trimmed.ends_with(char::is_whitespace))
+        {
+            text.truncate(trimmed.len());
+        }
+        text.push(' ');
+        text.push(REDIR);
+        text.push_str(&op);
+        text.push(' ');
+        if op == "<<" || op == "<<-" {
+            let (delim, next) = heredoc_delimiter(self.chars, self.i);
+            text.push_str("EOF ");
+            self.pending_heredocs.push((delim, op == "<<-"));
+            self.i = next;
+        }
+    }
+
+    /// At the newline after `<<DELIM`: reads each pending here-document's body up to
+    /// its delimiter line and gives it to the current command.
+    fn heredoc_bodies(&mut self) {
+        let chars = self.chars;
+        self.i += 1;
+        for (delim, strip_tabs) in std::mem::take(&mut self.pending_heredocs) {
+            let mut body = String::new();
+            loop {
+                if self.i >= chars.len() {
+                    self.scan
+                        .error
+                        .get_or_insert(format!("here-document not terminated by `{delim}`"));
+                    break;
+                }
+                let end = chars[self.i..]
+                    .iter()
+                    .position(|&x| x == '\n')
+                    .map_or(chars.len(), |p| self.i + p);
+                let line: String = chars[self.i..end].iter().collect();
+                self.i = end + 1;
+                let cmp = if strip_tabs {
+                    line.trim_start_matches('\t')
+                } else {
+                    line.as_str()
+                };
+                if cmp == delim {
+                    break;
+                }
+                body.push_str(&line);
+                body.push('\n');
+            }
+            self.cur.heredocs.push(body);
+        }
+    }
 }
 
 pub(super) fn is_redirect_start(chars: &[char], i: usize) -> bool {

@@ -8,3 +8,4 @@ mod hooks;
 mod loop_behaviour;
 mod run_cli;
 mod run_habits;
+mod stops;

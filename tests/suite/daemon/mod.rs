@@ -351,3 +351,21 @@ impl Tool for WriteFile {
         .boxed()
     }
 }
+
+/// Sends SIGTERM to `pid`, as systemd does to stop the unit.
+pub fn sigterm(pid: u32) {
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+}
+
+/// Stops a daemon started as a child process with SIGTERM and returns its exit code.
+pub async fn stop_daemon(mut child: std::process::Child) -> Option<i32> {
+    sigterm(child.id());
+    tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap()
+        .code()
+}

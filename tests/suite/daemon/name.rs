@@ -3,7 +3,6 @@
 //! with an error (so the binary exits non-zero and systemd restarts it).
 
 use std::os::unix::net::UnixDatagram;
-use std::process::Command;
 
 use familiar::daemon::DaemonError;
 use familiar::ids::SessionId;
@@ -23,7 +22,7 @@ async fn a_second_daemon_is_refused_and_the_first_keeps_the_name() {
     let sock_path = sock_dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut first = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let first = spawn_daemon(&bus, &home, &sock_path, &[]);
     tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         loop {
@@ -62,14 +61,7 @@ async fn a_second_daemon_is_refused_and_the_first_keeps_the_name() {
     let proxy = Agent1Proxy::new(&conn).await.unwrap();
     assert_eq!(proxy.active_tasks().await.unwrap(), 0);
 
-    Command::new("kill")
-        .args(["-TERM", &first.id().to_string()])
-        .status()
-        .unwrap();
-    let status = tokio::task::spawn_blocking(move || first.wait().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(stop_daemon(first).await, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -139,11 +139,7 @@ async fn the_daemon_is_ready_only_once_its_name_is_owned_and_stops_on_sigterm() 
     let proxy = Agent1Proxy::new(&conn).await.unwrap();
     assert_eq!(proxy.active_tasks().await.unwrap(), 0);
 
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    sigterm(child.id());
     let stopping = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         loop {
@@ -179,7 +175,7 @@ async fn an_unread_notify_socket_never_stalls_the_daemon() {
     let sock_path = sock_dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let child = spawn_daemon(&bus, &home, &sock_path, &[]);
     let sock = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         let n = sock.recv(&mut buf).expect("READY=1");
@@ -196,15 +192,7 @@ async fn an_unread_notify_socket_never_stalls_the_daemon() {
             .await
             .unwrap();
     }
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(stop_daemon(child).await, Some(0));
     drop(sock);
 }
 
@@ -259,11 +247,7 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
 
     // Stop the activated daemon (a child of the bus) before the bus goes away.
     let pid = dbus.get_connection_unix_process_id(name).await.unwrap();
-    let kill = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    sigterm(pid);
 }
 
 /// DESIGN §9: STATUS= follows the task count and WATCHDOG=1 is sent when systemd asks
@@ -280,7 +264,7 @@ async fn status_follows_tasks_and_the_watchdog_is_pinged() {
     let sock_path = sock_dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut child = spawn_daemon(&bus, &home, &sock_path, &[("WATCHDOG_USEC", "100000")]);
+    let child = spawn_daemon(&bus, &home, &sock_path, &[("WATCHDOG_USEC", "100000")]);
     let (sock, _) = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         loop {
@@ -318,14 +302,7 @@ async fn status_follows_tasks_and_the_watchdog_is_pinged() {
     .unwrap();
     assert!(seen_status.is_some_and(|s| s.contains("1 running") || s.contains("0 running")));
     assert!(seen_watchdog);
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(stop_daemon(child).await, Some(0));
 }
 
 /// `systemctl --user reload familiar` sends SIGHUP: the daemon says RELOADING=1, re-reads

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod decode;
+mod fallback;
 mod faults;
 mod requests;
 

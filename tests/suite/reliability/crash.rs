@@ -12,7 +12,7 @@ use std::path::Path;
 
 use familiar::ids::SessionId;
 use familiar::llm::{ContentBlock, Role};
-use familiar::store::{Store, TaskStatus};
+use familiar::store::{Context, Store, TaskStatus};
 use futures::StreamExt;
 use rand::Rng;
 use serde_json::json;
@@ -99,6 +99,45 @@ fn check_data_dir(data: &Path) -> Vec<SessionId> {
     ids
 }
 
+fn load(data: &Path, id: &SessionId) -> Context {
+    Store::open(data)
+        .unwrap()
+        .load_context(id)
+        .unwrap()
+        .unwrap()
+}
+
+/// A session whose task the kill interrupted (dangling calls or not: a context is
+/// saved with an iteration's calls and results together, so normally none dangle).
+fn was_interrupted(ctx: &Context) -> bool {
+    dangling(&ctx.history) > 0
+        || ctx
+            .tasks
+            .iter()
+            .any(|t| t.status == TaskStatus::Interrupted)
+}
+
+/// Submits a task continuing session `id` and waits for its status.
+async fn continue_session(
+    proxy: &familiar::dbus::proxy::Agent1Proxy<'_>,
+    finished: &mut familiar::dbus::proxy::TaskFinishedStream,
+    id: &SessionId,
+) -> String {
+    let opts = HashMap::from([("session", zbus::Variant::from(id.as_str()))]);
+    let (task, _) = proxy.submit("crash", "go on", opts).await.unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while let Some(sig) = finished.next().await {
+            let a = sig.args().unwrap();
+            if a.task_id == task {
+                return a.status.to_string();
+            }
+        }
+        panic!("signal stream ended")
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_instants_loses_at_most_the_step_in_flight() {
     let rounds = env_count("FAMILIAR_KILL_ROUNDS", 3);
@@ -125,52 +164,17 @@ async fn kill_9_at_random_instants_loses_at_most_the_step_in_flight() {
         let mut continued = None;
         // A session whose task the kill interrupted (dangling calls or not: a context is
         // saved with an iteration's calls and results together, so normally none dangle).
-        if let Some(id) = previous.iter().find(|id| {
-            if done_with.contains(*id) {
-                return false;
-            }
-            let ctx = Store::open(&data)
-                .unwrap()
-                .load_context(id)
-                .unwrap()
-                .unwrap();
-            dangling(&ctx.history) > 0
-                || ctx
-                    .tasks
-                    .iter()
-                    .any(|t| t.status == TaskStatus::Interrupted)
-        }) {
-            let dangled = {
-                let ctx = Store::open(&data)
-                    .unwrap()
-                    .load_context(id)
-                    .unwrap()
-                    .unwrap();
-                dangling(&ctx.history) > 0
-            };
-            let opts = HashMap::from([("session", zbus::Variant::from(id.as_str()))]);
-            let (task, _) = proxy.submit("crash", "go on", opts).await.unwrap();
-            let status = tokio::time::timeout(PATIENCE, async {
-                while let Some(sig) = finished.next().await {
-                    let a = sig.args().unwrap();
-                    if a.task_id == task {
-                        return a.status.to_string();
-                    }
-                }
-                panic!("signal stream ended")
-            })
-            .await
-            .unwrap();
+        if let Some(id) = previous
+            .iter()
+            .find(|id| !done_with.contains(*id) && was_interrupted(&load(&data, id)))
+        {
+            let dangled = dangling(&load(&data, id).history) > 0;
+            let status = continue_session(&proxy, &mut finished, id).await;
             assert_eq!(status, "completed");
             if dangled {
                 dangling_total += 1;
             }
-            let ctx = Store::open(&data)
-                .unwrap()
-                .load_context(id)
-                .unwrap()
-                .unwrap();
-            assert_eq!(dangling(&ctx.history), 0, "{id} still dangles");
+            assert_eq!(dangling(&load(&data, id).history), 0, "{id} still dangles");
             repaired_total += 1;
             continued = Some(id.clone());
             done_with.insert(id.clone());

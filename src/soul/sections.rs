@@ -1,0 +1,306 @@
+//! A soul file's keys as written ([`SoulToml`]) and their validation, one method per
+//! key or section, each error naming the file, the line and the key.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{
+    DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WALL_CLOCK, DEFAULT_TOOLS,
+    MAX_MAX_ITERATIONS, PromptSource, load_prompt,
+};
+use crate::catalog::{self, Tier};
+use crate::config::{expand_home, parse_duration};
+use crate::error::FileError;
+use crate::ids::SoulId;
+use crate::policy::{Mode, Policy, RateLimits, TierModes};
+use crate::sandbox::SandboxSpec;
+
+/// A soul file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SoulToml {
+    pub(super) id: Option<Spanned<String>>,
+    pub(super) description: Option<String>,
+    pub(super) prompt: Option<String>,
+    pub(super) prompt_file: Option<Spanned<String>>,
+    pub(super) provider: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) max_iterations: Option<Spanned<u32>>,
+    pub(super) max_tokens: Option<Spanned<u64>>,
+    pub(super) max_wall_clock: Option<Spanned<String>>,
+    pub(super) tools: Option<Vec<Spanned<String>>>,
+    pub(super) permissions: Option<PermissionsToml>,
+    pub(super) sandbox: Option<SandboxToml>,
+    pub(super) rate_limits: Option<RateLimits>,
+    pub(super) delegates: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) memory: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PermissionsToml {
+    pub(super) read: Option<Spanned<Mode>>,
+    pub(super) write: Option<Spanned<Mode>>,
+    pub(super) execute: Option<Spanned<Mode>>,
+    pub(super) system_critical: Option<Spanned<Mode>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SandboxToml {
+    pub(super) read: Option<Vec<Spanned<String>>>,
+    pub(super) write: Option<Vec<Spanned<String>>>,
+    pub(super) network: Option<bool>,
+    pub(super) require: Option<bool>,
+}
+
+/// The file being validated: where errors point, and the home `~` means.
+pub(super) struct Fields<'a> {
+    pub(super) file: &'a str,
+    pub(super) src: &'a str,
+    pub(super) home: &'a Path,
+}
+
+impl Fields<'_> {
+    fn at(&self, span: Range<usize>, msg: String) -> FileError {
+        FileError::at(self.file, self.src, span, msg)
+    }
+
+    fn whole(&self, msg: String) -> FileError {
+        FileError::whole_file(self.file, msg)
+    }
+
+    /// `id`, which must match the file name; the file name when it is left out.
+    pub(super) fn id(&self, id: Option<&Spanned<String>>, stem: &str) -> Result<SoulId, FileError> {
+        let Some(id) = id else {
+            return SoulId::new(stem).map_err(|e| self.whole(format!("file name: {e}")));
+        };
+        let parsed =
+            SoulId::new(id.get_ref().clone()).map_err(|e| self.at(id.span(), e.to_string()))?;
+        if parsed.as_str() != stem {
+            return Err(self.at(
+                id.span(),
+                format!("id `{parsed}` does not match the file name `{stem}.toml`"),
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// `prompt` or `prompt_file`, exactly one, not empty.
+    pub(super) fn prompt(
+        &self,
+        prompt: Option<String>,
+        prompt_file: Option<&Spanned<String>>,
+        prompts: &PromptSource<'_>,
+    ) -> Result<String, FileError> {
+        let prompt = match (prompt, prompt_file) {
+            (Some(_), Some(pf)) => {
+                return Err(self.at(
+                    pf.span(),
+                    "set either `prompt` or `prompt_file`, not both".into(),
+                ));
+            }
+            (Some(p), None) => p,
+            (None, Some(pf)) => {
+                load_prompt(pf.get_ref(), prompts).map_err(|e| self.at(pf.span(), e.to_string()))?
+            }
+            (None, None) => return Err(self.whole("missing `prompt` or `prompt_file`".into())),
+        };
+        if prompt.trim().is_empty() {
+            return Err(self.whole("the prompt is empty".into()));
+        }
+        Ok(prompt)
+    }
+
+    pub(super) fn max_iterations(&self, n: Option<Spanned<u32>>) -> Result<u32, FileError> {
+        match n {
+            Some(n) if *n.get_ref() == 0 || *n.get_ref() > MAX_MAX_ITERATIONS => Err(self.at(
+                n.span(),
+                format!("{} is outside 1..={MAX_MAX_ITERATIONS}", n.get_ref()),
+            )),
+            Some(n) => Ok(n.into_inner()),
+            None => Ok(DEFAULT_MAX_ITERATIONS),
+        }
+    }
+
+    pub(super) fn max_tokens(&self, n: Option<Spanned<u64>>) -> Result<u64, FileError> {
+        match n {
+            Some(n) if *n.get_ref() < 1000 => Err(self.at(
+                n.span(),
+                format!("{} is below the minimum of 1000", n.get_ref()),
+            )),
+            Some(n) => Ok(n.into_inner()),
+            None => Ok(DEFAULT_MAX_TOKENS),
+        }
+    }
+
+    pub(super) fn max_wall_clock(&self, s: Option<Spanned<String>>) -> Result<Duration, FileError> {
+        match s {
+            Some(s) => parse_duration(s.get_ref()).map_err(|e| self.at(s.span(), e.to_string())),
+            None => Ok(DEFAULT_MAX_WALL_CLOCK),
+        }
+    }
+
+    /// `tools`: known names, each once, in the file's order.
+    pub(super) fn tools(
+        &self,
+        list: Option<Vec<Spanned<String>>>,
+    ) -> Result<Vec<String>, FileError> {
+        let Some(list) = list else {
+            return Ok(DEFAULT_TOOLS.iter().map(|s| (*s).to_owned()).collect());
+        };
+        let mut tools = Vec::with_capacity(list.len());
+        for t in list {
+            if catalog::info(t.get_ref()).is_none() {
+                return Err(self.at(
+                    t.span(),
+                    format!(
+                        "unknown tool `{}` (known: {})",
+                        t.get_ref(),
+                        catalog::names().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            if !tools.contains(t.get_ref()) {
+                tools.push(t.into_inner());
+            }
+        }
+        Ok(tools)
+    }
+
+    /// `delegates`: soul ids, not the soul itself, and set exactly when `tools` names
+    /// `delegate` (either alone is a soul that cannot do what its file says).
+    pub(super) fn delegates(
+        &self,
+        raw: Option<Spanned<Vec<Spanned<String>>>>,
+        id: &SoulId,
+        tools: &[String],
+    ) -> Result<Vec<SoulId>, FileError> {
+        let has_tool = tools.iter().any(|t| t == "delegate");
+        let Some(raw) = raw else {
+            return if has_tool {
+                Err(self.whole(
+                    "`tools` lists `delegate` but `delegates` names no soul to hand sub-tasks to"
+                        .into(),
+                ))
+            } else {
+                Ok(Vec::new())
+            };
+        };
+        let span = raw.span();
+        let mut out: Vec<SoulId> = Vec::new();
+        for d in raw.into_inner() {
+            let soul =
+                SoulId::new(d.get_ref().clone()).map_err(|e| self.at(d.span(), e.to_string()))?;
+            if &soul == id {
+                return Err(self.at(d.span(), "a soul cannot delegate to itself".into()));
+            }
+            if !out.contains(&soul) {
+                out.push(soul);
+            }
+        }
+        match (out.is_empty(), has_tool) {
+            (false, false) => Err(self.at(
+                span,
+                "`delegates` is set but `tools` does not list `delegate`".into(),
+            )),
+            (true, true) => Err(self.at(
+                span,
+                "`tools` lists `delegate` but `delegates` is empty".into(),
+            )),
+            (true, false) | (false, true) => Ok(out),
+        }
+    }
+
+    /// `[permissions]`: each tier's mode, never looser than the policy's.
+    pub(super) fn permissions(
+        &self,
+        perms: PermissionsToml,
+        policy: Option<&Policy>,
+    ) -> Result<TierModes, FileError> {
+        let mut permissions = TierModes {
+            read: Mode::Allow,
+            write: Mode::Allow,
+            execute: Mode::Allow,
+            system_critical: Mode::Allow,
+        };
+        for (tier, mode) in [
+            (Tier::Read, &perms.read),
+            (Tier::Write, &perms.write),
+            (Tier::Execute, &perms.execute),
+            (Tier::SystemCritical, &perms.system_critical),
+        ] {
+            let Some(mode) = mode else { continue };
+            if let Some(policy) = policy {
+                let ceiling = policy.tiers.get(tier);
+                if *mode.get_ref() < ceiling {
+                    return Err(self.at(
+                        mode.span(),
+                        format!(
+                            "`{}` is looser than policy `{}`, which sets {tier} = `{ceiling}`: a soul can only tighten the policy (allowed here: {})",
+                            mode.get_ref(),
+                            policy.name,
+                            allowed_modes(ceiling)
+                        ),
+                    ));
+                }
+            }
+            match tier {
+                Tier::Read => permissions.read = *mode.get_ref(),
+                Tier::Write => permissions.write = *mode.get_ref(),
+                Tier::Execute => permissions.execute = *mode.get_ref(),
+                Tier::SystemCritical => permissions.system_critical = *mode.get_ref(),
+            }
+        }
+        Ok(permissions)
+    }
+
+    /// `[sandbox]`: absolute paths (`~/` expanded); reads the home by default.
+    pub(super) fn sandbox(&self, sb: SandboxToml) -> Result<SandboxSpec, FileError> {
+        Ok(SandboxSpec {
+            read: self.paths(sb.read, &["~"])?,
+            write: self.paths(sb.write, &[])?,
+            network: sb.network.unwrap_or(false),
+            require: sb.require.unwrap_or(false),
+        })
+    }
+
+    fn paths(
+        &self,
+        list: Option<Vec<Spanned<String>>>,
+        default: &[&str],
+    ) -> Result<Vec<PathBuf>, FileError> {
+        let list = match list {
+            Some(l) => l,
+            None => default
+                .iter()
+                .map(|s| Spanned::new(0..0, (*s).to_owned()))
+                .collect(),
+        };
+        list.into_iter()
+            .map(|p| {
+                let expanded = expand_home(Path::new(p.get_ref()), self.home);
+                if expanded.is_absolute() {
+                    Ok(expanded)
+                } else {
+                    Err(self.at(
+                        p.span(),
+                        format!("`{}` must be absolute or start with ~/", p.get_ref()),
+                    ))
+                }
+            })
+            .collect()
+    }
+}
+
+fn allowed_modes(ceiling: Mode) -> &'static str {
+    match ceiling {
+        Mode::Allow => "allow, ask, deny",
+        Mode::Ask => "ask, deny",
+        Mode::Deny => "deny",
+    }
+}

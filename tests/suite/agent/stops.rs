@@ -1,0 +1,153 @@
+//! How a task stops: iteration, token and wall-clock budgets, loop detection, and
+//! cancellation mid-stream or mid-tool, each leaving nothing dangling.
+
+use familiar::catalog::{self};
+use familiar::llm::ContentBlock;
+use familiar::store::{StepStatus, TaskStatus};
+use familiar::tools::ToolError;
+use futures::FutureExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::harness::*;
+use crate::common::llm_server::*;
+
+const READ_SOUL: &str = "max_iterations = 10\ntools = [\"read_file\", \"list_dir\", \"disk_usage\", \"search_files\", \"write_file\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_iterations_stops_the_task_and_keeps_the_work() {
+    let h = Harness::new(vec![
+        tools_reply(&[("c1", "list_dir", json!({"path": "."}))]),
+        tools_reply(&[("c2", "list_dir", json!({"path": "/"}))]),
+    ])
+    .await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_iterations = 2\ntools = [\"list_dir\"]\n");
+    let (out, _) = h.run(rt, h.spec(soul, "list forever", None)).await;
+    assert_eq!(out.status, TaskStatus::MaxIterations);
+    assert_eq!(out.iterations, 2);
+    let ctx = h.store.load_context(&out.session_id).unwrap().unwrap();
+    assert_eq!(ctx.tasks[0].status, TaskStatus::MaxIterations);
+    assert_eq!(ctx.tasks[0].plan.steps.len(), 2);
+    assert_eq!(ctx.history.len(), 5, "prompt + two tool turns");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeating_the_same_call_warns_at_three_and_stops_at_five() {
+    let same = || tools_reply(&[("c", "list_dir", json!({"path": "."}))]);
+    let h = Harness::new((0..5).map(|_| same()).collect()).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_iterations = 10\ntools = [\"list_dir\"]\n");
+    let (out, events) = h.run(rt, h.spec(soul, "loop", None)).await;
+    assert_eq!(out.status, TaskStatus::LoopDetected);
+    assert_eq!(out.iterations, 5);
+    assert_eq!(count(&events, "loop_warning"), 1);
+    // The steering note reached the model with the 4th request.
+    let fourth = h.server.requests()[3].body.to_string();
+    assert!(fourth.contains("same tool call 3 times"), "{fourth}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_budget_stops_the_task() {
+    let big = Reply::sse(sse(vec![
+        oa_tool_call(0, "c1", "list_dir", "{\"path\": \".\"}"),
+        oa_finish("tool_calls"),
+        oa_usage(900, 200),
+        oa_done(),
+    ]));
+    let h = Harness::new(vec![big]).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_tokens = 1000\ntools = [\"list_dir\"]\n");
+    let (out, _) = h.run(rt, h.spec(soul, "spend", None)).await;
+    assert_eq!(out.status, TaskStatus::BudgetExceeded);
+    assert!(out.result.contains("1100 tokens"), "{}", out.result);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wall_clock_stops_a_hung_model() {
+    let hung = Reply::sse_steps(vec![
+        Step::Send(oa_text("thinking…").into_bytes()),
+        Step::Hang,
+    ]);
+    let h = Harness::new(vec![hung]).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_wall_clock = \"200ms\"\n");
+    let (out, _) = h.run(rt, h.spec(soul, "hang", None)).await;
+    assert_eq!(out.status, TaskStatus::Timeout);
+    let ctx = h.store.load_context(&out.session_id).unwrap().unwrap();
+    assert_eq!(ctx.tasks[0].status, TaskStatus::Timeout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_ends_cancelled_with_nothing_dangling() {
+    let hung = Reply::sse_steps(vec![
+        Step::Send(oa_text("partial answer").into_bytes()),
+        Step::Hang,
+    ]);
+    let h = Harness::new(vec![hung]).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let (out, _) = h
+        .run_with(
+            rt,
+            h.spec(h.soul(READ_SOUL), "go", None),
+            CancellationToken::new(),
+            |e, c| {
+                if e.kind() == "text_delta" {
+                    c.cancel();
+                }
+            },
+        )
+        .await;
+    assert_eq!(out.status, TaskStatus::Cancelled);
+    h.server.wait_closed(1).await;
+    let ctx = h.store.load_context(&out.session_id).unwrap().unwrap();
+    assert_eq!(ctx.tasks[0].status, TaskStatus::Cancelled);
+    assert_eq!(
+        ctx.history.len(),
+        1,
+        "the partial answer is not kept as a turn"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_tool_stops_the_tool_and_records_its_result() {
+    let h = Harness::new(vec![tools_reply(&[(
+        "c1",
+        "disk_usage",
+        json!({"path": "."}),
+    )])])
+    .await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
+    let slow = fn_tool(&catalog::DISK_USAGE, move |_, ctx| {
+        if let Some(tx) = started_tx.lock().unwrap().take() {
+            tx.send(()).unwrap();
+        }
+        async move {
+            ctx.cancel.cancelled().await;
+            Err(ToolError::model("stopped"))
+        }
+        .boxed()
+    });
+    let rt = h.runtime(builtin_plus(vec![slow]));
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        started_rx.await.unwrap();
+        c.cancel();
+    });
+    let (out, _) = h
+        .run_with(rt, h.spec(h.soul(READ_SOUL), "du", None), cancel, |_, _| {})
+        .await;
+    assert_eq!(out.status, TaskStatus::Cancelled);
+    let ctx = h.store.load_context(&out.session_id).unwrap().unwrap();
+    let last = ctx.history.last().unwrap();
+    assert!(
+        matches!(
+            &last.content[0],
+            ContentBlock::ToolResult { is_error: true, .. }
+        ),
+        "{last:?}"
+    );
+    assert_eq!(ctx.tasks[0].plan.steps[0].status, StepStatus::Failed);
+}
