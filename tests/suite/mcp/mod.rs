@@ -225,3 +225,56 @@ fn bad_mcp_tables_name_file_line_and_key() {
         "{stderr}"
     );
 }
+
+/// A loopback streamable-HTTP MCP server (rmcp's server side behind hyper); its address.
+async fn http_server() -> std::net::SocketAddr {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = StreamableHttpService::new(
+        || Ok(server::TestServer),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+            );
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_url_server_is_reached_over_streamable_http() {
+    let addr = http_server().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = McpServerConfig {
+        name: "web".to_owned(),
+        transport: McpTransport::Http {
+            url: format!("http://{addr}/mcp"),
+        },
+        env: BTreeMap::new(),
+        tier: Tier::Read,
+        tools: BTreeMap::new(),
+        read: Vec::new(),
+        write: Vec::new(),
+        network: false,
+    };
+    let hub = hub(tmp.path(), vec![config]);
+    let cancel = CancellationToken::new();
+    let tools = hub.tools("web", &cancel).await.unwrap();
+    assert_eq!(tools.len(), 3);
+    let echoed = hub
+        .call("web", "echo", json!({"text": "over http"}), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(echoed, "over http");
+    hub.shutdown().await;
+}
