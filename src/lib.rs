@@ -37,6 +37,7 @@ pub mod hyprland;
 pub mod ids;
 pub mod llm;
 pub mod logging;
+pub mod mcp;
 pub mod policy;
 pub mod ratelimit;
 pub mod sandbox;

@@ -10,6 +10,7 @@ mod client;
 mod complete;
 mod doctor;
 mod local;
+mod mcp;
 mod memory;
 mod output;
 mod prune;
@@ -115,6 +116,11 @@ pub enum Command {
         /// JSON output (one object per line; `show`: one pretty object)
         #[arg(long, global = true)]
         json: bool,
+    },
+    /// MCP tool servers: `familiar mcp list` (starts them to list their tools)
+    Mcp {
+        #[command(subcommand)]
+        action: McpAction,
     },
     /// Ask the policy about a tool call
     Policy {
@@ -295,6 +301,19 @@ pub enum PolicyAction {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum McpAction {
+    /// Servers, their state and tools (starts each server, in its sandbox, then stops it)
+    List {
+        /// Show the configuration only; start nothing
+        #[arg(long)]
+        no_start: bool,
+        /// One JSON object per server and line
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let mut out = Out::stdout();
@@ -312,6 +331,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Snapshot(JsonFlag { json }) => local::snapshot(&cli.config, json, &mut out),
         Command::Sessions { action, json } => local::sessions(&cli.config, action, json, &mut out),
         Command::Memory { action, json } => memory::memory(&cli.config, action, json, &mut out),
+        Command::Mcp {
+            action: McpAction::List { no_start, json },
+        } => mcp::list(&cli.config, no_start, json, &mut out),
         Command::Completions { shell } => {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)

@@ -8,6 +8,7 @@
 //! small helpers (durations, `~`) that souls and policies use too. This module owns
 //! the order: read, parse, resolve, check cross-references.
 
+pub mod mcp;
 pub mod parse;
 pub mod paths;
 pub mod providers;
@@ -168,6 +169,19 @@ impl Config {
             }
         }
 
+        let mut mcp = BTreeMap::new();
+        for (name, m) in raw.mcp {
+            let resolved = mcp::resolve_server(&name, m, &paths.home).map_err(|(k, msg)| {
+                let key = if k.is_empty() {
+                    format!("mcp.{name}")
+                } else {
+                    format!("mcp.{name}.{k}")
+                };
+                invalid(&key, msg)
+            })?;
+            mcp.insert(name, resolved);
+        }
+
         Ok(Config {
             default_soul,
             default_provider,
@@ -175,6 +189,7 @@ impl Config {
             daemon,
             memory,
             providers,
+            mcp,
             paths,
             source,
         })

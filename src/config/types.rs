@@ -26,6 +26,8 @@ pub struct ConfigToml {
     pub memory: Option<MemoryToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
+    #[serde(default)]
+    pub mcp: BTreeMap<String, super::mcp::McpServerToml>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +124,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub memory: MemoryConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// `[mcp.NAME]` tool servers, by name.
+    pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,
     pub paths: Paths,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,

@@ -6,6 +6,7 @@ mod cli_habits;
 mod daemon;
 mod desktop_tools;
 mod llm;
+mod mcp;
 mod memory;
 mod reliability;
 mod sandbox;

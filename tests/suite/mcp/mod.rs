@@ -1,0 +1,280 @@
+//! MCP tool servers against a real server process (this binary in server mode, see
+//! [`server`]) under the real kernel's Landlock.
+
+#![allow(clippy::unwrap_used)]
+
+mod server;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use familiar::catalog::Tier;
+use familiar::config::mcp::{McpServerConfig, McpTransport};
+use familiar::mcp::{McpError, McpHub, ServerState};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::sandbox::{landlock_available, launcher};
+
+fn config(name: &str, mode: &str, write: Vec<PathBuf>) -> McpServerConfig {
+    let (command, args) = server::argv();
+    let exe = std::env::current_exe().unwrap();
+    McpServerConfig {
+        name: name.to_owned(),
+        transport: McpTransport::Stdio { command, args },
+        env: BTreeMap::from([(server::MODE_ENV.to_owned(), mode.to_owned())]),
+        tier: Tier::Execute,
+        tools: BTreeMap::new(),
+        read: vec![exe.parent().unwrap().to_owned()],
+        write,
+        network: false,
+    }
+}
+
+fn hub(dir: &Path, servers: Vec<McpServerConfig>) -> McpHub {
+    let servers = servers.into_iter().map(|c| (c.name.clone(), c)).collect();
+    McpHub::new(
+        &servers,
+        launcher(),
+        Vec::new(),
+        dir.join("state"),
+        dir.join("home"),
+    )
+}
+
+#[tokio::test]
+async fn stdio_server_runs_under_landlock_and_the_kernel_refuses_other_writes() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let allowed = tmp.path().join("allowed");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let hub = hub(
+        tmp.path(),
+        vec![config("files", "ok", vec![allowed.clone()])],
+    );
+    let cancel = CancellationToken::new();
+
+    let views = hub.views().await;
+    assert_eq!(views[0].state, ServerState::NotStarted);
+
+    let tools = hub.tools("files", &cancel).await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["echo", "picture", "write_file"], "sorted");
+    assert_eq!(
+        tools[2].input_schema["properties"]["path"]["type"],
+        "string"
+    );
+
+    let ok = hub
+        .call(
+            "files",
+            "write_file",
+            json!({"path": allowed.join("a.txt"), "text": "hi"}),
+            &cancel,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok, "written");
+    assert_eq!(
+        std::fs::read_to_string(allowed.join("a.txt")).unwrap(),
+        "hi"
+    );
+
+    let refused = hub
+        .call(
+            "files",
+            "write_file",
+            json!({"path": outside.join("b.txt"), "text": "no"}),
+            &cancel,
+        )
+        .await;
+    match refused {
+        Err(McpError::ToolFailed { message, .. }) => {
+            assert!(
+                message.contains("errno 13"),
+                "EACCES from the kernel: {message}"
+            );
+        }
+        other => panic!("expected the kernel's EACCES, got {other:?}"),
+    }
+    assert!(!outside.join("b.txt").exists());
+
+    let picture = hub
+        .call("files", "picture", json!({}), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(
+        picture,
+        "here:\n[image: image/png, 8 bytes of base64 not shown]"
+    );
+
+    // Kept, not started per call: the same connection answers.
+    let first = hub.connection("files", &cancel).await.unwrap();
+    let again = hub.connection("files", &cancel).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    drop((first, again));
+    assert!(matches!(hub.views().await[0].state, ServerState::Running));
+
+    let unknown = hub.call("files", "nope", json!({}), &cancel).await;
+    assert!(
+        matches!(unknown, Err(McpError::UnknownTool { .. })),
+        "{unknown:?}"
+    );
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_that_sends_garbage_fails_clearly_and_is_restarted_at_most_three_times() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(tmp.path(), vec![config("bad", "garbage", Vec::new())]);
+    let cancel = CancellationToken::new();
+    for _ in 0..4 {
+        let e = hub.tools("bad", &cancel).await.unwrap_err();
+        assert!(
+            matches!(e, McpError::Protocol { .. }),
+            "a clear protocol error: {e}"
+        );
+    }
+    let e = hub.tools("bad", &cancel).await.unwrap_err();
+    assert!(matches!(e, McpError::GaveUp { restarts: 3, .. }), "{e}");
+    assert!(matches!(hub.views().await[0].state, ServerState::GaveUp(_)));
+}
+
+#[tokio::test]
+async fn cancelling_a_task_stops_waiting_for_a_hanging_server() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(tmp.path(), vec![config("slow", "hang", Vec::new())]);
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let (started, ()) = tokio::join!(hub.tools("slow", &cancel), async move {
+        tokio::task::yield_now().await;
+        trigger.cancel();
+    });
+    assert!(matches!(started, Err(McpError::Cancelled)), "{started:?}");
+    // A cancelled start is not the server's fault: it may start again.
+    assert!(matches!(
+        hub.views().await[0].state,
+        ServerState::NotStarted
+    ));
+}
+
+/// `config.toml` text declaring the test server as `NAME` in `mode`.
+fn config_toml(name: &str, mode: &str) -> String {
+    let (command, args) = server::argv();
+    let exe = std::env::current_exe().unwrap();
+    format!(
+        "[mcp.{name}]\ncommand = {command:?}\nargs = {args:?}\nenv = {{ {} = {mode:?} }}\n\
+         tier = \"write\"\n[mcp.{name}.tools]\necho = \"read\"\n[mcp.{name}.sandbox]\nread = [{:?}]\n",
+        server::MODE_ENV,
+        exe.parent().unwrap().display().to_string(),
+    )
+}
+
+#[test]
+fn mcp_list_starts_the_servers_says_so_and_shows_their_tools_and_tiers() {
+    if !landlock_available() {
+        return;
+    }
+    let home = crate::common::TestHome::new();
+    home.write_config("config.toml", &config_toml("files", "ok"));
+    let out = home.familiar().args(["mcp", "list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("starting 1 MCP server(s)"), "{stderr}");
+    assert!(stdout.contains("files\tstdio: sh -c"), "{stdout}");
+    assert!(stdout.contains("ok, 3 tools"), "{stdout}");
+    assert!(stdout.contains("  files__echo\tread\tEchoes"), "{stdout}");
+    assert!(stdout.contains("  files__write_file\twrite\t"), "{stdout}");
+
+    let out = home
+        .familiar()
+        .args(["mcp", "list", "--no-start", "--json"])
+        .output()
+        .unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["state"]["state"], "not_started");
+}
+
+#[test]
+fn bad_mcp_tables_name_file_line_and_key() {
+    let home = crate::common::TestHome::new();
+    let cfg = home.write_config("config.toml", "[mcp.x]\ncommand = \"a\"\nbogus = 1\n");
+    let out = home.familiar().args(["mcp", "list"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:3: key `mcp.x.bogus`", cfg.display())),
+        "{stderr}"
+    );
+    home.write_config("config.toml", "[mcp.x]\nargs = [\"a\"]\n");
+    let out = home.familiar().args(["mcp", "list"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("key `mcp.x.command`: a `command` or a `url` is needed"),
+        "{stderr}"
+    );
+}
+
+/// A loopback streamable-HTTP MCP server (rmcp's server side behind hyper); its address.
+async fn http_server() -> std::net::SocketAddr {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = StreamableHttpService::new(
+        || Ok(server::TestServer),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+            );
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_url_server_is_reached_over_streamable_http() {
+    let addr = http_server().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = McpServerConfig {
+        name: "web".to_owned(),
+        transport: McpTransport::Http {
+            url: format!("http://{addr}/mcp"),
+        },
+        env: BTreeMap::new(),
+        tier: Tier::Read,
+        tools: BTreeMap::new(),
+        read: Vec::new(),
+        write: Vec::new(),
+        network: false,
+    };
+    let hub = hub(tmp.path(), vec![config]);
+    let cancel = CancellationToken::new();
+    let tools = hub.tools("web", &cancel).await.unwrap();
+    assert_eq!(tools.len(), 3);
+    let echoed = hub
+        .call("web", "echo", json!({"text": "over http"}), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(echoed, "over http");
+    hub.shutdown().await;
+}

@@ -1,0 +1,122 @@
+//! The MCP server the tests start: this test binary run again with
+//! `FAMILIAR_TEST_MCP_SERVER` set, serving rmcp's server side on stdin and stderr
+//! (libtest's own stdout lines would corrupt the JSON-RPC channel, so the launching
+//! shell points stderr at the pipe and stdout at /dev/null).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// Selects server mode, and which behaviour: `ok`, `garbage`, `hang`.
+pub const MODE_ENV: &str = "FAMILIAR_TEST_MCP_SERVER";
+
+/// The argv that starts this binary as the server (through `sh`, for the redirection).
+pub fn argv() -> (String, Vec<String>) {
+    let exe = std::env::current_exe().unwrap();
+    (
+        "sh".to_owned(),
+        vec![
+            "-c".to_owned(),
+            "exec \"$0\" --exact suite::mcp::server::serve --nocapture -q --test-threads=1 2>&1 1>/dev/null"
+                .to_owned(),
+            exe.display().to_string(),
+        ],
+    )
+}
+
+#[derive(Clone)]
+pub struct TestServer;
+
+fn schema(props: Value) -> Arc<serde_json::Map<String, Value>> {
+    let v = json!({"type": "object", "properties": props});
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new(
+                "write_file",
+                "Writes text to a path",
+                schema(json!({"path": {"type": "string"}, "text": {"type": "string"}})),
+            ),
+            Tool::new(
+                "echo",
+                "Echoes",
+                schema(json!({"text": {"type": "string"}})),
+            ),
+            Tool::new("picture", "An image", schema(json!({}))),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default();
+        let result = match &*request.name {
+            "write_file" => match std::fs::write(arg("path"), arg("text")) {
+                Ok(()) => CallToolResult::success(vec![ContentBlock::text("written")]),
+                Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+                    "{e} (errno {})",
+                    e.raw_os_error().unwrap_or(0)
+                ))]),
+            },
+            "echo" => CallToolResult::success(vec![ContentBlock::text(arg("text"))]),
+            "picture" => CallToolResult::success(vec![
+                ContentBlock::text("here:"),
+                ContentBlock::image("aGVsbG8=", "image/png"),
+            ]),
+            other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        };
+        Ok(result.into())
+    }
+}
+
+/// Does nothing in a normal run; the server when started by [`argv`].
+#[test]
+fn serve() {
+    let Ok(mode) = std::env::var(MODE_ENV) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match mode.as_str() {
+            "garbage" => {
+                use tokio::io::AsyncWriteExt;
+                let mut err = tokio::io::stderr();
+                err.write_all(b"this is not JSON-RPC\n").await.unwrap();
+                err.flush().await.unwrap();
+            }
+            "hang" => std::future::pending::<()>().await,
+            _ => {
+                let running = TestServer
+                    .serve((tokio::io::stdin(), tokio::io::stderr()))
+                    .await
+                    .unwrap();
+                running.waiting().await.unwrap();
+            }
+        }
+    });
+}
