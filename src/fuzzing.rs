@@ -129,4 +129,14 @@ mod tests {
         ));
         decide_call("read_file", &serde_json::json!({"path": "/etc/hostname"}));
     }
+
+    // Found by the shell_policy fuzzer (a 13 s timeout): star-heavy paths made the
+    // protected-path glob matcher backtrack exponentially on the daemon's thread.
+    #[test]
+    fn a_command_with_star_heavy_paths_is_decided_at_once() {
+        let command = "c/\u{1}&(/************************&/.&.)cd&I(&.**************\u{1}\u{703}/...).&.\u{703}  -~";
+        shell_decision(command);
+        let path = format!("/etc/{}p*x", "*".repeat(54));
+        decide_call("read_file", &serde_json::json!({ "path": path }));
+    }
 }

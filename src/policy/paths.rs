@@ -191,22 +191,46 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     glob_at(&p, &n)
 }
 
+/// Iterative, with one backtrack point (the last `*`): every element but `*` matches
+/// exactly one character, so this is O(pattern × name). The recursive form it replaced
+/// backtracked exponentially on many stars (the shell_policy and tool_args fuzzers
+/// hung on `/****…` paths a model could send).
 fn glob_at(p: &[char], n: &[char]) -> bool {
-    match p.first() {
-        None => n.is_empty(),
-        Some('*') => (0..=n.len()).any(|i| glob_at(&p[1..], &n[i..])),
-        Some('?') => !n.is_empty() && glob_at(&p[1..], &n[1..]),
-        Some('[') => {
-            let Some((first, rest)) = n.split_first() else {
-                return false;
-            };
-            match class_match(&p[1..], *first) {
-                Some((matched, used)) => matched && glob_at(&p[1 + used..], rest),
-                // An unclosed `[` is a literal.
-                None => *first == '[' && glob_at(&p[1..], rest),
-            }
+    let (mut pi, mut ni) = (0, 0);
+    // After the last `*` seen: where the pattern goes on, and the name position the
+    // star's match ends at so far.
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if p.get(pi) == Some(&'*') {
+            star = Some((pi + 1, ni));
+            pi += 1;
+        } else if let Some(used) = one_char(p, pi, n[ni]) {
+            pi += used;
+            ni += 1;
+        } else if let Some((after, end)) = star {
+            // Let the star swallow one more character and try again from there.
+            star = Some((after, end + 1));
+            pi = after;
+            ni = end + 1;
+        } else {
+            return false;
         }
-        Some(c) => n.first() == Some(c) && glob_at(&p[1..], &n[1..]),
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// How many pattern chars the element at `pi` used to match `c`, if it matches.
+fn one_char(p: &[char], pi: usize, c: char) -> Option<usize> {
+    match p.get(pi)? {
+        '*' => None,
+        '?' => Some(1),
+        '[' => match class_match(&p[pi + 1..], c) {
+            Some((true, used)) => Some(1 + used),
+            Some((false, _)) => None,
+            // An unclosed `[` is a literal.
+            None => (c == '[').then_some(1),
+        },
+        &lit => (lit == c).then_some(1),
     }
 }
 
@@ -279,6 +303,44 @@ mod tests {
         let protected = vec![secret.clone()];
         assert!(protected_entry("innocent/key", &c, &protected).is_some());
         assert!(protected_entry("other/key", &c, &protected).is_none());
+    }
+
+    /// The recursive definition the iterative matcher must agree with.
+    fn reference(p: &[char], n: &[char]) -> bool {
+        match p.first() {
+            None => n.is_empty(),
+            Some('*') => (0..=n.len()).any(|i| reference(&p[1..], &n[i..])),
+            Some(_) => match n.split_first() {
+                Some((c, rest)) => {
+                    one_char(p, 0, *c).is_some_and(|used| reference(&p[used..], rest))
+                }
+                None => false,
+            },
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_matcher_agrees_with_the_recursive_definition(
+            p in "[a-c*?\\[\\]!-]{0,8}",
+            n in "[a-c\\[\\]-]{0,8}",
+        ) {
+            let (pc, nc): (Vec<char>, Vec<char>) = (p.chars().collect(), n.chars().collect());
+            prop_assert_eq!(glob_at(&pc, &nc), reference(&pc, &nc), "{} ~ {}", p, n);
+        }
+    }
+
+    /// Regression: the recursive matcher took exponential time on many stars (found by
+    /// the tool_args and shell_policy fuzzers); this finishes at once now.
+    #[test]
+    fn many_stars_do_not_backtrack_exponentially() {
+        let pattern = format!("{}p*x", "*".repeat(54));
+        assert!(!glob_match(&pattern, "shadow-with-a-long-name-but-no-ending-letter"));
+        assert!(glob_match(&pattern, "pax"));
+        let c = ctx(Path::new("/home/u"), Path::new("/work/ws"));
+        let protected = vec![PathBuf::from("/etc/shadow")];
+        let path = format!("/etc/{}p*x", "*".repeat(54));
+        assert!(protected_entry(&path, &c, &protected).is_none());
     }
 
     #[test]
