@@ -17,6 +17,7 @@
 mod llm_server;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -149,6 +150,49 @@ async fn bench() {
         .unwrap(),
     );
 
+    let (per_iteration, round_trips) = whole_loop(home.path(), &work, &env, &policy, &soul).await;
+    let (it_med, it_p95) = stats(per_iteration);
+    let (rt_med, rt_p95) = stats(round_trips);
+    let parts = parts_alone(home.path(), &work, &policy, &soul);
+    let (true_times, read_times) = sandboxed_calls(home.path(), &work, &policy, &soul).await;
+    println!(
+        "loop overhead ({ITERATIONS} read_file iterations + answer, {RUNS} runs, median / p95)"
+    );
+    println!(
+        "  whole iteration, instant loopback model   {} / {}",
+        ms(it_med),
+        ms(it_p95)
+    );
+    println!(
+        "  model round trip alone (HTTP + SSE)       {} / {}",
+        ms(rt_med),
+        ms(rt_p95)
+    );
+    println!(
+        "  familiar's own work per iteration        ~{}",
+        ms(it_med.saturating_sub(rt_med))
+    );
+    let row = |name: &str, v: Vec<Duration>| {
+        let (m, p) = stats(v);
+        println!("  {name:<40}  {} / {}", ms(m), ms(p));
+    };
+    for (name, times) in parts {
+        row(name, times);
+    }
+    println!("sandboxed tool call (spawn + Landlock rules + exec + reap, 100 runs)");
+    row("/bin/true through sandbox-exec", true_times);
+    row("read_file file op through sandbox-exec", read_times);
+}
+
+/// The whole loop against an instant loopback model, and the model round trip alone:
+/// per-iteration times of each run.
+async fn whole_loop(
+    home: &Path,
+    work: &Path,
+    env: &BTreeMap<String, String>,
+    policy: &Arc<Policy>,
+    soul: &Arc<Soul>,
+) -> (Vec<Duration>, Vec<Duration>) {
     let mut per_iteration = Vec::new();
     let mut round_trips = Vec::new();
     for run in 0..RUNS {
@@ -161,12 +205,12 @@ async fn bench() {
             "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"m\"\n",
             server.base
         );
-        let config = Arc::new(Config::from_toml("c.toml", &src, &env).unwrap());
-        let store = Arc::new(Store::open(&home.path().join(format!("data{run}"))).unwrap());
+        let config = Arc::new(Config::from_toml("c.toml", &src, env).unwrap());
+        let store = Arc::new(Store::open(&home.join(format!("data{run}"))).unwrap());
         let metrics = Arc::new(Metrics::default());
         let rt = Arc::new(Runtime {
             config: Arc::clone(&config),
-            policy: Arc::clone(&policy),
+            policy: Arc::clone(policy),
             store: Arc::clone(&store),
             tools: Arc::new(Registry::with(vec![Arc::new(InProcessRead)])),
             limiters: Arc::new(RateLimiters::new()),
@@ -189,10 +233,10 @@ async fn bench() {
         });
         let spec = TaskSpec {
             task_id: TaskId::generate(),
-            soul: Arc::clone(&soul),
+            soul: Arc::clone(soul),
             prompt: "read the notes many times".into(),
             session: None,
-            workspace: Some(work.clone()),
+            workspace: Some(work.to_owned()),
             origin: "bench".into(),
             max_iterations: None,
             parent: None,
@@ -210,7 +254,7 @@ async fn bench() {
         per_iteration.push(total / (ITERATIONS as u32 + 1));
 
         // The same kind of request alone: HTTP + SSE decode + client.
-        let (mut client, model, _) = Llm(Arc::clone(&config), env.clone()).client(&soul).unwrap();
+        let (mut client, model, _) = Llm(Arc::clone(&config), env.clone()).client(soul).unwrap();
         let req = Request {
             model,
             system: "s".repeat(3000),
@@ -228,32 +272,36 @@ async fn bench() {
         }
         round_trips.push(started.elapsed() / ITERATIONS as u32);
     }
-    let (it_med, it_p95) = stats(per_iteration);
-    let (rt_med, rt_p95) = stats(round_trips);
+    (per_iteration, round_trips)
+}
 
+/// Snapshot, policy decisions, prompt build and a context save, each timed alone.
+fn parts_alone(
+    home: &Path,
+    work: &Path,
+    policy: &Policy,
+    soul: &Soul,
+) -> Vec<(&'static str, Vec<Duration>)> {
     // The parts alone.
     let mut snap = Snapshotter::with_hyprland(None).unwrap();
     snap.take(None);
     let snap_times: Vec<Duration> = (0..50)
         .map(|_| {
             let t = Instant::now();
-            let s = snap.take(Some(&work));
+            let s = snap.take(Some(work));
             std::hint::black_box(s.to_prompt_text());
             t.elapsed()
         })
         .collect();
     let args = json!({"path": "notes.txt"});
-    let ctx = PathContext {
-        home: home.path(),
-        cwd: &work,
-    };
+    let ctx = PathContext { home, cwd: work };
     let decide_times: Vec<Duration> = (0..1000)
         .map(|_| {
             let t = Instant::now();
             let v = familiar::policy::decide(
                 &soul.id,
                 &soul.grant,
-                &policy,
+                policy,
                 &Call {
                     tool: "read_file",
                     tier: Tier::Read,
@@ -272,7 +320,7 @@ async fn bench() {
             let v = familiar::policy::decide(
                 &soul.id,
                 &soul.grant,
-                &policy,
+                policy,
                 &Call {
                     tool: "shell",
                     tier: Tier::Execute,
@@ -289,10 +337,10 @@ async fn bench() {
         .map(|_| {
             let t = Instant::now();
             let p = system_prompt(&PromptParts {
-                soul: &soul,
-                policy: &policy,
+                soul,
+                policy,
                 tools: &tools,
-                workspace: &work,
+                workspace: work,
                 summary: None,
                 facts: &[],
                 memory: &[],
@@ -302,7 +350,7 @@ async fn bench() {
             t.elapsed()
         })
         .collect();
-    let store = Store::open(&home.path().join("save")).unwrap();
+    let store = Store::open(&home.join("save")).unwrap();
     let mut c = Context::new(familiar::ids::SessionId::generate(), soul.id.clone(), "x");
     for i in 0..80 {
         c.history.push(Message::user_text(format!(
@@ -318,16 +366,29 @@ async fn bench() {
         })
         .collect();
 
+    vec![
+        ("snapshot take + prompt text", snap_times),
+        ("policy decide (read_file)", decide_times),
+        ("policy decide (shell pipeline)", shell_times),
+        ("system prompt build", prompt_times),
+        ("context save, 80 messages (2 fsyncs)", save_times),
+    ]
+}
+
+/// One sandboxed call: `/bin/true`, then a read_file file op, 100 times each after a
+/// warm-up of 20.
+async fn sandboxed_calls(
+    home: &Path,
+    work: &Path,
+    policy: &Policy,
+    soul: &Soul,
+) -> (Vec<Duration>, Vec<Duration>) {
     // One sandboxed call: spawn the helper, build and apply the Landlock rules, exec,
     // reap. With this home's protected paths carved out of the readable tree.
     let launcher = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"));
-    let sb = familiar::sandbox::SandboxPolicy::new(
-        &soul.sandbox,
-        &policy.protected_paths,
-        &work,
-        home.path(),
-    )
-    .unwrap();
+    let sb =
+        familiar::sandbox::SandboxPolicy::new(&soul.sandbox, &policy.protected_paths, work, home)
+            .unwrap();
     let cancel = CancellationToken::new();
     let mut true_times = Vec::new();
     let mut read_times = Vec::new();
@@ -353,33 +414,5 @@ async fn bench() {
         }
     }
 
-    println!(
-        "loop overhead ({ITERATIONS} read_file iterations + answer, {RUNS} runs, median / p95)"
-    );
-    println!(
-        "  whole iteration, instant loopback model   {} / {}",
-        ms(it_med),
-        ms(it_p95)
-    );
-    println!(
-        "  model round trip alone (HTTP + SSE)       {} / {}",
-        ms(rt_med),
-        ms(rt_p95)
-    );
-    println!(
-        "  familiar's own work per iteration        ~{}",
-        ms(it_med.saturating_sub(rt_med))
-    );
-    let row = |name: &str, v: Vec<Duration>| {
-        let (m, p) = stats(v);
-        println!("  {name:<40}  {} / {}", ms(m), ms(p));
-    };
-    row("snapshot take + prompt text", snap_times);
-    row("policy decide (read_file)", decide_times);
-    row("policy decide (shell pipeline)", shell_times);
-    row("system prompt build", prompt_times);
-    row("context save, 80 messages (2 fsyncs)", save_times);
-    println!("sandboxed tool call (spawn + Landlock rules + exec + reap, 100 runs)");
-    row("/bin/true through sandbox-exec", true_times);
-    row("read_file file op through sandbox-exec", read_times);
+    (true_times, read_times)
 }

@@ -335,7 +335,10 @@ mod tests {
     #[test]
     fn many_stars_do_not_backtrack_exponentially() {
         let pattern = format!("{}p*x", "*".repeat(54));
-        assert!(!glob_match(&pattern, "shadow-with-a-long-name-but-no-ending-letter"));
+        assert!(!glob_match(
+            &pattern,
+            "shadow-with-a-long-name-but-no-ending-letter"
+        ));
         assert!(glob_match(&pattern, "pax"));
         let c = ctx(Path::new("/home/u"), Path::new("/work/ws"));
         let protected = vec![PathBuf::from("/etc/shadow")];
