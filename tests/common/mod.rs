@@ -14,6 +14,22 @@ pub struct TestHome {
 }
 
 impl TestHome {
+    /// A config whose provider listens nowhere: a free port nothing is bound to, and
+    /// no retries, so a task fails at its first model call. Returns the port.
+    pub fn write_unreachable_provider(&self) -> u16 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        self.write_config(
+            "config.toml",
+            &format!(
+                "[providers.local]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmax_retries = 0\n"
+            ),
+        );
+        port
+    }
+
     pub fn new() -> TestHome {
         let dir = tempfile::tempdir().expect("tempdir");
         for sub in [".config/familiar", ".local/state", "work"] {

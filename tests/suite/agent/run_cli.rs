@@ -156,16 +156,7 @@ async fn familiar_run_reads_the_prompt_from_stdin_and_rejects_an_empty_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn familiar_run_says_what_to_do_when_no_model_answers() {
     let home = TestHome::new();
-    // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    home.write_config(
-        "config.toml",
-        &format!("[providers.local]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmax_retries = 0\n"),
-    );
+    let port = home.write_unreachable_provider();
     let mut cmd = home.familiar();
     cmd.args(["run", "hello"]);
     let out = run(cmd).await;

@@ -179,15 +179,7 @@ async fn sessions_rm_and_prune_remove_what_they_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_the_model_never_answered_leaves_no_session() {
     let home = TestHome::new();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    home.write_config(
-        "config.toml",
-        &format!("[providers.local]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmax_retries = 0\n"),
-    );
+    home.write_unreachable_provider();
     let out = run(&home, &["run", "hello"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(sessions(&home).is_empty(), "an empty session was left");
