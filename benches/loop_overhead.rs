@@ -240,6 +240,7 @@ async fn whole_loop(
             origin: "bench".into(),
             max_iterations: None,
             parent: None,
+            steering: familiar::agent::steering::Steering::new(),
         };
         let mut bus = EventBus::new();
         let mut rx = bus.subscribe(Delivery::Lossless);

@@ -163,11 +163,19 @@ pub enum EventPayload {
         usage: Usage,
         iterations: u32,
     },
+    /// A message the user added while the task ran joined it before this model call.
+    SteeringReceived {
+        message: String,
+    },
     TaskFinished {
         status: TaskStatus,
         result: String,
         usage: Usage,
         iterations: u32,
+        /// Steering messages the task ended before reading: kept in the session, they
+        /// open its next task.
+        #[serde(default)]
+        pending_steering: usize,
     },
 }
 
@@ -189,6 +197,7 @@ impl EventPayload {
             EventPayload::LoopWarning { .. } => "loop_warning",
             EventPayload::SubagentStarted { .. } => "subagent_started",
             EventPayload::SubagentFinished { .. } => "subagent_finished",
+            EventPayload::SteeringReceived { .. } => "steering_received",
             EventPayload::TaskFinished { .. } => "task_finished",
         }
     }

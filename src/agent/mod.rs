@@ -30,6 +30,7 @@ pub mod reminder;
 pub mod repair;
 mod request;
 pub mod runtime;
+pub mod steering;
 pub mod subagent;
 pub mod task;
 pub mod turn;

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::agent::events::EventPayload;
 use crate::agent::prompt::{PromptParts, system_prompt};
 use crate::agent::reminder::{self, Budget, Environment, Inputs};
+use crate::agent::steering;
 use crate::agent::task::Task;
 use crate::llm::{ContentBlock, LlmClient, Message, Request, Role};
 use crate::snapshot::Snapshot;
@@ -62,6 +64,7 @@ impl Task {
     pub(super) async fn build_request(&mut self, client: &mut LlmClient) -> (Request, u64) {
         let system = self.system_parts();
         self.micro_compact().await;
+        self.add_steering().await;
         self.add_reminder().await;
         let mut request = Request {
             model: client
@@ -79,6 +82,24 @@ impl Task {
             .compact_if_full(client, &mut request, estimate, &system)
             .await;
         (request, estimate)
+    }
+
+    /// Appends the messages the user sent while the task ran (at this boundary: after
+    /// the last tool batch, before the model call) to the newest user message, as the
+    /// reminder is: earlier messages stay byte for byte.
+    async fn add_steering(&mut self) {
+        for message in self.spec.steering.take() {
+            let entry = json!({"kind": "steering", "task_id": self.spec.task_id,
+                "iteration": self.progress.iteration, "message": message});
+            self.session.append(&entry);
+            append_to_newest_user(
+                &mut self.session.ctx.history,
+                ContentBlock::Text {
+                    text: steering::as_text(&message),
+                },
+            );
+            self.emit(EventPayload::SteeringReceived { message }).await;
+        }
     }
 
     /// Appends this iteration's system reminder to the newest message (a new user
@@ -118,15 +139,10 @@ impl Task {
         let entry = json!({"kind": "reminder", "task_id": self.spec.task_id,
             "iteration": self.progress.iteration, "text": text});
         self.session.append(&entry);
-        let block = ContentBlock::Reminder { text };
-        let history = &mut self.session.ctx.history;
-        match history.last_mut() {
-            Some(m) if m.role == Role::User => m.content.push(block),
-            Some(_) | None => history.push(Message {
-                role: Role::User,
-                content: vec![block],
-            }),
-        }
+        append_to_newest_user(
+            &mut self.session.ctx.history,
+            ContentBlock::Reminder { text },
+        );
     }
 
     /// A snapshot of the machine, or `None` when it takes longer than `deadline`. It
@@ -149,5 +165,18 @@ impl Task {
                 None
             }
         }
+    }
+}
+
+/// Adds `block` to the newest message when it is the user's (the prompt, or the tool
+/// results not yet sent), else as a new user message: roles keep alternating and no
+/// message the model has seen changes.
+fn append_to_newest_user(history: &mut Vec<Message>, block: ContentBlock) {
+    match history.last_mut() {
+        Some(m) if m.role == Role::User => m.content.push(block),
+        Some(_) | None => history.push(Message {
+            role: Role::User,
+            content: vec![block],
+        }),
     }
 }

@@ -255,6 +255,8 @@ impl Delegator {
                 budget,
                 quota,
             }),
+            // A sub-task is steered through its parent's conversation, not directly.
+            steering: crate::agent::steering::Steering::new(),
         })
     }
 }

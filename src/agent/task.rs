@@ -20,8 +20,9 @@ use crate::agent::loop_detect::LoopDetector;
 use crate::agent::plan::PlanTracker;
 use crate::agent::repair::repair_dangling;
 use crate::agent::runtime::Runtime;
+use crate::agent::steering::{self, Steering};
 use crate::ids::{SessionId, TaskId};
-use crate::llm::{Estimator, LlmClient, LlmError, Message, Usage};
+use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Usage};
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
 use crate::soul::Soul;
 use crate::store::{
@@ -44,6 +45,8 @@ pub struct TaskSpec {
     pub max_iterations: Option<u32>,
     /// Set for a delegated sub-task: who started it, and the budget it shares.
     pub parent: Option<ParentLink>,
+    /// Messages the user adds while it runs.
+    pub steering: Steering,
 }
 
 /// How a task ended.
@@ -363,7 +366,16 @@ impl Task {
             result: None,
         });
         let task_index = ctx.tasks.len() - 1;
-        let prompt_msg = Message::user_text(spec.prompt.clone());
+        // Messages a steered task ended before reading open this one, before its prompt.
+        let mut prompt_msg = Message::user_text(spec.prompt.clone());
+        for pending in std::mem::take(&mut ctx.pending_steering).into_iter().rev() {
+            prompt_msg.content.insert(
+                0,
+                ContentBlock::Text {
+                    text: steering::as_text(&pending),
+                },
+            );
+        }
         transcript
             .append(&json!({"kind": "message", "task_id": spec.task_id, "message": prompt_msg}))?;
         ctx.history.push(prompt_msg);
@@ -474,7 +486,12 @@ impl Task {
         self.plan.close();
         let iterations = self.progress.iteration;
         let usage = self.progress.usage;
+        // Closed in the same step that takes the unread: a later Steer is refused, so
+        // nothing accepted is lost.
+        let unread = self.spec.steering.close();
+        let pending_steering = unread.len();
         let ctx = &mut self.session.ctx;
+        ctx.pending_steering.extend(unread);
         if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
             t.status = status;
             t.finished_at = Some(crate::store::now_rfc3339());
@@ -499,6 +516,7 @@ impl Task {
             result: result.clone(),
             usage,
             iterations,
+            pending_steering,
         })
         .await;
         if let Err(e) = self.session.transcript.sync() {

@@ -212,6 +212,7 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> any
                 result: result.clone(),
                 usage: Usage::default(),
                 iterations: 0,
+                pending_steering: 0,
             };
             let event = Arc::new(Event {
                 payload,

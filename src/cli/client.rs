@@ -334,6 +334,15 @@ pub fn cancel(task_id: &str) -> anyhow::Result<Exit> {
     }
 }
 
+/// `familiar steer TASK_ID MESSAGE|-`.
+pub fn steer(task_id: &str, words: &[String]) -> anyhow::Result<Exit> {
+    let message = super::run::read_prompt(words)?;
+    match with_proxy(async |_, p| p.steer(task_id, &message).await)? {
+        Ok(()) => Ok(Exit::Completed),
+        Err(f) => f.report(),
+    }
+}
+
 pub fn respond(request_id: &str, approve: bool) -> anyhow::Result<Exit> {
     match with_proxy(async |_, p| p.respond(request_id, approve).await)? {
         Ok(()) => Ok(Exit::Completed),

@@ -78,6 +78,14 @@ pub enum Command {
     Status(JsonFlag),
     /// List the daemon's tasks
     Tasks(JsonFlag),
+    /// Add a message to a running task; it joins at the task's next step
+    Steer {
+        /// The task's id (t-…), as `familiar tasks` or `ask --detach` prints it
+        task_id: String,
+        /// What the task should know now; `-` reads it from stdin
+        #[arg(required = true)]
+        message: Vec<String>,
+    },
     /// Cancel a task
     Cancel {
         /// The task's id (t-…), as `familiar tasks` lists it
@@ -348,6 +356,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Ask(args) => ask::ask(cli.config.as_deref(), args, out),
         Command::Status(JsonFlag { json }) => client::status(cli.config.as_deref(), json, &mut out),
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
+        Command::Steer { task_id, message } => client::steer(&task_id, &message),
         Command::Cancel { task_id } => client::cancel(&task_id),
         Command::Approve { request_id } => client::respond(&request_id, true),
         Command::Deny { request_id } => client::respond(&request_id, false),

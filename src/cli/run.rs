@@ -132,6 +132,7 @@ pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<
         origin: "cli".into(),
         max_iterations: None,
         parent: None,
+        steering: crate::agent::steering::Steering::new(),
     };
 
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -292,15 +293,27 @@ pub async fn print_events(
                 writeln!(err, "  the model is repeating itself; steering it")?
             }
             EventPayload::Compaction { mode, .. } => writeln!(err, "  context compacted ({mode})")?,
+            EventPayload::SteeringReceived { message } => writeln!(
+                err,
+                "  ↳ your message joined the task: {}",
+                one_line(message)
+            )?,
             EventPayload::TaskFinished {
                 status,
                 result,
                 usage,
                 iterations,
+                pending_steering,
             } => {
                 if !at_line_start {
                     writeln!(out)?;
                     out.flush()?;
+                }
+                if *pending_steering > 0 {
+                    writeln!(
+                        err,
+                        "  {pending_steering} message(s) arrived after the last step: they open the session's next task"
+                    )?;
                 }
                 if *status != TaskStatus::Completed {
                     writeln!(err, "{result}")?;
@@ -394,7 +407,16 @@ fn print_child_event(event: &Event, err: &mut impl Write) -> std::io::Result<()>
         | EventPayload::Retry { .. }
         | EventPayload::ModelFallback { .. }
         | EventPayload::LoopWarning { .. }
+        | EventPayload::SteeringReceived { .. }
         | EventPayload::SubagentStarted { .. }
         | EventPayload::SubagentFinished { .. } => Ok(()),
+    }
+}
+
+/// The first line of `text`, marked when there was more.
+fn one_line(text: &str) -> String {
+    match text.split_once('\n') {
+        Some((first, _)) => format!("{first} …"),
+        None => text.to_owned(),
     }
 }

@@ -118,6 +118,11 @@ pub enum Op {
         id: TaskId,
         reply: oneshot::Sender<Result<(), Error>>,
     },
+    Steer {
+        id: TaskId,
+        message: String,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
     GetTask {
         id: TaskId,
         reply: oneshot::Sender<Result<String, Error>>,

@@ -19,7 +19,7 @@ use zbus::{Connection, OwnedVariant, interface};
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
-use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES};
+use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use crate::ids::{RequestId, SessionId, TaskId};
 use crate::ratelimit::Scope;
 use crate::store::{Memory, MemoryError};
@@ -295,6 +295,31 @@ impl Service {
         self.caller(&hdr, conn).await?;
         let id = self::task_id(&task_id)?;
         self.ask(|reply| Op::Cancel { id, reply }).await?
+    }
+
+    /// Adds a user message to a running task at its next iteration boundary; a message
+    /// the task ends before reading opens the session's next task.
+    async fn steer(
+        &self,
+        task_id: String,
+        message: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), Error> {
+        self.caller(&hdr, conn).await?;
+        let id = self::task_id(&task_id)?;
+        if message.trim().is_empty() {
+            return Err(Error::InvalidArgument(
+                "the message is empty: say what the task should know".to_owned(),
+            ));
+        }
+        if message.len() > MAX_STEER_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "the message is {} bytes, more than {MAX_STEER_BYTES}: send a shorter one",
+                message.len()
+            )));
+        }
+        self.ask(|reply| Op::Steer { id, message, reply }).await?
     }
 
     /// Answers an approval request (the first answer wins).

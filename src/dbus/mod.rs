@@ -24,6 +24,8 @@ pub const ERROR_PREFIX: &str = "dev.familiar.Agent1.Error";
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 /// Longest `origin` label `Submit` takes.
 pub const MAX_ORIGIN_CHARS: usize = 64;
+/// Longest steering message `Steer` takes, in bytes.
+pub const MAX_STEER_BYTES: usize = 16 * 1024;
 /// Characters of a prompt `ListTasks` shows.
 pub const LIST_PROMPT_CHARS: usize = 80;
 
@@ -43,6 +45,8 @@ pub enum Error {
     RateLimited(String),
     InvalidArgument(String),
     ShuttingDown(String),
+    /// `Steer` for a task that has already ended.
+    TaskNotRunning(String),
 }
 
 impl Error {

@@ -24,6 +24,8 @@ pub trait Agent1 {
 
     fn cancel(&self, task_id: &str) -> zbus::Result<()>;
 
+    fn steer(&self, task_id: &str, message: &str) -> zbus::Result<()>;
+
     fn respond(&self, request_id: &str, approve: bool) -> zbus::Result<()>;
 
     fn get_task(&self, task_id: &str) -> zbus::Result<String>;

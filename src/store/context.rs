@@ -70,6 +70,10 @@ pub struct Context {
     /// A delegated sub-task's session: the task that delegated it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task: Option<TaskId>,
+    /// Steering messages a task ended before reading; they open the session's next
+    /// task (the user's words are never lost).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_steering: Vec<String>,
 }
 
 impl Context {
@@ -91,6 +95,7 @@ impl Context {
             usage: Usage::default(),
             parent_session: None,
             parent_task: None,
+            pending_steering: Vec::new(),
         }
     }
 

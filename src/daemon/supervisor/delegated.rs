@@ -67,6 +67,7 @@ impl Supervisor {
                     cancel: CancellationToken::new(),
                     parent: Some(parent.clone()),
                     children: Vec::new(),
+                    steering: crate::agent::steering::Steering::new(),
                 };
                 self.tasks.insert(child.clone(), entry);
                 // Listed right after its parent and its earlier siblings.

@@ -28,6 +28,7 @@ use self::delegated::forward_events;
 use super::service::Service;
 use super::{DaemonOptions, MAX_FINISHED, Op, Shared, SubmitRequest, notify};
 use crate::agent::events::{Delivery, EventBus};
+use crate::agent::steering::{MAX_UNREAD, SteerError, Steering};
 use crate::agent::{TaskError, TaskOutcome, TaskSpec, run_task};
 use crate::dbus::{self, Error};
 use crate::ids::{SessionId, TaskId};
@@ -56,6 +57,8 @@ struct Entry {
     cancel: CancellationToken,
     /// Set for a delegated sub-task: it runs inside its parent's tool call.
     parent: Option<TaskId>,
+    /// Where `Steer` puts messages for it.
+    steering: Steering,
     children: Vec<TaskId>,
 }
 
@@ -135,6 +138,7 @@ impl Supervisor {
                 send_reply(reply, answer);
                 self.publish_counts().await;
             }
+            Op::Steer { id, message, reply } => send_reply(reply, self.steer(&id, message)),
             Op::GetTask { id, reply } => self.get_task(&id, reply),
             Op::ListTasks { reply } => send_reply(reply, self.list_tasks()),
             Op::Child(note) => self.child(note),
@@ -216,6 +220,7 @@ impl Supervisor {
                 cancel: CancellationToken::new(),
                 parent: None,
                 children: Vec::new(),
+                steering: Steering::new(),
             },
         );
         self.order.push_back(task_id.clone());
@@ -250,6 +255,7 @@ impl Supervisor {
             origin: e.origin.clone(),
             max_iterations: e.max_iterations,
             parent: None,
+            steering: e.steering.clone(),
         };
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
@@ -331,6 +337,37 @@ impl Supervisor {
                 debug_assert!(finished.is_finished(), "{finished} is not finished");
                 Ok(())
             }
+        }
+    }
+
+    /// Hands `message` to a queued or running task's inbox.
+    fn steer(&self, id: &TaskId, message: String) -> Result<(), Error> {
+        let Some(e) = self.tasks.get(id) else {
+            return Err(unknown_task(id));
+        };
+        if let Some(parent) = &e.parent {
+            return Err(Error::InvalidArgument(format!(
+                "task {id} is a sub-task of {parent}: steer {parent}, which can hand it on"
+            )));
+        }
+        let not_running = || {
+            Error::TaskNotRunning(format!(
+                "task {id} has ended ({}); continue its session with `familiar ask --session {}`",
+                e.status, e.session_id
+            ))
+        };
+        if e.status.is_finished() {
+            return Err(not_running());
+        }
+        match e.steering.push(message) {
+            Ok(()) => {
+                tracing::info!(task_id = %id, "steering message accepted");
+                Ok(())
+            }
+            Err(SteerError::Closed) => Err(not_running()),
+            Err(SteerError::Full) => Err(Error::RateLimited(format!(
+                "task {id} already holds {MAX_UNREAD} unread messages; wait for its next step"
+            ))),
         }
     }
 

@@ -187,6 +187,7 @@ impl Harness {
 
     pub fn spec(&self, soul: Arc<Soul>, prompt: &str, session: Option<SessionId>) -> TaskSpec {
         TaskSpec {
+            steering: familiar::agent::steering::Steering::new(),
             task_id: TaskId::generate(),
             soul,
             prompt: prompt.to_owned(),

@@ -8,6 +8,7 @@ mod doctor;
 mod name;
 mod notifications;
 mod service;
+mod steering;
 mod systemd;
 
 use std::io::{BufRead, BufReader};
