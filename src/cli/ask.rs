@@ -31,6 +31,74 @@ const MENUS: &[(&str, &[&str])] = &[
     ("bemenu", &["-p", "familiar"]),
 ];
 
+/// `Submit`'s options for these arguments.
+fn submit_options(
+    args: &AskArgs,
+    workspace: Option<String>,
+) -> HashMap<&'static str, Variant<'static>> {
+    let origin = if args.dmenu {
+        "dmenu"
+    } else if std::env::var_os("INVOCATION_ID").is_some() {
+        // Started by systemd (the maintenance timer's service).
+        "timer"
+    } else {
+        "cli"
+    };
+    let mut options: HashMap<&str, Variant<'static>> = HashMap::new();
+    options.insert("origin", Variant::from(origin));
+    for (key, value) in [
+        ("session", &args.task.session),
+        ("provider", &args.task.provider),
+        ("model", &args.task.model),
+    ] {
+        if let Some(v) = value {
+            options.insert(key, Variant::from(v.clone()));
+        }
+    }
+    if let Some(w) = workspace {
+        options.insert("workspace", Variant::from(w));
+    }
+    options
+}
+
+fn is_session_busy(e: &zbus::Error) -> bool {
+    crate::dbus::proxy::method_error(e)
+        .is_some_and(|(name, _)| name == format!("{}.SessionBusy", crate::dbus::ERROR_PREFIX))
+}
+
+/// Sends `message` to the task running in `session` (issue 9 §3: `ask --session` on
+/// a busy session steers it) and returns that task's id, to follow it.
+async fn steer_session(
+    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    session: &str,
+    message: &str,
+) -> Result<String, Failure> {
+    let tasks = proxy.list_tasks().await.map_err(classify)?;
+    for (id, _, status, _) in tasks {
+        if status != "running" && status != "queued" {
+            continue;
+        }
+        let Ok(json) = proxy.get_task(&id).await else {
+            continue;
+        };
+        let of_session = serde_json::from_str::<serde_json::Value>(&json)
+            .is_ok_and(|v| v["session_id"] == session && v["parent_task"].is_null());
+        if of_session {
+            proxy.steer(&id, message).await.map_err(classify)?;
+            let mut err = std::io::stderr().lock();
+            // Not being able to say so does not change what happened.
+            writeln!(err, "familiar: session {session} is busy with task {id}: your message joins it at its next step").ok();
+            return Ok(id);
+        }
+    }
+    Err(Failure {
+        exit: Exit::Failed,
+        message: format!(
+            "session {session} is busy, but its task could not be found to steer; try again"
+        ),
+    })
+}
+
 /// Characters of the result shown in a `--notify` notification.
 const NOTIFY_BODY_CHARS: usize = 400;
 
@@ -61,30 +129,7 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> any
         .as_deref()
         .map(resolve_workspace)
         .transpose()?;
-    let origin = if args.dmenu {
-        "dmenu"
-    } else if std::env::var_os("INVOCATION_ID").is_some() {
-        // Started by systemd (the maintenance timer's service).
-        "timer"
-    } else {
-        "cli"
-    };
-    let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
-    options.insert("origin", Variant::from(origin));
-    if let Some(s) = &args.task.session {
-        options.insert("session", Variant::from(s.as_str()));
-    }
-    if let Some(p) = &args.task.provider {
-        options.insert("provider", Variant::from(p.as_str()));
-    }
-    if let Some(m) = &args.task.model {
-        options.insert("model", Variant::from(m.as_str()));
-    }
-    let ws;
-    if let Some(w) = &workspace {
-        ws = w.display().to_string();
-        options.insert("workspace", Variant::from(ws.as_str()));
-    }
+    let options = submit_options(&args, workspace.as_ref().map(|w| w.display().to_string()));
     let soul = args.task.soul.clone().unwrap_or_default();
     let interactive = std::io::stdin().is_terminal() && !args.task.json;
 
@@ -106,6 +151,14 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> any
         };
         let (task, session) = match proxy.submit(&soul, &prompt, options).await {
             Ok(v) => v,
+            // The session is busy: the prompt steers its running task instead.
+            Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
+                let session = args.task.session.clone().unwrap_or_default();
+                match steer_session(&proxy, &session, &prompt).await {
+                    Ok(task) => (task, session),
+                    Err(f) => return f.report(),
+                }
+            }
             Err(e) => return classify(e).report(),
         };
         if args.detach {

@@ -169,3 +169,57 @@ async fn steer_errors_are_typed_for_every_client() {
     let e = f.proxy.steer("t-000000000000", "  ").await;
     assert!(error_name(e).ends_with("InvalidArgument"));
 }
+
+/// `familiar steer` and `familiar ask --session` on a busy session, as a person runs
+/// them: both reach the running task (`--detach` prints the task the ask joined).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_steers_with_steer_and_with_ask_on_a_busy_session() {
+    let gate = Gate::new();
+    let f = Fixture::new(vec![
+        gated(
+            &gate,
+            tools_reply(&[("c1", "list_dir", json!({"path": "."}))]),
+        ),
+        text_reply("all done"),
+    ])
+    .await;
+    let mut w = Watch::new(&f.proxy).await;
+    let (task, session) = f.submit("test", "look around").await.unwrap();
+    f.harness.server.wait_requests(1).await;
+    let home = &f.harness.home;
+    let out = super::cli::familiar(home, &f.bus, &["steer", &task, "from", "steer"], &[]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = super::cli::familiar(
+        home,
+        &f.bus,
+        &["ask", "--detach", "--session", &session, "from ask"],
+        &[],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("busy with task {task}")),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&task));
+    gate.open();
+    let events = w.events(&task).await;
+    let messages: Vec<&Value> = events
+        .iter()
+        .filter(|(k, _)| k == "steering_received")
+        .map(|(_, p)| &p["message"])
+        .collect();
+    assert_eq!(messages, [&json!("from steer"), &json!("from ask")]);
+    let out = super::cli::familiar(home, &f.bus, &["steer", &task, "late"], &[]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a finished task: TaskNotRunning"
+    );
+}
