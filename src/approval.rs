@@ -246,7 +246,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// to present, so the broker denies.
 pub struct TtyFrontend {
     interactive: bool,
+    /// Where the answer is read from when not straight from the terminal.
+    lines: Option<LineSource>,
 }
+
+/// The next line typed on the terminal, from a reader the caller shares with other
+/// uses of the terminal (`familiar run` steers with the lines no question takes).
+pub type LineSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 impl TtyFrontend {
     /// Interactive only when stdin is a terminal and /dev/tty can be opened.
@@ -258,7 +264,16 @@ impl TtyFrontend {
                 .write(true)
                 .open("/dev/tty")
                 .is_ok();
-        TtyFrontend { interactive }
+        TtyFrontend {
+            interactive,
+            lines: None,
+        }
+    }
+
+    /// Reads answers from `lines` instead of the terminal directly.
+    pub fn with_lines(mut self, lines: LineSource) -> Self {
+        self.lines = Some(lines);
+        self
     }
 }
 
@@ -276,11 +291,12 @@ impl Frontend for TtyFrontend {
         };
         let request = request.clone();
         let broker = broker.clone();
+        let lines = self.lines.clone();
         // A blocking read on its own thread: the loop keeps running (and can cancel) while
         // the person thinks. If the request resolves another way the thread's answer is
         // refused by `respond`, which is fine.
         std::thread::spawn(move || {
-            let answer = prompt_tty(&tty, &request).unwrap_or(Answer::Deny);
+            let answer = prompt_tty(&tty, &request, lines.as_ref()).unwrap_or(Answer::Deny);
             broker.respond(&request.request_id, answer, "tty").ok();
         });
         true
@@ -289,7 +305,11 @@ impl Frontend for TtyFrontend {
     fn withdraw(&self, _request_id: &RequestId) {}
 }
 
-fn prompt_tty(tty: &std::fs::File, r: &ApprovalRequest) -> std::io::Result<Answer> {
+fn prompt_tty(
+    tty: &std::fs::File,
+    r: &ApprovalRequest,
+    lines: Option<&LineSource>,
+) -> std::io::Result<Answer> {
     let mut w = tty;
     let args = serde_json::to_string_pretty(&r.args).unwrap_or_default();
     write!(
@@ -303,8 +323,14 @@ fn prompt_tty(tty: &std::fs::File, r: &ApprovalRequest) -> std::io::Result<Answe
         r.tool
     )?;
     w.flush()?;
-    let mut line = String::new();
-    std::io::BufReader::new(tty).read_line(&mut line)?;
+    let line = match lines {
+        Some(next) => next().unwrap_or_default(),
+        None => {
+            let mut line = String::new();
+            std::io::BufReader::new(tty).read_line(&mut line)?;
+            line
+        }
+    };
     Ok(match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => Answer::Approve,
         "a" | "always" => Answer::ApproveFor(Duration::from_secs(600)),

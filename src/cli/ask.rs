@@ -17,6 +17,7 @@ use zbus::Variant;
 
 use super::client::{Failure, block_on, classify, connect};
 use super::run::{exit_for, print_events, read_prompt, resolve_workspace};
+use super::typed::TypedLines;
 use super::{AskArgs, Exit, Out};
 use crate::agent::events::{EVENT_BUFFER, Event, EventPayload};
 use crate::ids::{SessionId, TaskId};
@@ -176,6 +177,17 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> any
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let printer = tokio::spawn(print_events(rx, out, json));
         let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
+        // Lines typed while the task runs steer it; an approval prompt takes its own.
+        let (steer_tx, mut steers) = mpsc::channel::<String>(8);
+        let typed = if interactive {
+            TypedLines::start(move |line| {
+                if steer_tx.blocking_send(line).is_err() {
+                    tracing::debug!("the task ended before the message was sent");
+                }
+            })
+        } else {
+            None
+        };
         let mut saw_finish = false;
         // The task and its delegated sub-tasks (learned from `subagent_started`), with
         // their sessions.
@@ -235,8 +247,15 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> any
                         )?;
                     }
                     if interactive {
-                        ask_on_tty(a.request_id.clone(), a.tool.clone(), a.summary.clone(), a.tier.clone(), answers_tx.clone());
+                        ask_on_tty(a.request_id.clone(), a.tool.clone(), a.summary.clone(), a.tier.clone(), typed.clone(), answers_tx.clone());
                     }
+                }
+                Some(line) = steers.recv() => {
+                    let said = match proxy.steer(&task, &line).await {
+                        Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
+                        Err(e) => format!("  ↳ not sent: {}", classify(e).message),
+                    };
+                    writeln!(std::io::stderr().lock(), "{said}")?;
                 }
                 Some((request, approve)) = answers.recv() => {
                     if let Err(e) = proxy.respond(&request, approve).await {
@@ -302,6 +321,7 @@ fn ask_on_tty(
     tool: String,
     summary: String,
     tier: String,
+    typed: Option<TypedLines>,
     answers: mpsc::Sender<(String, bool)>,
 ) {
     std::thread::spawn(move || {
@@ -321,10 +341,16 @@ fn ask_on_tty(
         if asked.is_err() {
             return;
         }
-        let mut line = String::new();
-        if std::io::BufReader::new(&tty).read_line(&mut line).is_err() {
-            return;
-        }
+        let line = match &typed {
+            Some(lines) => lines.next_line().unwrap_or_default(),
+            None => {
+                let mut line = String::new();
+                if std::io::BufReader::new(&tty).read_line(&mut line).is_err() {
+                    return;
+                }
+                line
+            }
+        };
         let approve = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
         if answers.blocking_send((request, approve)).is_err() {
             tracing::debug!("the task ended before the answer");

@@ -16,6 +16,7 @@ mod output;
 mod prune;
 mod run;
 mod setup;
+mod typed;
 
 use std::path::PathBuf;
 

@@ -14,9 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use super::typed::TypedLines;
 use super::{Exit, Out, RunArgs};
 use crate::agent::choice::{Choice, choose};
 use crate::agent::events::{Delivery, Event, EventBus, EventPayload};
+use crate::agent::steering::Steering;
 use crate::agent::{Runtime, RuntimeError, TaskError, TaskSpec, run_task};
 use crate::approval::TtyFrontend;
 use crate::config::{Config, ProcessEnv};
@@ -31,6 +33,28 @@ pub fn exit_for(status: TaskStatus) -> Exit {
         Outcome::Completed => Exit::Completed,
         Outcome::Limit => Exit::Limit,
         Outcome::Cancelled | Outcome::Failed | Outcome::Unfinished => Exit::Failed,
+    }
+}
+
+/// The terminal's approval prompt; lines typed while the task runs that no prompt
+/// takes steer it (not with `--json`, whose reader is a program).
+fn tty_frontend(steering: &Steering, json: bool) -> TtyFrontend {
+    let tty = TtyFrontend::detect();
+    if json {
+        return tty;
+    }
+    let inbox = steering.clone();
+    let typed = TypedLines::start(move |line| {
+        let said = match inbox.push(line) {
+            Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
+            Err(e) => format!("  ↳ not sent: {e}"),
+        };
+        // The message's fate is in the events too; a closed stderr changes nothing.
+        writeln!(std::io::stderr().lock(), "{said}").ok();
+    });
+    match typed {
+        Some(lines) => tty.with_lines(Arc::new(move || lines.next_line())),
+        None => tty,
     }
 }
 
@@ -121,7 +145,9 @@ pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<
             model: args.task.model.as_deref(),
         },
     )?;
-    rt.approvals.add_frontend(Arc::new(TtyFrontend::detect()));
+    let steering = Steering::new();
+    rt.approvals
+        .add_frontend(Arc::new(tty_frontend(&steering, args.task.json)));
     let rt = Arc::new(rt);
     let spec = TaskSpec {
         task_id: TaskId::generate(),
@@ -132,7 +158,7 @@ pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<
         origin: "cli".into(),
         max_iterations: None,
         parent: None,
-        steering: crate::agent::steering::Steering::new(),
+        steering,
     };
 
     let tokio = tokio::runtime::Builder::new_multi_thread()

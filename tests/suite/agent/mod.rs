@@ -9,3 +9,4 @@ mod loop_behaviour;
 mod run_cli;
 mod run_habits;
 mod stops;
+mod typed;
