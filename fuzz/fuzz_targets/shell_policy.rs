@@ -2,7 +2,8 @@
 //! command whose plain spelling is denied. The plain spelling is what the shell would
 //! run: the words after quote removal and escapes (shell-words), re-joined. Only
 //! commands whose words stay plain after that (no spaces, globs, `~`, `$` or shell
-//! operators) are compared, since re-joining other words would change their meaning.
+//! operators) are compared, since re-joining other words would change their meaning;
+//! nor are commands of several lines.
 #![no_main]
 
 use familiar::fuzzing::shell_decision;
@@ -21,6 +22,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let spelled = shell_decision(command);
+    // A newline ends a command in the shell, but shell-words takes it for a space:
+    // re-joining would make `chmod⏎-R 777 /` (two harmless commands) into one that is
+    // not (a false alarm the fuzzer raised). Lines are compared when they come alone.
+    if command.contains('\n') {
+        return;
+    }
     let Ok(words) = shell_words::split(command) else {
         return;
     };
