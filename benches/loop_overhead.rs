@@ -362,7 +362,7 @@ fn parts_alone(
     let save_times: Vec<Duration> = (0..50)
         .map(|_| {
             let t = Instant::now();
-            store.save_context(&c).unwrap();
+            store.save_context(&mut c).unwrap();
             t.elapsed()
         })
         .collect();

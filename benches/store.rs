@@ -75,13 +75,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             10_000 => 30,
             _ => 100,
         };
-        store.save_context(&ctx)?;
+        store.save_context(&mut ctx)?;
         let bytes = std::fs::metadata(store.context_path(&id))?.len();
         let mut save = Vec::with_capacity(runs);
         let mut load = Vec::with_capacity(runs);
         for _ in 0..runs {
             let t = Instant::now();
-            store.save_context(&ctx)?;
+            store.save_context(&mut ctx)?;
             save.push(t.elapsed());
             let t = Instant::now();
             let back = store.load_context(&id)?;

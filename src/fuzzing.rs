@@ -97,8 +97,8 @@ pub fn load_context_bytes(bytes: &[u8]) {
     let path = store.context_path(&id);
     std::fs::write(&path, bytes).expect("write the context");
     match store.load_context(&id) {
-        Ok(Some(ctx)) => {
-            store.save_context(&ctx).expect("save what loaded");
+        Ok(Some(mut ctx)) => {
+            store.save_context(&mut ctx).expect("save what loaded");
             let again = store.load_context(&id).expect("reload").expect("saved");
             assert_eq!(ctx, again, "a save and reload changed the context");
         }

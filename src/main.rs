@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     familiar::logging::init(base, cli.verbose);
+    familiar::llm::install_tls_provider();
     match cli::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => report(&err).into(),

@@ -142,7 +142,7 @@ impl Subagents for Delegator {
                 Context::new(child_session.clone(), spec.soul.id.clone(), &spec.prompt);
             ctx_file.parent_session = Some(parent_session.clone());
             ctx_file.parent_task = Some(parent_task.clone());
-            rt.store.save_context(&ctx_file).map_err(|e| {
+            rt.store.save_context(&mut ctx_file).map_err(|e| {
                 ToolError::model(format!("cannot create the sub-task's session: {e}"))
             })?;
             let started = parent_event(EventPayload::SubagentStarted {

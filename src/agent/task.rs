@@ -26,7 +26,8 @@ use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Usage};
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
 use crate::soul::Soul;
 use crate::store::{
-    Context, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript,
+    Context, ContextJournal, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus,
+    Transcript,
 };
 
 /// One task to run.
@@ -95,6 +96,8 @@ pub(super) struct SessionState {
     pub(super) ctx: Context,
     _lock: SessionLock,
     transcript: Transcript,
+    /// Where each iteration is made durable (see `store/journal.rs`).
+    journal: ContextJournal,
     /// This task's record in `ctx.tasks`.
     task_index: usize,
 }
@@ -380,7 +383,7 @@ impl Task {
             .append(&json!({"kind": "message", "task_id": spec.task_id, "message": prompt_msg}))?;
         ctx.history.push(prompt_msg);
         ctx.touch();
-        store.save_context(&ctx)?;
+        let journal = store.start_journal(&mut ctx)?;
 
         let mut task = Task {
             plan: PlanTracker::new(&spec.prompt),
@@ -389,6 +392,7 @@ impl Task {
                 ctx,
                 _lock: lock,
                 transcript,
+                journal,
                 task_index,
             },
             rt,
@@ -445,16 +449,31 @@ impl Task {
         self.session.ctx.history.push(message);
     }
 
-    /// Saves the context and syncs the transcript. A failure is logged (and returned): the
-    /// task goes on and the next save tries again.
+    /// Saves the iteration (a journal line) and syncs the transcript. A failure is logged
+    /// (and returned): the task goes on and the next save tries again.
     pub(super) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
+        self.save(false)
+    }
+
+    /// [`Task::persist`], or with `whole` the whole context file, which is what a task
+    /// leaves behind: between tasks `context/SESSION_ID.json` is complete on its own.
+    fn save(&mut self, whole: bool) -> Result<(), crate::store::StoreError> {
         let ctx = &mut self.session.ctx;
         if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
             t.plan = self.plan.plan().clone();
             t.usage = self.progress.usage;
         }
         ctx.touch();
-        let saved = self.rt.store.save_context(ctx);
+        let journal = &mut self.session.journal;
+        let store = &self.rt.store;
+        let saved = match whole {
+            // A whole file that cannot be written (a full disk) may still fit as a line.
+            true => store.save_context(ctx).or_else(|e| {
+                tracing::warn!(session_id = %ctx.session_id, "cannot rewrite the session file ({e}); appending to its journal");
+                journal.persist(store, ctx)
+            }),
+            false => journal.persist(store, ctx),
+        };
         if let Err(e) = &saved {
             tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
         }
@@ -500,7 +519,7 @@ impl Task {
         ctx.usage.add(&usage);
         // A task whose end could not be saved (a disk that filled up mid-task) did not
         // complete: saying "completed" lost the work silently (issue 13).
-        let (status, result) = match self.persist() {
+        let (status, result) = match self.save(true) {
             Ok(()) => (status, result),
             Err(e) => (
                 TaskStatus::Failed,

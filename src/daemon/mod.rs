@@ -488,7 +488,7 @@ pub fn mark_interrupted(store: &Store) -> usize {
             Ok(Some(mut ctx)) => {
                 let n = ctx.mark_interrupted();
                 if n > 0 {
-                    match store.save_context(&ctx) {
+                    match store.save_context(&mut ctx) {
                         Ok(()) => total += n,
                         Err(e) => {
                             tracing::warn!(session_id = %s.id, "cannot save the repaired session: {e}")

@@ -36,11 +36,21 @@ pub(crate) struct HttpCtx {
 /// milliseconds and ~150 KiB); a long-lived caller builds it once and shares it, which
 /// also keeps connections to the model server alive across tasks.
 pub fn new_client() -> Result<reqwest::Client, LlmError> {
+    install_tls_provider();
     reqwest::Client::builder()
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| LlmError::Config(format!("cannot set up the HTTP client: {e}")))
+}
+
+/// Makes `ring` the process's rustls crypto provider (reqwest is built without one, see
+/// Cargo.toml). Every HTTP client is built after this: ours in [`new_client`], and the
+/// ones libraries build for themselves (MCP's streamable HTTP), because `main` calls it
+/// first. Installing twice is harmless: the first provider stays.
+pub fn install_tls_provider() {
+    // Err only when a provider is already installed, which is the state we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl HttpCtx {

@@ -19,7 +19,7 @@ mod anthropic;
 mod client;
 mod error;
 mod http;
-pub use http::new_client;
+pub use http::{install_tls_provider, new_client};
 mod keys;
 pub mod models;
 mod openai;

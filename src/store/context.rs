@@ -42,6 +42,10 @@ pub fn unix_secs(rfc3339: &str) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Context {
     pub version: u32,
+    /// How many times this file was written whole; the journal's lines name the revision
+    /// they extend (see `store/journal.rs`). Bumped by `Store::save_context`.
+    #[serde(default)]
+    pub revision: u64,
     pub session_id: SessionId,
     pub soul: SoulId,
     /// RFC 3339 UTC.
@@ -82,6 +86,7 @@ impl Context {
         let now = now_rfc3339();
         Context {
             version: CONTEXT_VERSION,
+            revision: 0,
             session_id,
             soul,
             created_at: now.clone(),

@@ -4,7 +4,8 @@
 //! Invariants:
 //! - A context file is replaced atomically (temp file, fsync, rename, fsync the
 //!   directory): after a crash at any instant it holds the old or the new context,
-//!   never a torn one.
+//!   never a torn one. While a task runs, its steps are appended to the session's
+//!   journal instead ([`journal`]); a load applies it, a whole save deletes it.
 //! - A context that fails to parse or has an unknown `version` is never overwritten:
 //!   it is moved aside to `SESSION_ID.json.corrupt-<unix time>` and reported.
 //! - Transcripts and the audit log only grow (see [`transcript`], [`audit`]).
@@ -13,6 +14,7 @@
 mod atomic;
 pub mod audit;
 pub mod context;
+mod journal;
 pub mod memory;
 mod remove;
 pub mod transcript;
@@ -34,6 +36,7 @@ pub use context::{
     CONTEXT_VERSION, Context, Outcome, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus,
     ToolStats, now_rfc3339, title_from_prompt,
 };
+pub use journal::ContextJournal;
 pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
 pub use transcript::{Transcript, TranscriptContents};
 
@@ -223,10 +226,29 @@ impl Store {
         Ok(dir)
     }
 
-    /// Replaces the session's context file atomically (see the module invariants).
-    pub fn save_context(&self, ctx: &Context) -> Result<(), StoreError> {
-        let temp = self.write_temp(ctx)?;
-        self.commit(&temp, &self.context_path(&ctx.session_id))
+    /// Replaces the session's context file atomically (see the module invariants) with
+    /// the next `revision`, then deletes the session's journal, which the new file
+    /// holds. `ctx.revision` is bumped only when the file was written.
+    pub fn save_context(&self, ctx: &mut Context) -> Result<(), StoreError> {
+        ctx.revision += 1;
+        let written = self
+            .write_temp(ctx)
+            .and_then(|temp| self.commit(&temp, &self.context_path(&ctx.session_id)));
+        if written.is_err() {
+            ctx.revision -= 1;
+            return written;
+        }
+        // Left behind (a crash, or this failing), it names the old revision and is
+        // ignored on load: not worth failing the save for.
+        let journal = self.journal_path(&ctx.session_id);
+        match fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %journal.display(), error = %e, "cannot remove a session journal")
+            }
+        }
+        Ok(())
     }
 
     /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
@@ -255,7 +277,8 @@ impl Store {
             Err(e) => return Err(StoreError::io("cannot read", &path, e)),
         };
         let reason = match serde_json::from_slice::<Context>(&bytes) {
-            Ok(ctx) if ctx.version == CONTEXT_VERSION && &ctx.session_id == id => {
+            Ok(mut ctx) if ctx.version == CONTEXT_VERSION && &ctx.session_id == id => {
+                journal::replay(&self.journal_path(id), &mut ctx)?;
                 return Ok(Some(ctx));
             }
             Ok(ctx) if ctx.version != CONTEXT_VERSION => unknown_version(ctx.version),

@@ -18,7 +18,11 @@ impl Store {
     pub fn remove_session(&self, id: &SessionId) -> Result<bool, StoreError> {
         let _lock = self.lock_session(id)?;
         let mut existed = false;
-        for file in [self.context_path(id), self.transcript_path(id)] {
+        for file in [
+            self.context_path(id),
+            self.journal_path(id),
+            self.transcript_path(id),
+        ] {
             match fs::remove_file(&file) {
                 Ok(()) => existed = true,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}

@@ -96,13 +96,13 @@ fn open_creates_the_layout_private() {
 #[test]
 fn context_round_trips() {
     let (_dir, store) = store();
-    let ctx = sample("s1");
-    store.save_context(&ctx).unwrap();
+    let mut ctx = sample("s1");
+    store.save_context(&mut ctx).unwrap();
     assert_eq!(store.load_context(&sid("s1")).unwrap(), Some(ctx.clone()));
     // Saving again replaces, and leaves no temp file behind.
     let mut ctx2 = ctx;
     ctx2.facts.push("second".into());
-    store.save_context(&ctx2).unwrap();
+    store.save_context(&mut ctx2).unwrap();
     assert_eq!(store.load_context(&sid("s1")).unwrap(), Some(ctx2));
     let names: Vec<_> = fs::read_dir(store.data_dir().join("context"))
         .unwrap()
@@ -117,6 +117,7 @@ fn context_has_the_documented_keys() {
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     let mut want = [
         "version",
+        "revision",
         "session_id",
         "soul",
         "created_at",
@@ -151,8 +152,8 @@ fn missing_context_is_none() {
 #[test]
 fn crash_between_write_and_rename_keeps_the_old_file() {
     let (_dir, store) = store();
-    let old = sample("s1");
-    store.save_context(&old).unwrap();
+    let mut old = sample("s1");
+    store.save_context(&mut old).unwrap();
     let mut new = old.clone();
     new.facts.push("never committed".into());
     // The process "dies" after the temp file is written and synced, before the rename.
@@ -203,7 +204,7 @@ fn assert_moved_aside(store: &Store, id: &str, contents: &[u8], reason_has: &str
     assert!(name.starts_with(&format!("{id}.json.corrupt-")), "{name}");
     // Now absent: a new session can start, and saving it does not touch the copy.
     assert_eq!(store.load_context(&sid(id)).unwrap(), None);
-    store.save_context(&sample(id)).unwrap();
+    store.save_context(&mut sample(id)).unwrap();
     assert_eq!(fs::read(&moved_to).unwrap(), contents);
 }
 
@@ -256,7 +257,7 @@ fn saving_another_version_is_refused() {
     let mut ctx = sample("s1");
     ctx.version = 2;
     assert!(matches!(
-        store.save_context(&ctx),
+        store.save_context(&mut ctx),
         Err(StoreError::UnsupportedVersion(2))
     ));
 }
@@ -268,8 +269,8 @@ fn sessions_are_listed_newest_first_skipping_corrupt_ones() {
     a.updated_at = "2026-01-01T00:00:00Z".into();
     let mut b = sample("b");
     b.updated_at = "2026-06-01T00:00:00.500Z".into();
-    store.save_context(&a).unwrap();
-    store.save_context(&b).unwrap();
+    store.save_context(&mut a).unwrap();
+    store.save_context(&mut b).unwrap();
     fs::write(store.context_path(&sid("c")), b"garbage").unwrap();
     let list = store.list_sessions().unwrap();
     assert_eq!(

@@ -451,7 +451,7 @@ fn create_session(
     let Some(id) = spec.session.as_ref().filter(|_| new_session) else {
         return Ok(());
     };
-    rt.store.save_context(&Context::new(
+    rt.store.save_context(&mut Context::new(
         id.clone(),
         spec.soul.id.clone(),
         &spec.prompt,

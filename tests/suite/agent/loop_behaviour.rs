@@ -241,7 +241,7 @@ async fn resuming_after_a_crash_repairs_dangling_calls() {
             input: json!({"path": "."}),
         }],
     });
-    h.store.save_context(&ctx).unwrap();
+    h.store.save_context(&mut ctx).unwrap();
     let rt = h.runtime(builtin_plus(vec![]));
     let (out, _) = h.run(rt, h.spec(soul, "continue", Some(id.clone()))).await;
     assert_eq!(out.status, TaskStatus::Completed);
@@ -281,7 +281,7 @@ async fn full_compaction_summarises_and_the_transcript_keeps_everything() {
         ctx.history.push(m);
     }
     drop(transcript);
-    h.store.save_context(&ctx).unwrap();
+    h.store.save_context(&mut ctx).unwrap();
     let rt = h.runtime(builtin_plus(vec![]));
     let (out, events) = h.run(rt, h.spec(soul, "and now?", Some(id.clone()))).await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);

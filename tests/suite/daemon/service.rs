@@ -407,7 +407,7 @@ async fn tasks_a_crash_left_running_are_marked_interrupted_at_start() {
     .unwrap_or_else(|e| panic!("task record fixture: {e}"));
     rec.status = TaskStatus::Running;
     ctx.tasks.push(rec);
-    store.save_context(&ctx).unwrap();
+    store.save_context(&mut ctx).unwrap();
     assert_eq!(familiar::daemon::mark_interrupted(store), 1);
     let ctx = store.load_context(&id).unwrap().unwrap();
     assert_eq!(ctx.tasks[0].status, TaskStatus::Interrupted);
