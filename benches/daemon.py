@@ -6,8 +6,11 @@ Run: `cargo build --release && python3 benches/daemon.py [target/release/familia
 
 Everything runs against a private `dbus-daemon --session` and a throwaway HOME, so it
 touches nothing of the user's. READY is read from a NOTIFY_SOCKET this script owns,
-exactly as systemd would. The model provider points at a closed port: tasks submitted by
-the round-trip runs fail at once, which is fine, since `--detach` returns after Submit.
+exactly as systemd would. The model is the loopback server of benches/concurrency.py:
+each task makes one sandboxed `read_file` call, then answers. After the `--detach`
+round trips, TASKS (100) more tasks run to completion one after another, and the idle
+RSS is read again, broken down from `/proc/PID/smaps_rollup` into anonymous memory
+(heap, stacks) and file-backed pages (the binary's text and the libraries).
 """
 
 import os
@@ -18,6 +21,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import concurrency as c
 
 
 def drain(sock):
@@ -31,6 +36,22 @@ BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/fami
 RUNS = 5
 ASKS = 20
 IDLE_SECS = 10
+TASKS = int(os.environ.get("TASKS", "100"))
+
+
+def rollup(pid):
+    """The daemon's memory from smaps_rollup, in KiB: RSS, anonymous, file-backed."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                fields[parts[0][:-1]] = int(parts[1])
+    return fields["Rss"], fields["Anonymous"], fields["Rss"] - fields["Anonymous"]
+
+
+def mib(kib):
+    return f"{kib / 1024:.1f}"
 
 
 def proc_status(pid, key):
@@ -60,10 +81,23 @@ def cpu_ticks(pid):
 
 
 def main():
+    c.ITERATIONS = 1
+    model = c.Server(("127.0.0.1", 0), c.Model)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
     home = tempfile.mkdtemp(prefix="familiar-bench-")
-    os.makedirs(f"{home}/.config/familiar")
+    os.makedirs(f"{home}/.config/familiar/souls")
     with open(f"{home}/.config/familiar/config.toml", "w") as f:
-        f.write('[providers.local]\nbase_url = "http://127.0.0.1:9/v1"\nmax_retries = 0\n')
+        f.write(f'[daemon]\nqueue_limit = {ASKS + 4}\n\n'
+                f'[providers.local]\nbase_url = "http://127.0.0.1:{model.server_address[1]}/v1"\n'
+                'max_retries = 0\n')
+    with open(f"{home}/.config/familiar/souls/bench.toml", "w") as f:
+        f.write('description = "bench"\nprompt = "bench"\nmax_iterations = 5\n'
+                'tools = ["read_file"]\n[sandbox]\nread = ["/etc"]\n')
+    workspace = f"{home}/work"
+    os.makedirs(workspace)
+    with open(f"{workspace}/notes.txt", "w") as f:
+        f.write("some notes\n")
+    ask = [BIN, "ask", "--soul", "bench", "--workspace", workspace]
     bus = subprocess.Popen(
         ["dbus-daemon", "--session", "--nofork", "--print-address=1"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -95,20 +129,27 @@ def main():
             last = run == RUNS - 1
             if last:
                 time.sleep(1)
-                rss_fresh = proc_status(daemon.pid, "VmRSS")
+                fresh = rollup(daemon.pid)
                 asks = []
                 for _ in range(ASKS):
                     t = time.perf_counter()
-                    subprocess.run([BIN, "ask", "--detach", "hello"], env=env, check=True,
+                    subprocess.run(ask + ["--detach", "hello"], env=env, check=True,
                                    stdout=subprocess.DEVNULL)
                     asks.append((time.perf_counter() - t) * 1000)
-                # Let the failed tasks finish, then watch the daemon do nothing.
+                # Let the detached tasks finish.
                 time.sleep(2)
+                after_asks = rollup(daemon.pid)
+                for i in range(TASKS):
+                    subprocess.run(ask + [f"task {i}"], env=env, check=True,
+                                   stdout=subprocess.DEVNULL)
+                # Then watch the daemon do nothing.
+                time.sleep(2)
+                after_tasks = rollup(daemon.pid)
                 sw0, cpu0 = switches(daemon.pid), cpu_ticks(daemon.pid)
                 time.sleep(IDLE_SECS)
                 sw1, cpu1 = switches(daemon.pid), cpu_ticks(daemon.pid)
                 woke = sum(sw1[t] - sw0[t] for t in sw1 if t in sw0)
-                rss = proc_status(daemon.pid, "VmRSS")
+                rss, rss_anon, _ = rollup(daemon.pid)
                 threads = proc_status(daemon.pid, "Threads")
             daemon.terminate()
             daemon.wait()
@@ -118,7 +159,11 @@ def main():
         print(f"familiar daemon ({BIN})")
         print(f"  start to READY=1 ({RUNS} runs)        median {statistics.median(ready_ms):.1f} ms, max {ready_ms[-1]:.1f} ms")
         print(f"  ask --detach round trip ({ASKS} runs)  median {statistics.median(asks):.1f} ms, p95 {asks[int(len(asks) * 0.95) - 1]:.1f} ms")
-        print(f"  idle RSS, fresh / after {ASKS} tasks     {rss_fresh / 1024:.1f} / {rss / 1024:.1f} MiB ({threads} threads)")
+        print(f"  idle RSS (anonymous + file-backed), MiB, {threads} threads:")
+        for label, (total, anon, file) in [("fresh", fresh), (f"after {ASKS} detached tasks", after_asks),
+                                           (f"after {ASKS + TASKS} tasks", after_tasks),
+                                           (f"after {IDLE_SECS} s more idle", (rss, rss_anon, rss - rss_anon))]:
+            print(f"    {label:<28} {mib(total)} ({mib(anon)} + {mib(file)})")
         print(f"  idle for {IDLE_SECS} s: context switches  {woke}, CPU ticks {cpu1 - cpu0}")
     finally:
         bus.terminate()

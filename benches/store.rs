@@ -5,6 +5,11 @@
 //! few hundred bytes). Save includes both fsyncs, so it measures the disk too: run it
 //! on the file system the data dir lives on (`FAMILIAR_BENCH_DIR`, default a temp dir
 //! under `$TMPDIR`).
+//!
+//! The second table is what a running task pays per step: one turn (an assistant
+//! message with a tool call, its result, the task's record changed) appended to the
+//! session's journal and synced, on top of a history of that size; and a load of the
+//! base plus 20 journal lines.
 
 // A benchmark reports on stdout.
 #![allow(clippy::print_stdout)]
@@ -14,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use familiar::ids::{CallId, SessionId, SoulId};
 use familiar::llm::{ContentBlock, Message, Role};
-use familiar::store::{Context, Store};
+use familiar::ids::TaskId;
+use familiar::store::{Context, Store, TaskRecord, TaskStatus};
 use serde_json::json;
 
 fn history(n: usize) -> Vec<Message> {
@@ -92,5 +98,61 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (lm, lp) = stats(load);
         println!("{n:>8} {bytes:>10} {runs:>6} {sm:>12.3} {sp:>12.3} {lm:>12.3} {lp:>12.3}");
     }
+    println!();
+    println!(
+        "{:>8} {:>6} {:>12} {:>12} {:>14} {:>14}",
+        "messages", "steps", "step med ms", "step p95 ms", "load+20 med ms", "load+20 p95 ms"
+    );
+    for n in [100, 1_000, 10_000] {
+        steps(&store, n)?;
+    }
+    Ok(())
+}
+
+/// One task's steps through the journal on a history of `n` messages.
+fn steps(store: &Store, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let id = SessionId::new(format!("steps-{n}"))?;
+    let mut ctx = Context::new(id.clone(), SoulId::new("system_admin")?, "bench");
+    ctx.history = history(n);
+    ctx.tasks.push(TaskRecord {
+        task_id: TaskId::new(format!("t-{n}"))?,
+        prompt: "bench".into(),
+        status: TaskStatus::Running,
+        origin: "bench".into(),
+        workspace: None,
+        started_at: familiar::store::now_rfc3339(),
+        finished_at: None,
+        plan: Default::default(),
+        usage: Default::default(),
+        result: None,
+    });
+    let turn = history(3);
+    let (runs, loads) = (100, 30);
+    let mut step = Vec::with_capacity(runs);
+    let mut load = Vec::with_capacity(loads);
+    let mut journal = store.start_journal(&mut ctx)?;
+    for i in 0..runs {
+        // A fresh journal every 20 steps, so the loads below see 20 lines.
+        if i % 20 == 0 {
+            journal = store.start_journal(&mut ctx)?;
+        }
+        let t = Instant::now();
+        ctx.history.extend_from_slice(&turn[1..]);
+        if let Some(task) = ctx.tasks.last_mut() {
+            task.usage.output_tokens += 100;
+        }
+        ctx.touch();
+        journal.persist(store, &mut ctx)?;
+        step.push(t.elapsed());
+    }
+    for _ in 0..loads {
+        let t = Instant::now();
+        let back = store.load_context(&id)?;
+        load.push(t.elapsed());
+        assert_eq!(back.map(|c| c.history.len()), Some(ctx.history.len()));
+    }
+    let (sm, sp) = stats(step);
+    let (lm, lp) = stats(load);
+    println!("{n:>8} {runs:>6} {sm:>12.3} {sp:>12.3} {lm:>14.3} {lp:>14.3}");
     Ok(())
 }

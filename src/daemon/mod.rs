@@ -16,6 +16,7 @@
 mod reload;
 pub mod service;
 mod supervisor;
+mod trim;
 
 pub use reload::{Loaded, ReloadError};
 

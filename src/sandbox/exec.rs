@@ -110,7 +110,7 @@ pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
         return fail(format!("PR_SET_NO_NEW_PRIVS: {e}"));
     }
     let cgroup = limits::enter_pids_cgroup(policy.limits.max_processes);
-    if let Err(e) = limits::apply_rlimits(&policy.limits) {
+    if let Err(e) = limits::apply_rlimits(&policy.limits, cgroup.is_some()) {
         return fail(e.to_string());
     }
     let enforcement = match restrict_self(&policy, effective_abi(forced)) {

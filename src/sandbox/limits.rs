@@ -8,6 +8,10 @@
 //! (cgroup v1 `pids` hierarchy or a delegated v2 subtree, writable by us), the helper
 //! moves itself into a fresh one with `pids.max`, which bounds exactly the command's
 //! processes, root's included, and lets the launcher kill whatever is left in it.
+//! Counting the user's tasks walks all of `/proc` (~140 processes on a desktop: the
+//! largest part of a call's syscalls), so it is done only when the count is what bounds
+//! the command: not in a pids cgroup, and not as root, whom `RLIMIT_NPROC` does not
+//! bind anyway.
 
 use std::path::{Path, PathBuf};
 
@@ -25,17 +29,21 @@ pub enum LimitsError {
     },
 }
 
-/// Sets `RLIMIT_NPROC`, `RLIMIT_FSIZE`, `RLIMIT_CPU` and `RLIMIT_CORE` (0: a crashing
-/// tool must not leave a core dump of what it read) on the calling process.
-pub fn apply_rlimits(limits: &Limits) -> Result<(), LimitsError> {
-    let nproc = user_task_count(Uid::current()).saturating_add(limits.max_processes);
+/// Sets `RLIMIT_FSIZE`, `RLIMIT_CPU`, `RLIMIT_CORE` (0: a crashing tool must not leave
+/// a core dump of what it read) and, unless `in_pids_cgroup` already bounds the
+/// processes exactly, `RLIMIT_NPROC` on the calling process.
+pub fn apply_rlimits(limits: &Limits, in_pids_cgroup: bool) -> Result<(), LimitsError> {
     let set = |resource: Resource, name: &'static str, soft: u64, hard: u64| {
         setrlimit(resource, soft, hard).map_err(|source| LimitsError::Rlimit {
             resource: name,
             source,
         })
     };
-    set(Resource::RLIMIT_NPROC, "RLIMIT_NPROC", nproc, nproc)?;
+    let uid = Uid::current();
+    if !in_pids_cgroup && !uid.is_root() {
+        let nproc = user_task_count(uid).saturating_add(limits.max_processes);
+        set(Resource::RLIMIT_NPROC, "RLIMIT_NPROC", nproc, nproc)?;
+    }
     set(
         Resource::RLIMIT_FSIZE,
         "RLIMIT_FSIZE",

@@ -105,7 +105,7 @@ pub struct Limits {
     pub timeout: Duration,
     /// Per stream; past it the middle is dropped, far past it the command is killed.
     pub output_cap_bytes: usize,
-    /// A pids cgroup where one can be made, and `RLIMIT_NPROC` on top of the user's
+    /// A pids cgroup where one can be made, else `RLIMIT_NPROC` on top of the user's
     /// current count (root ignores `RLIMIT_NPROC`, hence the cgroup).
     pub max_processes: u64,
     /// `RLIMIT_FSIZE`, bytes.

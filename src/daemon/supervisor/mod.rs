@@ -146,6 +146,9 @@ impl Supervisor {
                 self.finished(f).await;
                 self.schedule();
                 self.publish_counts().await;
+                if self.running == 0 && self.queue.is_empty() {
+                    super::trim::release_freed_memory();
+                }
             }
             Op::Shutdown => {
                 self.shutting_down = true;
