@@ -17,9 +17,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use familiar::ids::TaskId;
 use familiar::ids::{CallId, SessionId, SoulId};
 use familiar::llm::{ContentBlock, Message, Role};
-use familiar::ids::TaskId;
 use familiar::store::{Context, Store, TaskRecord, TaskStatus};
 use serde_json::json;
 

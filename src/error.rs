@@ -59,6 +59,37 @@ impl FileError {
             message: message.into(),
         }
     }
+
+    /// An error about the value of the dotted `key` (found after parsing, where no
+    /// span was kept): located to the line that sets it in `src`, when there is one.
+    pub fn at_key(file: &str, src: Option<&str>, key: &str, message: impl Into<String>) -> Self {
+        Self {
+            file: file.to_owned(),
+            line: src.and_then(|src| key_line(src, key)),
+            key: Some(key.to_owned()),
+            message: message.into(),
+        }
+    }
+}
+
+/// The 1-based line where the dotted `key` (`providers.local.base_url`) is written in
+/// `src`: the line of its last segment's key, or of the deepest table that holds it.
+fn key_line(src: &str, key: &str) -> Option<usize> {
+    let doc = toml::de::DeTable::parse(src).ok()?;
+    let mut table = doc.get_ref();
+    let mut span = None;
+    for segment in key.split('.') {
+        let Some((k, v)) = table.iter().find(|(k, _)| k.get_ref().as_ref() == segment) else {
+            break;
+        };
+        span = Some(k.span());
+        match v.get_ref() {
+            toml::de::DeValue::Table(t) => table = t,
+            _ => break,
+        }
+    }
+    let start = span?.start.min(src.len());
+    Some(src[..start].bytes().filter(|&b| b == b'\n').count() + 1)
 }
 
 /// Errors loading the config, souls or policies.
@@ -74,8 +105,14 @@ pub enum ConfigError {
     },
     #[error("unknown soul `{id}` (known: {known})")]
     UnknownSoul { id: String, known: String },
-    #[error("unknown policy `{name}` (known: {known})")]
-    UnknownPolicy { name: String, known: String },
+    #[error(
+        "unknown policy `{name}` (known: {known}; a policy of your own goes in {dir}/{name}.toml)"
+    )]
+    UnknownPolicy {
+        name: String,
+        known: String,
+        dir: String,
+    },
     #[error("{0}")]
     Invalid(String),
 }

@@ -43,6 +43,20 @@ fn report(err: &anyhow::Error) -> Exit {
     {
         return Exit::Completed;
     }
-    eprintln!("familiar: {err:#}");
+    eprintln!("familiar: {}", chain_once(err));
     Exit::Usage
+}
+
+/// The error and its causes, `: `-joined, without a cause whose text the message
+/// already holds (`cannot read x: No such file (os error 2)` says it once).
+fn chain_once(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

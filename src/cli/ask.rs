@@ -16,7 +16,8 @@ use tokio::sync::mpsc;
 use zbus::Variant;
 
 use super::client::{Failure, block_on, classify, connect};
-use super::run::{exit_for, print_events, read_prompt, resolve_workspace};
+use super::printer::{exit_for, print_events};
+use super::prompt::{read_prompt, resolve_workspace};
 use super::typed::TypedLines;
 use super::{AskArgs, Exit, Out};
 use crate::agent::events::{EVENT_BUFFER, Event, EventPayload};
@@ -103,18 +104,8 @@ async fn steer_session(
 /// Characters of the result shown in a `--notify` notification.
 const NOTIFY_BODY_CHARS: usize = 400;
 
-pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> anyhow::Result<Exit> {
-    // Only the flag: FAMILIAR_CONFIG set for a whole session is not a per-call choice.
-    let from_env = std::env::var_os("FAMILIAR_CONFIG").map(PathBuf::from);
-    if let Some(path) = config.filter(|p| from_env.as_deref() != Some(*p)) {
-        // The daemon is one process for every client: a per-call config would let any
-        // caller swap its policy. Say so rather than ignore the flag silently.
-        writeln!(
-            std::io::stderr().lock(),
-            "familiar: warning: --config {} is not used by `ask`: the daemon reads its own config (restart it after editing: `systemctl --user restart familiar`); `familiar run` uses the file in this process",
-            path.display()
-        )?;
-    }
+pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow::Result<Exit> {
+    warn_config_flag(config)?;
     let prompt = if args.dmenu {
         match dmenu()? {
             Some(p) => p,
@@ -131,187 +122,274 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, mut out: Out) -> any
         .map(resolve_workspace)
         .transpose()?;
     let options = submit_options(&args, workspace.as_ref().map(|w| w.display().to_string()));
-    let soul = args.task.soul.clone().unwrap_or_default();
-    let interactive = std::io::stdin().is_terminal() && !args.task.json;
+    block_on(submit_and_follow(args, prompt, options, out))?
+}
 
-    block_on(async move {
-        let (_conn, proxy) = match connect().await {
-            Ok(v) => v,
-            Err(f) => return f.report(),
-        };
-        let streams = async {
-            Ok::<_, zbus::Error>((
-                proxy.receive_task_event().await?,
-                proxy.receive_task_finished().await?,
-                proxy.receive_approval_requested().await?,
-            ))
-        };
-        let (mut events, mut finished, mut approvals) = match streams.await {
-            Ok(s) => s,
-            Err(e) => return classify(e).report(),
-        };
-        let (task, session) = match proxy.submit(&soul, &prompt, options).await {
-            Ok(v) => v,
-            // The session is busy: the prompt steers its running task instead.
-            Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
-                let session = args.task.session.clone().unwrap_or_default();
-                match steer_session(&proxy, &session, &prompt).await {
-                    Ok(task) => (task, session),
-                    Err(f) => return f.report(),
-                }
+/// `--config` is only the flag's choice: FAMILIAR_CONFIG set for a whole session is not
+/// a per-call choice. The daemon is one process for every client: a per-call config
+/// would let any caller swap its policy. Say so rather than ignore the flag silently.
+fn warn_config_flag(config: Option<&std::path::Path>) -> std::io::Result<()> {
+    let from_env = std::env::var_os("FAMILIAR_CONFIG").map(PathBuf::from);
+    if let Some(path) = config.filter(|p| from_env.as_deref() != Some(*p)) {
+        writeln!(
+            std::io::stderr().lock(),
+            "familiar: warning: --config {} is not used by `ask`: the daemon reads its own config (restart it after editing: `systemctl --user restart familiar`); `familiar run` uses the file in this process",
+            path.display()
+        )?;
+    }
+    Ok(())
+}
+
+async fn submit_and_follow(
+    args: AskArgs,
+    prompt: String,
+    options: HashMap<&'static str, Variant<'static>>,
+    mut out: Out,
+) -> anyhow::Result<Exit> {
+    let (_conn, proxy) = match connect().await {
+        Ok(v) => v,
+        Err(f) => return f.report(),
+    };
+    // Subscribed before `Submit`: no event of the task can be missed.
+    let streams = async {
+        Ok::<_, zbus::Error>((
+            proxy.receive_task_event().await?,
+            proxy.receive_task_finished().await?,
+            proxy.receive_approval_requested().await?,
+        ))
+    };
+    let (mut events, mut finished, mut approvals) = match streams.await {
+        Ok(s) => s,
+        Err(e) => return classify(e).report(),
+    };
+    let soul = args.task.soul.clone().unwrap_or_default();
+    let (task, session) = match proxy.submit(&soul, &prompt, options).await {
+        Ok(v) => v,
+        // The session is busy: the prompt steers its running task instead.
+        Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
+            let session = args.task.session.clone().unwrap_or_default();
+            match steer_session(&proxy, &session, &prompt).await {
+                Ok(task) => (task, session),
+                Err(f) => return f.report(),
             }
-            Err(e) => return classify(e).report(),
-        };
-        if args.detach {
-            if args.task.json {
-                out.json_line(&serde_json::json!({"task_id": task, "session_id": session}))?;
-            } else {
-                writeln!(out, "{task} {session}")?;
-            }
-            return Ok(Exit::Completed);
         }
-        let task_id = TaskId::new(&task).context("the daemon sent a malformed task id")?;
-        let session_id =
-            SessionId::new(&session).context("the daemon sent a malformed session id")?;
-        let json = args.task.json;
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let printer = tokio::spawn(print_events(rx, out, json));
-        let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
-        // Lines typed while the task runs steer it; an approval prompt takes its own.
-        let (steer_tx, mut steers) = mpsc::channel::<String>(8);
-        let typed = if interactive {
-            TypedLines::start(move |line| {
-                if steer_tx.blocking_send(line).is_err() {
-                    tracing::debug!("the task ended before the message was sent");
-                }
-            })
+        Err(e) => return classify(e).report(),
+    };
+    if args.detach {
+        if args.task.json {
+            out.json_line(&serde_json::json!({"task_id": task, "session_id": session}))?;
         } else {
-            None
+            writeln!(out, "{task} {session}")?;
+        }
+        return Ok(Exit::Completed);
+    }
+    let task_id = TaskId::new(&task).context("the daemon sent a malformed task id")?;
+    let session_id = SessionId::new(&session).context("the daemon sent a malformed session id")?;
+    let json = args.task.json;
+    let interactive = std::io::stdin().is_terminal() && !json;
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let printer = tokio::spawn(print_events(rx, out, json));
+    let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
+    // Lines typed while the task runs steer it; an approval prompt takes its own.
+    let (steer_tx, mut steers) = mpsc::channel::<String>(8);
+    let typed = if interactive {
+        TypedLines::start(move |line| {
+            if steer_tx.blocking_send(line).is_err() {
+                tracing::debug!("the task ended before the message was sent");
+            }
+        })
+    } else {
+        None
+    };
+    let mut follow = Follow {
+        task_id: task_id.clone(),
+        followed: [(task.clone(), session_id.clone())].into(),
+        saw_finish: false,
+        tx,
+        json,
+        interactive,
+        typed,
+        answers: answers_tx,
+    };
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    let mut cancelled = false;
+    let (status, result) = loop {
+        tokio::select! {
+            // Events before the finish: one reader feeds both streams in bus
+            // order, so draining events first keeps task_finished last.
+            biased;
+            Some(sig) = events.next() => follow.on_event(&sig).await,
+            Some(sig) = finished.next() => {
+                let Ok(a) = sig.args() else { continue };
+                if a.task_id == task {
+                    break (a.status.clone(), a.result.clone());
+                }
+            }
+            Some(sig) = approvals.next() => follow.on_approval(&sig)?,
+            Some(line) = steers.recv() => {
+                let said = match proxy.steer(&task, &line).await {
+                    Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
+                    Err(e) => format!("  ↳ not sent: {}", classify(e).message),
+                };
+                writeln!(std::io::stderr().lock(), "{said}")?;
+            }
+            Some((request, approve)) = answers.recv() => {
+                if let Err(e) = proxy.respond(&request, approve).await {
+                    // Answered elsewhere first (a notification, `familiar approve`).
+                    tracing::debug!("approval answer not taken: {e}");
+                }
+            }
+            r = &mut ctrl_c, if !cancelled => {
+                cancelled = true;
+                if r.is_ok() {
+                    writeln!(std::io::stderr().lock(), "familiar: cancelling task {task}…")?;
+                    if let Err(e) = proxy.cancel(&task).await {
+                        return classify(e).report();
+                    }
+                }
+            }
+            else => return Failure::unreachable("the daemon went away while the task ran").report(),
+        }
+    };
+    let status: TaskStatus = serde_json::from_value(serde_json::Value::String(status.clone()))
+        .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
+    follow.finish(status, &result, session_id).await;
+    printer.await.context("the output printer failed")??;
+    if args.notify {
+        notify_result(status, &result).await?;
+    }
+    if cancelled {
+        return Ok(Exit::Interrupted);
+    }
+    Ok(exit_for(status))
+}
+
+/// What `ask` follows of a submitted task: its events and those of its delegated
+/// sub-tasks, passed to the printer, and its approval requests.
+struct Follow {
+    task_id: TaskId,
+    /// The task and its delegated sub-tasks (learned from `subagent_started`), with
+    /// their sessions.
+    followed: HashMap<String, SessionId>,
+    /// Whether the task's own `task_finished` event was seen.
+    saw_finish: bool,
+    tx: mpsc::Sender<Arc<Event>>,
+    json: bool,
+    interactive: bool,
+    typed: Option<TypedLines>,
+    answers: mpsc::Sender<(String, bool)>,
+}
+
+impl Follow {
+    async fn on_event(&mut self, sig: &crate::dbus::proxy::TaskEvent) {
+        let Ok(a) = sig.args() else { return };
+        let Some(session) = self.followed.get(a.task_id.as_str()).cloned() else {
+            return;
         };
-        let mut saw_finish = false;
-        // The task and its delegated sub-tasks (learned from `subagent_started`), with
-        // their sessions.
-        let mut followed: std::collections::HashMap<String, SessionId> =
-            [(task.clone(), session_id.clone())].into();
-        let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
-        let mut cancelled = false;
-        let (status, result) = loop {
-            tokio::select! {
-                // Events before the finish: one reader feeds both streams in bus
-                // order, so draining events first keeps task_finished last.
-                biased;
-                Some(sig) = events.next() => {
-                    let Ok(a) = sig.args() else { continue };
-                    let Some(session) = followed.get(a.task_id.as_str()).cloned() else {
-                        continue;
-                    };
-                    let Ok(event_task) = TaskId::new(a.task_id.as_str()) else { continue };
-                    let payload = match EventPayload::from_signal(&a.kind, &a.payload_json) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            tracing::debug!("skipping an event this client does not know ({}): {e}", a.kind);
-                            continue;
-                        }
-                    };
-                    if let EventPayload::SubagentStarted { child_task_id, child_session_id, .. } = &payload
-                        && let Ok(child_session) = SessionId::new(child_session_id.as_str())
-                    {
-                        followed.insert(child_task_id.clone(), child_session);
-                    }
-                    saw_finish |= event_task == task_id && matches!(payload, EventPayload::TaskFinished { .. });
-                    let event = Arc::new(Event { payload, task_id: event_task, session_id: session });
-                    if tx.send(event).await.is_err() {
-                        // The printer stopped (closed stdout): keep following for the exit code.
-                        tracing::debug!("the output printer stopped");
-                    }
-                }
-                Some(sig) = finished.next() => {
-                    let Ok(a) = sig.args() else { continue };
-                    if a.task_id == task {
-                        break (a.status.clone(), a.result.clone());
-                    }
-                }
-                Some(sig) = approvals.next() => {
-                    let Ok(a) = sig.args() else { continue };
-                    if !followed.contains_key(a.task_id.as_str()) {
-                        continue;
-                    }
-                    if !json {
-                        // Without a notification server this line is the only place
-                        // the request shows (issue 9 §6).
-                        let how = if interactive { "answer below, or run" } else { "run" };
-                        writeln!(
-                            std::io::stderr().lock(),
-                            "  waiting for approval {}: {how} `familiar approve {}` or `familiar deny {}`",
-                            a.request_id, a.request_id, a.request_id
-                        )?;
-                    }
-                    if interactive {
-                        ask_on_tty(a.request_id.clone(), a.tool.clone(), a.summary.clone(), a.tier.clone(), typed.clone(), answers_tx.clone());
-                    }
-                }
-                Some(line) = steers.recv() => {
-                    let said = match proxy.steer(&task, &line).await {
-                        Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
-                        Err(e) => format!("  ↳ not sent: {}", classify(e).message),
-                    };
-                    writeln!(std::io::stderr().lock(), "{said}")?;
-                }
-                Some((request, approve)) = answers.recv() => {
-                    if let Err(e) = proxy.respond(&request, approve).await {
-                        // Answered elsewhere first (a notification, `familiar approve`).
-                        tracing::debug!("approval answer not taken: {e}");
-                    }
-                }
-                r = &mut ctrl_c, if !cancelled => {
-                    cancelled = true;
-                    if r.is_ok() {
-                        writeln!(std::io::stderr().lock(), "familiar: cancelling task {task}…")?;
-                        if let Err(e) = proxy.cancel(&task).await {
-                            return classify(e).report();
-                        }
-                    }
-                }
-                else => return Failure::unreachable("the daemon went away while the task ran").report(),
+        let Ok(event_task) = TaskId::new(a.task_id.as_str()) else {
+            return;
+        };
+        let payload = match EventPayload::from_signal(&a.kind, &a.payload_json) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(
+                    "skipping an event this client does not know ({}): {e}",
+                    a.kind
+                );
+                return;
             }
         };
-        let status: TaskStatus = serde_json::from_value(serde_json::Value::String(status.clone()))
-            .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
-        if !saw_finish {
-            // Our event subscription fell behind and was dropped: still say how it ended.
-            let payload = EventPayload::TaskFinished {
-                status,
-                result: result.clone(),
-                usage: Usage::default(),
-                iterations: 0,
-                pending_steering: 0,
+        if let EventPayload::SubagentStarted {
+            child_task_id,
+            child_session_id,
+            ..
+        } = &payload
+            && let Ok(child_session) = SessionId::new(child_session_id.as_str())
+        {
+            self.followed.insert(child_task_id.clone(), child_session);
+        }
+        self.saw_finish |=
+            event_task == self.task_id && matches!(payload, EventPayload::TaskFinished { .. });
+        let event = Arc::new(Event {
+            payload,
+            task_id: event_task,
+            session_id: session,
+        });
+        if self.tx.send(event).await.is_err() {
+            // The printer stopped (closed stdout): keep following for the exit code.
+            tracing::debug!("the output printer stopped");
+        }
+    }
+
+    fn on_approval(&self, sig: &crate::dbus::proxy::ApprovalRequested) -> std::io::Result<()> {
+        let Ok(a) = sig.args() else { return Ok(()) };
+        if !self.followed.contains_key(a.task_id.as_str()) {
+            return Ok(());
+        }
+        if !self.json {
+            // Without a notification server this line is the only place the request
+            // shows (issue 9 §6).
+            let how = if self.interactive {
+                "answer below, or run"
+            } else {
+                "run"
             };
-            let event = Arc::new(Event {
-                payload,
-                task_id,
-                session_id,
-            });
-            if tx.send(event).await.is_err() {
-                tracing::debug!("the output printer stopped");
-            }
+            writeln!(
+                std::io::stderr().lock(),
+                "  waiting for approval {}: {how} `familiar approve {}` or `familiar deny {}`",
+                a.request_id,
+                a.request_id,
+                a.request_id
+            )?;
         }
-        drop(tx);
-        printer.await.context("the output printer failed")??;
-        if args.notify {
-            let body: String = result.chars().take(NOTIFY_BODY_CHARS).collect();
-            let summary = format!("familiar: {status}");
-            if let Err(e) = crate::dbus::notifications::show_result(&summary, &body).await {
-                writeln!(
-                    std::io::stderr().lock(),
-                    "familiar: cannot show a notification: {e}"
-                )?;
-            }
+        if self.interactive {
+            ask_on_tty(
+                a.request_id.clone(),
+                a.tool.clone(),
+                a.summary.clone(),
+                a.tier.clone(),
+                self.typed.clone(),
+                self.answers.clone(),
+            );
         }
-        if cancelled {
-            return Ok(Exit::Interrupted);
+        Ok(())
+    }
+
+    /// Ends the printed events with the task's finish: when our event subscription fell
+    /// behind and was dropped, the finish signal still says how it ended.
+    async fn finish(self, status: TaskStatus, result: &str, session_id: SessionId) {
+        if self.saw_finish {
+            return;
         }
-        Ok(exit_for(status))
-    })?
+        let payload = EventPayload::TaskFinished {
+            status,
+            result: result.to_owned(),
+            usage: Usage::default(),
+            iterations: 0,
+            pending_steering: 0,
+        };
+        let event = Arc::new(Event {
+            payload,
+            task_id: self.task_id,
+            session_id,
+        });
+        if self.tx.send(event).await.is_err() {
+            tracing::debug!("the output printer stopped");
+        }
+    }
+}
+
+/// `--notify`: the result's start in a desktop notification.
+async fn notify_result(status: TaskStatus, result: &str) -> std::io::Result<()> {
+    let body: String = result.chars().take(NOTIFY_BODY_CHARS).collect();
+    let summary = format!("familiar: {status}");
+    if let Err(e) = crate::dbus::notifications::show_result(&summary, &body).await {
+        writeln!(
+            std::io::stderr().lock(),
+            "familiar: cannot show a notification: {e}"
+        )?;
+    }
+    Ok(())
 }
 
 /// Asks on the terminal from a thread of its own (a blocking read that may never

@@ -160,14 +160,15 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         let metrics = p.metrics().await?;
         // A daemon older than the `Sandbox` property still answers the rest.
         let sandbox = p.sandbox().await.ok();
+        let configuration = p.configuration().await.ok();
         let dbus = zbus::fdo::DBusProxy::new(conn).await?;
         let pid = dbus
             .get_connection_unix_process_id(crate::dbus::NAME.try_into()?)
             .await
             .ok();
-        Ok((version, active, metrics, pid, sandbox))
+        Ok((version, active, metrics, pid, sandbox, configuration))
     })?;
-    let (version, active, metrics, pid, sandbox) = match got {
+    let (version, active, metrics, pid, sandbox, configuration) = match got {
         Ok(v) => v,
         Err(f) => {
             if json {
@@ -191,9 +192,13 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
             None
         }
     });
+    // The daemon's own config: `familiar status` may run with another.
+    let configuration: Option<serde_json::Value> =
+        configuration.and_then(|c| serde_json::from_str(&c).ok());
     if json {
         let mut all = local;
         for (k, v) in [
+            ("daemon_config", serde_json::json!(configuration)),
             ("version", serde_json::json!(version)),
             ("pid", serde_json::json!(pid)),
             ("uptime_secs", serde_json::json!(uptime)),
@@ -218,6 +223,22 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
             )?,
             None => writeln!(out, "pid {pid}")?,
         }
+    }
+    if let Some(c) = &configuration {
+        let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
+        let config = c["config"]
+            .as_str()
+            .unwrap_or("none (built-in defaults)")
+            .to_owned();
+        writeln!(out, "daemon config: {config}")?;
+        writeln!(
+            out,
+            "daemon provider: {}, model {}, default soul {}, policy {}",
+            s("provider"),
+            s("model"),
+            s("default_soul"),
+            s("policy")
+        )?;
     }
     writeln!(out, "sandbox: {}", describe_sandbox(sandbox.as_ref()))?;
     writeln!(out, "active tasks: {active}")?;
@@ -336,7 +357,7 @@ pub fn cancel(task_id: &str) -> anyhow::Result<Exit> {
 
 /// `familiar steer TASK_ID MESSAGE|-`.
 pub fn steer(task_id: &str, words: &[String]) -> anyhow::Result<Exit> {
-    let message = super::run::read_prompt(words)?;
+    let message = super::prompt::read_prompt(words)?;
     match with_proxy(async |_, p| p.steer(task_id, &message).await)? {
         Ok(()) => Ok(Exit::Completed),
         Err(f) => f.report(),

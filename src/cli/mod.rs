@@ -13,6 +13,8 @@ mod local;
 mod mcp;
 mod memory;
 mod output;
+mod printer;
+mod prompt;
 mod prune;
 mod run;
 mod setup;

@@ -45,130 +45,54 @@ pub const DEFAULT_MEMORY_MAX_PER_SCOPE: usize = 100;
 impl Config {
     /// Reads and resolves the config.
     pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
-        let (raw, source) = match config_source(explicit, env) {
+        let (path, src) = match config_source(explicit, env) {
             ConfigSource::Explicit(path) => {
                 let src = read_file(&path)?;
-                (parse_toml(&path.display().to_string(), &src)?, Some(path))
+                (path, Some(src))
             }
             ConfigSource::Default(path) => match std::fs::read_to_string(&path) {
-                Ok(src) => (parse_toml(&path.display().to_string(), &src)?, Some(path)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (ConfigToml::default(), None),
+                Ok(src) => (path, Some(src)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (path, None),
                 Err(source) => return Err(ConfigError::Read { path, source }),
             },
         };
-        Config::resolve(raw, source, env)
+        match src {
+            Some(src) => Config::from_toml(&path.display().to_string(), &src, env),
+            None => Config::resolve(ConfigToml::default(), None, None, env),
+        }
     }
 
     /// Parses a config from a string (for `validate`-style checks and tests).
     pub fn from_toml(file: &str, src: &str, env: &dyn Env) -> Result<Config, ConfigError> {
         let raw: ConfigToml = parse_toml(file, src)?;
-        Config::resolve(raw, Some(PathBuf::from(file)), env)
+        Config::resolve(raw, Some(PathBuf::from(file)), Some(src), env)
     }
 
+    /// Fills in the defaults and checks values and cross-references; an error names the
+    /// key and, when the file sets it, the line.
     fn resolve(
         raw: ConfigToml,
         source: Option<PathBuf>,
+        src: Option<&str>,
         env: &dyn Env,
     ) -> Result<Config, ConfigError> {
         let file = source
             .as_ref()
             .map_or_else(|| "config".to_owned(), |p| p.display().to_string());
-        let invalid = |key: &str, message: String| {
-            ConfigError::File(FileError {
-                file: file.clone(),
-                line: None,
-                key: Some(key.to_owned()),
-                message,
-            })
+        let invalid = |(key, message): (String, String)| {
+            ConfigError::File(FileError::at_key(&file, src, &key, message))
         };
-
-        let home = paths::home_dir(env);
-        let data_dir = match raw.data_dir {
-            Some(p) => expand_home(&p, &home),
-            None => default_data_dir(env),
-        };
-        if !data_dir.is_absolute() {
-            return Err(invalid(
-                "data_dir",
-                format!(
-                    "`{}` must be an absolute path (or start with ~/)",
-                    data_dir.display()
-                ),
-            ));
-        }
-        let paths = Paths {
-            config_dir: config_dir(env),
-            data_dir,
-            home,
-        };
-
+        let paths = resolve_paths(raw.data_dir.as_deref(), env).map_err(invalid)?;
         let default_soul = raw.default_soul.unwrap_or_else(|| DEFAULT_SOUL.to_owned());
-        let default_soul =
-            SoulId::new(default_soul).map_err(|e| invalid("default_soul", e.to_string()))?;
-
-        let daemon_raw = raw.daemon.unwrap_or_default();
-        let daemon = DaemonConfig {
-            max_concurrent_tasks: daemon_raw
-                .max_concurrent_tasks
-                .unwrap_or(DEFAULT_MAX_CONCURRENT_TASKS),
-            queue_limit: daemon_raw.queue_limit.unwrap_or(DEFAULT_QUEUE_LIMIT),
-        };
-        if daemon.max_concurrent_tasks == 0 {
-            return Err(invalid(
-                "daemon.max_concurrent_tasks",
-                "must be at least 1".to_owned(),
-            ));
-        }
-
-        let memory = MemoryConfig {
-            max_entries_per_scope: raw
-                .memory
-                .unwrap_or_default()
-                .max_entries_per_scope
-                .unwrap_or(DEFAULT_MEMORY_MAX_PER_SCOPE),
-        };
-        if memory.max_entries_per_scope == 0 {
-            return Err(invalid(
-                "memory.max_entries_per_scope",
-                "must be at least 1".to_owned(),
-            ));
-        }
-
-        let mut providers = BTreeMap::new();
-        for (name, p) in raw.providers {
-            let key = |k: &str| format!("providers.{name}.{k}");
-            let resolved =
-                providers::resolve_provider(&name, p).map_err(|(k, m)| invalid(&key(k), m))?;
-            providers.insert(name, resolved);
-        }
+        let default_soul = SoulId::new(default_soul)
+            .map_err(|e| invalid(("default_soul".to_owned(), e.to_string())))?;
+        let daemon = resolve_daemon(raw.daemon.unwrap_or_default()).map_err(invalid)?;
+        let memory = resolve_memory(raw.memory.unwrap_or_default()).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
-        if providers.is_empty() && default_provider == DEFAULT_PROVIDER {
-            // No providers configured: pick one from the environment (docs/config.md).
-            let auto = providers::auto_provider(&default_provider, env);
-            providers.insert(default_provider.clone(), auto);
-        }
-        if !providers.contains_key(&default_provider) {
-            return Err(invalid(
-                "default_provider",
-                format!(
-                    "no [providers.{default_provider}] table (configured: {})",
-                    providers.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        }
-        for p in providers.values() {
-            if let Some(fb) = &p.fallback_provider
-                && !providers.contains_key(fb)
-            {
-                return Err(invalid(
-                    &format!("providers.{}.fallback_provider", p.name),
-                    format!("no [providers.{fb}] table"),
-                ));
-            }
-        }
-
+        let providers =
+            resolve_providers(raw.providers, &default_provider, env).map_err(invalid)?;
         let mut mcp = BTreeMap::new();
         for (name, m) in raw.mcp {
             let resolved = mcp::resolve_server(&name, m, &paths.home).map_err(|(k, msg)| {
@@ -177,11 +101,10 @@ impl Config {
                 } else {
                     format!("mcp.{name}.{k}")
                 };
-                invalid(&key, msg)
+                invalid((key, msg))
             })?;
             mcp.insert(name, resolved);
         }
-
         Ok(Config {
             default_soul,
             default_provider,
@@ -209,6 +132,102 @@ impl Config {
             ))
         })
     }
+}
+
+/// A value error: the dotted key and what is wrong with it.
+type KeyError = (String, String);
+
+fn resolve_paths(data_dir: Option<&Path>, env: &dyn Env) -> Result<Paths, KeyError> {
+    let home = paths::home_dir(env);
+    let data_dir = match data_dir {
+        Some(p) => expand_home(p, &home),
+        None => default_data_dir(env),
+    };
+    if !data_dir.is_absolute() {
+        return Err((
+            "data_dir".to_owned(),
+            format!(
+                "`{}` must be an absolute path (or start with ~/)",
+                data_dir.display()
+            ),
+        ));
+    }
+    Ok(Paths {
+        config_dir: config_dir(env),
+        data_dir,
+        home,
+    })
+}
+
+fn resolve_daemon(raw: DaemonToml) -> Result<DaemonConfig, KeyError> {
+    let daemon = DaemonConfig {
+        max_concurrent_tasks: raw
+            .max_concurrent_tasks
+            .unwrap_or(DEFAULT_MAX_CONCURRENT_TASKS),
+        queue_limit: raw.queue_limit.unwrap_or(DEFAULT_QUEUE_LIMIT),
+    };
+    if daemon.max_concurrent_tasks == 0 {
+        return Err((
+            "daemon.max_concurrent_tasks".to_owned(),
+            "must be at least 1".to_owned(),
+        ));
+    }
+    Ok(daemon)
+}
+
+fn resolve_memory(raw: MemoryToml) -> Result<MemoryConfig, KeyError> {
+    let memory = MemoryConfig {
+        max_entries_per_scope: raw
+            .max_entries_per_scope
+            .unwrap_or(DEFAULT_MEMORY_MAX_PER_SCOPE),
+    };
+    if memory.max_entries_per_scope == 0 {
+        return Err((
+            "memory.max_entries_per_scope".to_owned(),
+            "must be at least 1".to_owned(),
+        ));
+    }
+    Ok(memory)
+}
+
+/// The `[providers.*]` tables resolved (or, when there are none and the default is
+/// `local`, one picked from the environment: docs/config.md), with the default and
+/// every fallback checked to name one of them.
+fn resolve_providers(
+    raw: BTreeMap<String, ProviderToml>,
+    default_provider: &str,
+    env: &dyn Env,
+) -> Result<BTreeMap<String, ProviderConfig>, KeyError> {
+    let mut providers = BTreeMap::new();
+    for (name, p) in raw {
+        let resolved = providers::resolve_provider(&name, p)
+            .map_err(|(k, m)| (format!("providers.{name}.{k}"), m))?;
+        providers.insert(name, resolved);
+    }
+    if providers.is_empty() && default_provider == DEFAULT_PROVIDER {
+        let auto = providers::auto_provider(default_provider, env);
+        providers.insert(default_provider.to_owned(), auto);
+    }
+    if !providers.contains_key(default_provider) {
+        return Err((
+            "default_provider".to_owned(),
+            format!(
+                "no [providers.{default_provider}] table (configured: {})",
+                providers.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    for p in providers.values() {
+        if let Some(fb) = &p.fallback_provider
+            && !providers.contains_key(fb)
+        {
+            return Err((
+                format!("providers.{}.fallback_provider", p.name),
+                format!("no [providers.{fb}] table"),
+            ));
+        }
+    }
+    Ok(providers)
 }
 
 #[cfg(test)]
@@ -306,7 +325,7 @@ base_url = "http://127.0.0.1:8080/v1/"
             ),
             (
                 "default_provider = \"nope\"\n",
-                "c.toml: key `default_provider`: no [providers.nope] table",
+                "c.toml:1: key `default_provider`: no [providers.nope] table",
             ),
             (
                 "[providers.x]\nstall_timeout = \"soon\"\n",
@@ -314,7 +333,27 @@ base_url = "http://127.0.0.1:8080/v1/"
             ),
             (
                 "[providers.x]\nbase_url = \"localhost:1\"\n",
-                "key `providers.x.base_url`: `localhost:1` must start with http:// or https://",
+                "c.toml:2: key `providers.x.base_url`: `localhost:1` must start with http:// or https://",
+            ),
+            (
+                "[providers.x]\nmodel = \"m\"\ntemperature = 3.0\n",
+                "c.toml:3: key `providers.x.temperature`: 3 is outside 0.0..=2.0",
+            ),
+            (
+                "[providers.x]\nkind = \"ollama\"\n",
+                "c.toml:2: key `providers.x.kind`: unknown variant `ollama`: `kind` is the protocol, and ollama speaks OpenAI's: use kind = \"openai\"",
+            ),
+            (
+                "\n\ndefault_soul = \"Bad Soul\"\n",
+                "c.toml:3: key `default_soul`:",
+            ),
+            (
+                "data_dir = \"rel/dir\"\n",
+                "c.toml:1: key `data_dir`: `rel/dir` must be an absolute path",
+            ),
+            (
+                "[daemon]\nmax_concurrent_tasks = 0\n",
+                "c.toml:2: key `daemon.max_concurrent_tasks`: must be at least 1",
             ),
         ];
         for (src, want) in cases {

@@ -62,13 +62,47 @@ pub struct ProviderToml {
 }
 
 /// Which wire protocol a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     /// Chat completions with SSE (Ollama, llama.cpp, vLLM, LM Studio, OpenRouter, OpenAI).
     Openai,
     /// The Messages API with SSE.
     Anthropic,
+}
+
+/// Servers people name as a `kind` that speak the OpenAI protocol.
+const OPENAI_COMPATIBLE: &[&str] = &[
+    "ollama",
+    "llama.cpp",
+    "llamacpp",
+    "llama-cpp",
+    "vllm",
+    "lmstudio",
+    "lm-studio",
+    "openrouter",
+    "localai",
+    "groq",
+    "mistral",
+    "deepseek",
+];
+
+impl<'de> Deserialize<'de> for ProviderKind {
+    /// By hand for the hint: `kind = "ollama"` is a protocol mix-up, not a typo.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const VARIANTS: &[&str] = &["openai", "anthropic"];
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "openai" => Ok(ProviderKind::Openai),
+            "anthropic" => Ok(ProviderKind::Anthropic),
+            other if OPENAI_COMPATIBLE.contains(&other.to_ascii_lowercase().as_str()) => {
+                Err(serde::de::Error::custom(format!(
+                    "unknown variant `{other}`: `kind` is the protocol, and {other} speaks OpenAI's: use kind = \"openai\" with its base_url"
+                )))
+            }
+            other => Err(serde::de::Error::unknown_variant(other, VARIANTS)),
+        }
+    }
 }
 
 /// Where a provider's API key comes from. The key itself is read only when a request

@@ -536,6 +536,27 @@ impl Service {
             .map_err(|e| zbus::fdo::Error::Failed(format!("encoding the sandbox status: {e}")))
     }
 
+    /// The config the daemon runs with, as JSON `{"config", "provider", "model",
+    /// "default_soul", "policy"}` (an addition to DESIGN §3's properties, for
+    /// `familiar status`: a client's own config may not be the daemon's).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn configuration(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.property_caller(hdr, conn).await?;
+        let c = &self.shared.rt.config;
+        let facts = serde_json::json!({
+            "config": c.source.as_ref().map(|p| p.display().to_string()),
+            "provider": c.default_provider,
+            "model": c.provider(None).ok().map(|p| p.model.clone()),
+            "default_soul": c.default_soul.to_string(),
+            "policy": c.policy,
+        });
+        Ok(facts.to_string())
+    }
+
     /// Every loop event of every task (DESIGN §5).
     #[zbus(signal)]
     pub async fn task_event(

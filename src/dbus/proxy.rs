@@ -56,6 +56,9 @@ pub trait Agent1 {
     #[zbus(property)]
     fn sandbox(&self) -> zbus::Result<String>;
 
+    #[zbus(property)]
+    fn configuration(&self) -> zbus::Result<String>;
+
     #[zbus(signal)]
     fn task_event(&self, task_id: String, kind: String, payload_json: String) -> zbus::Result<()>;
 

@@ -344,6 +344,7 @@ pub fn load(name: &str, paths: &Paths) -> Result<Policy, ConfigError> {
         return Err(ConfigError::UnknownPolicy {
             name: name.to_owned(),
             known: known_names(paths).join(", "),
+            dir: paths.policies_dir().display().to_string(),
         });
     };
     policy.name = name.to_owned();

@@ -180,7 +180,13 @@ fn unknown_policy_lists_the_known_ones() {
     std::fs::create_dir_all(paths.policies_dir()).unwrap();
     std::fs::write(paths.policies_dir().join("mine.toml"), "").unwrap();
     let err = load("nope", &paths).unwrap_err().to_string();
-    assert_eq!(err, "unknown policy `nope` (known: default, mine, strict)");
+    assert_eq!(
+        err,
+        format!(
+            "unknown policy `nope` (known: default, mine, strict; a policy of your own goes in {}/nope.toml)",
+            paths.policies_dir().display()
+        )
+    );
     assert!(load("../x", &paths).is_err());
 }
 

@@ -128,12 +128,25 @@ fn sh(cmd: &str) -> (&'static str, Value) {
 use DenyRule::{BlockedPattern, NotInSoul, ProtectedPath, TierDenied};
 use Want::{Allow, Ask, Deny};
 
-#[test]
-fn decision_table() {
+/// Checks each `(policy, call, want)` row against the shipped policies, with a soul
+/// that allows every tool, and reports every row that differs.
+fn check_table(cases: &[(&str, (&str, Value), Want)]) {
     let w = world();
     let full = grant(ALL_TOOLS, ALLOW_ALL);
+    let mut failures = Vec::new();
+    for (policy, (tool, args), want) in cases {
+        let v = w.decide_with(&full, w.policy(policy), tool, args);
+        if kind(&v.decision) != *want {
+            failures.push(format!("{policy} {tool} {args}: want {want:?}, got {v}"));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn tier_modes_per_tier_per_shipped_policy() {
     #[rustfmt::skip]
-    let cases: Vec<(&str, (&str, Value), Want)> = vec![
+    let cases: &[(&str, (&str, Value), Want)] = &[
         // Tier modes per tier, per shipped policy.
         ("default", ("read_file", json!({"path": "~/notes.txt"})), Allow),
         ("default", ("list_dir", json!({"path": "."})), Allow),
@@ -147,6 +160,14 @@ fn decision_table() {
         ("strict", ("open", json!({"target": "https://example.com"})), Deny(TierDenied)),
         ("strict", ("power", json!({"action": "reboot"})), Deny(TierDenied)),
         ("strict", ("systemd_user", json!({"action": "list"})), Allow),
+    ];
+    check_table(cases);
+}
+
+#[test]
+fn benign_commands_stay_allowed_when_the_tier_allows_them() {
+    #[rustfmt::skip]
+    let cases: &[(&str, (&str, Value), Want)] = &[
         // Benign commands stay allowed when the tier allows them.
         ("open", sh("ls -la"), Allow),
         ("open", sh("df -h"), Allow),
@@ -167,6 +188,14 @@ fn decision_table() {
         ("open", sh("du -sh /* 2>/dev/null | sort -h"), Allow),
         ("open", sh("cat <<EOF | sh\nls\nEOF"), Ask),
         ("open", sh("ls /etc/*"), Deny(ProtectedPath)),
+    ];
+    check_table(cases);
+}
+
+#[test]
+fn a_blocked_rule_holds_however_it_is_spelled() {
+    #[rustfmt::skip]
+    let cases: &[(&str, (&str, Value), Want)] = &[
         // The same blocked rule, however it is spelled.
         ("open", sh("rm -rf /"), Deny(BlockedPattern)),
         ("open", sh("rm -r -f /"), Deny(BlockedPattern)),
@@ -209,6 +238,14 @@ fn decision_table() {
         ("open", sh("killall familiar"), Deny(BlockedPattern)),
         ("open", ("hypr_dispatch", json!({"dispatcher": "exec", "args": "[float] kitty -e rm -rf ~"})), Deny(BlockedPattern)),
         ("open", ("hypr_dispatch", json!({"dispatcher": "workspace", "args": "2"})), Allow),
+    ];
+    check_table(cases);
+}
+
+#[test]
+fn opaque_constructs_and_ask_patterns_are_asked() {
+    #[rustfmt::skip]
+    let cases: &[(&str, (&str, Value), Want)] = &[
         // Opaque constructs: asked even though execute is allowed.
         ("open", sh("eval \"$(cat cmd.txt)\""), Ask),
         ("open", sh("source ./env.sh"), Ask),
@@ -238,6 +275,14 @@ fn decision_table() {
         ("open", sh("git push --force origin main"), Ask),
         ("open", sh("git reset --hard HEAD~3"), Ask),
         ("open", sh("pkill -f firefox"), Ask),
+    ];
+    check_table(cases);
+}
+
+#[test]
+fn protected_paths_are_denied_however_they_are_named() {
+    #[rustfmt::skip]
+    let cases: &[(&str, (&str, Value), Want)] = &[
         // Protected paths, however they are named.
         ("open", ("read_file", json!({"path": "~/.ssh/id_rsa"})), Deny(ProtectedPath)),
         ("open", ("read_file", json!({"path": "$HOME/.ssh/id_rsa"})), Deny(ProtectedPath)),
@@ -269,15 +314,7 @@ fn decision_table() {
         ("open", ("read_file", json!({"path": "~/.sshrc"})), Allow),
         ("open", ("read_file", json!({"path": "~/.kube/cache/x"})), Allow),
     ];
-    assert!(cases.len() >= 40);
-    let mut failures = Vec::new();
-    for (policy, (tool, args), want) in &cases {
-        let v = w.decide_with(&full, w.policy(policy), tool, args);
-        if kind(&v.decision) != *want {
-            failures.push(format!("{policy} {tool} {args}: want {want:?}, got {v}"));
-        }
-    }
-    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    check_table(cases);
 }
 
 #[test]

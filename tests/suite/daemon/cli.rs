@@ -100,6 +100,13 @@ async fn ask_detach_prints_the_ids_and_the_task_runs_on() {
     assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(status["active_tasks"], 0);
     assert_eq!(status["metrics"]["tasks_completed"], 1);
+    // The daemon says which config, provider and model it runs with.
+    assert_eq!(status["daemon_config"]["provider"], "local");
+    assert!(status["daemon_config"]["model"].is_string(), "{status}");
+    assert!(status["daemon_config"]["policy"].is_string(), "{status}");
+    let out = familiar(&f.harness.home, &f.bus, &["status"], &[]).await;
+    let human = text(&out.stdout);
+    assert!(human.contains("daemon provider: local, model "), "{human}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,261 @@
+//! A task's events as `familiar run` and `familiar ask` show them, and the exit code
+//! its finish maps to (DESIGN §2).
+//!
+//! Human output: the model's text on stdout (so `… > answer.md` keeps only the
+//! answer), tool lines and the status line on stderr. Events of delegated sub-tasks
+//! (another task id than the first event's) go to stderr, indented under the parent.
+//! `--json`: every event as one JSON object per line on stdout.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use super::{Exit, Out};
+use crate::agent::events::{Event, EventPayload};
+use crate::ids::TaskId;
+use crate::store::{Outcome, TaskStatus};
+
+/// The prefix of a delegated sub-task's lines.
+const CHILD_BAR: &str = "  │ ";
+
+/// The exit code for a finish status (DESIGN §2).
+pub fn exit_for(status: TaskStatus) -> Exit {
+    match status.outcome() {
+        Outcome::Completed => Exit::Completed,
+        Outcome::Limit => Exit::Limit,
+        Outcome::Cancelled | Outcome::Failed | Outcome::Unfinished => Exit::Failed,
+    }
+}
+
+/// Prints the events from `rx` until it closes.
+pub async fn print_events(
+    mut rx: tokio::sync::mpsc::Receiver<Arc<Event>>,
+    out: Out,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut printer = Printer {
+        out,
+        at_line_start: true,
+        top: None,
+    };
+    while let Some(event) = rx.recv().await {
+        if json {
+            printer.out.json_line(&*event)?;
+            printer.out.flush()?;
+        } else {
+            printer.print(&event)?;
+        }
+    }
+    printer.out.flush()?;
+    Ok(())
+}
+
+struct Printer {
+    out: Out,
+    /// Whether stdout's last text ended a line (tool lines on stderr start after it).
+    at_line_start: bool,
+    /// The followed task: the first event's.
+    top: Option<TaskId>,
+}
+
+impl Printer {
+    fn print(&mut self, event: &Event) -> anyhow::Result<()> {
+        let top = self.top.get_or_insert_with(|| event.task_id.clone());
+        if event.task_id != *top {
+            self.end_text_line()?;
+            print_child_event(event, &mut std::io::stderr().lock())?;
+            return Ok(());
+        }
+        let mut err = std::io::stderr().lock();
+        match &event.payload {
+            EventPayload::TextDelta { text } => {
+                write!(self.out, "{text}")?;
+                self.out.flush()?;
+                self.at_line_start = text.ends_with('\n');
+            }
+            EventPayload::ToolCallStarted { .. } => {
+                self.end_text_line()?;
+                write_tool_line(&event.payload, "", &mut err)?;
+            }
+            EventPayload::TaskFinished {
+                status,
+                result,
+                usage,
+                iterations,
+                pending_steering,
+            } => {
+                self.end_text_line()?;
+                if *pending_steering > 0 {
+                    writeln!(
+                        err,
+                        "  {pending_steering} message(s) arrived after the last step: they open the session's next task"
+                    )?;
+                }
+                if *status != TaskStatus::Completed {
+                    writeln!(err, "{result}")?;
+                }
+                writeln!(
+                    err,
+                    "— {status} after {}, {} tokens (session {})",
+                    steps(*iterations),
+                    usage.total(),
+                    event.session_id
+                )?;
+            }
+            payload => {
+                if !write_tool_line(payload, "", &mut err)?
+                    && let Some(line) = status_line(payload)
+                {
+                    writeln!(err, "  {line}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the model's unfinished line on stdout before a line on stderr.
+    fn end_text_line(&mut self) -> std::io::Result<()> {
+        if !self.at_line_start {
+            writeln!(self.out)?;
+            self.out.flush()?;
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the line of a tool call's start, finish or approval, after `prefix`;
+/// false when `payload` is none of these.
+fn write_tool_line(
+    payload: &EventPayload,
+    prefix: &str,
+    err: &mut impl Write,
+) -> std::io::Result<bool> {
+    match payload {
+        EventPayload::ToolCallStarted {
+            tool,
+            args,
+            decision,
+            reason,
+            ..
+        } => {
+            let what = crate::agent::plan::describe_call(tool, args);
+            match reason {
+                Some(r) if decision != "allow" => {
+                    writeln!(err, "{prefix}→ {what} [{decision}: {r}]")?
+                }
+                Some(_) | None => writeln!(err, "{prefix}→ {what}")?,
+            }
+        }
+        EventPayload::ToolCallFinished {
+            tool,
+            ok,
+            preview,
+            duration_ms,
+            approval_wait_ms,
+            ..
+        } => {
+            let mark = if *ok { "✓" } else { "✗" };
+            let waited = approval_wait_ms
+                .map(|w| format!(", after {:.1}s waiting for approval", w as f64 / 1000.0))
+                .unwrap_or_default();
+            writeln!(
+                err,
+                "{prefix}  {mark} {tool} ({duration_ms} ms{waited}) {preview}"
+            )?;
+        }
+        EventPayload::ApprovalResolved { approved, .. } => {
+            let answer = if *approved {
+                "approved"
+            } else {
+                "not approved"
+            };
+            writeln!(err, "{prefix}  {answer}")?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The one status line (without indent) an event of the followed task shows, if any.
+fn status_line(payload: &EventPayload) -> Option<String> {
+    let line = match payload {
+        EventPayload::Retry {
+            attempt,
+            delay_ms,
+            reason,
+        } => format!(
+            "model call failed ({reason}); retry {attempt} in {:.1}s",
+            *delay_ms as f64 / 1000.0
+        ),
+        EventPayload::ModelFallback { from, to, .. } => format!("switching model: {from} → {to}"),
+        EventPayload::RateLimited { scope, limit, .. } => format!("rate limited: {limit} {scope}"),
+        EventPayload::LoopWarning { .. } => "the model is repeating itself; steering it".to_owned(),
+        EventPayload::Compaction { mode, .. } => format!("context compacted ({mode})"),
+        EventPayload::SteeringReceived { message } => {
+            format!("↳ your message joined the task: {}", one_line(message))
+        }
+        EventPayload::SubagentStarted {
+            child_task_id,
+            soul,
+            ..
+        } => format!("┌ {soul} (task {child_task_id})"),
+        EventPayload::SubagentFinished {
+            soul,
+            status,
+            usage,
+            iterations,
+            ..
+        } => format!(
+            "└ {soul}: {status} after {}, {} tokens",
+            steps(*iterations),
+            usage.total()
+        ),
+        EventPayload::TaskStarted { .. }
+        | EventPayload::IterationStarted { .. }
+        | EventPayload::TextDelta { .. }
+        | EventPayload::ToolCallStarted { .. }
+        | EventPayload::ToolCallFinished { .. }
+        | EventPayload::ApprovalRequested { .. }
+        | EventPayload::ApprovalResolved { .. }
+        | EventPayload::PlanUpdated { .. }
+        | EventPayload::TaskFinished { .. } => return None,
+    };
+    Some(line)
+}
+
+/// One event of a delegated sub-task, indented under its parent's lines: its tool
+/// lines, its rate limits, and its error when it did not complete.
+fn print_child_event(event: &Event, err: &mut impl Write) -> std::io::Result<()> {
+    if write_tool_line(&event.payload, CHILD_BAR, err)? {
+        return Ok(());
+    }
+    match &event.payload {
+        EventPayload::RateLimited { scope, limit, .. } => {
+            writeln!(err, "{CHILD_BAR}  rate limited: {limit} {scope}")
+        }
+        EventPayload::TaskFinished { status, result, .. } if *status != TaskStatus::Completed => {
+            writeln!(
+                err,
+                "{CHILD_BAR}{}",
+                result.replace('\n', &format!("\n{CHILD_BAR}"))
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// "1 step", "3 steps".
+fn steps(iterations: u32) -> String {
+    format!(
+        "{iterations} step{}",
+        if iterations == 1 { "" } else { "s" }
+    )
+}
+
+/// The first line of `text`, marked when there was more.
+fn one_line(text: &str) -> String {
+    match text.split_once('\n') {
+        Some((first, _)) => format!("{first} …"),
+        None => text.to_owned(),
+    }
+}
