@@ -150,13 +150,13 @@ async fn submit_and_follow(
         Ok(v) => v,
         Err(f) => return f.report(),
     };
-    // Subscribed before `Submit`: no event of the task can be missed.
+    // Subscribed before `Submit`: no event of the task can be missed. Each stream is
+    // drained from the moment it exists (see [`drain`]).
     let streams = async {
-        Ok::<_, zbus::Error>((
-            proxy.receive_task_event().await?,
-            proxy.receive_task_finished().await?,
-            proxy.receive_approval_requested().await?,
-        ))
+        let events = drain(proxy.receive_task_event().await?);
+        let finished = drain(proxy.receive_task_finished().await?);
+        let approvals = drain(proxy.receive_approval_requested().await?);
+        Ok::<_, zbus::Error>((events, finished, approvals))
     };
     let (mut events, mut finished, mut approvals) = match streams.await {
         Ok(s) => s,
@@ -218,14 +218,14 @@ async fn submit_and_follow(
             // Events before the finish: one reader feeds both streams in bus
             // order, so draining events first keeps task_finished last.
             biased;
-            Some(sig) = events.next() => follow.on_event(&sig).await,
-            Some(sig) = finished.next() => {
+            Some(sig) = events.recv() => follow.on_event(&sig).await,
+            Some(sig) = finished.recv() => {
                 let Ok(a) = sig.args() else { continue };
                 if a.task_id == task {
                     break (a.status.clone(), a.result.clone());
                 }
             }
-            Some(sig) = approvals.next() => follow.on_approval(&sig)?,
+            Some(sig) = approvals.recv() => follow.on_approval(&sig)?,
             Some(line) = steers.recv() => {
                 let said = match proxy.steer(&task, &line).await {
                     Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
@@ -262,6 +262,30 @@ async fn submit_and_follow(
         return Ok(Exit::Interrupted);
     }
     Ok(exit_for(status))
+}
+
+/// Polls `stream` from now on, into an unbounded channel.
+///
+/// zbus stops reading the socket while any stream's queue (64 messages) is full. Every
+/// client receives every task's signals, so with many tasks running, other tasks'
+/// events would fill a stream nobody polls while this client awaits a method reply
+/// (`AddMatch`, `Submit`): the reply is never read (a deadlock, seen with 100
+/// concurrent `ask`s). What the streams carry waits here instead; one client follows
+/// one task, and the loop consumes as it goes.
+fn drain<S>(mut stream: S) -> mpsc::UnboundedReceiver<S::Item>
+where
+    S: futures::Stream + Unpin + Send + 'static,
+    S::Item: Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if tx.send(item).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// What `ask` follows of a submitted task: its events and those of its delegated

@@ -310,3 +310,53 @@ async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer(
         serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
     assert_eq!(got["approvals"], serde_json::json!([]));
 }
+
+/// A stand-in for the daemon that, before it answers `Submit`, emits more of other
+/// tasks' events than a zbus stream queues (64): what a busy daemon does while many
+/// clients submit at once.
+struct FloodingAgent;
+
+/// Other tasks' events sent before the `Submit` reply.
+const FLOOD: usize = 300;
+
+#[zbus::interface(name = "dev.familiar.Agent1")]
+impl FloodingAgent {
+    async fn submit(
+        &self,
+        #[zbus(signal_emitter)] emitter: zbus::object_server::SignalEmitter<'_>,
+        _soul: &str,
+        _prompt: &str,
+        _options: std::collections::HashMap<String, zbus::OwnedVariant>,
+    ) -> zbus::fdo::Result<(String, String)> {
+        for _ in 0..FLOOD {
+            Self::task_event(&emitter, "t-0ther", "text_delta", r#"{"text":"x"}"#).await?;
+        }
+        Ok(("t-000000000001".to_owned(), "s-000000000001".to_owned()))
+    }
+
+    #[zbus(signal)]
+    async fn task_event(
+        emitter: &zbus::object_server::SignalEmitter<'_>,
+        task_id: &str,
+        kind: &str,
+        payload_json: &str,
+    ) -> zbus::Result<()>;
+}
+
+/// Regression: with 100 `familiar ask` at once, some never returned: their signal
+/// streams, subscribed before `Submit`, filled with other tasks' events while the
+/// client waited for the reply, and zbus stopped reading the socket, reply included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_gets_its_submit_reply_while_other_tasks_flood_the_bus() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    let _server = zbus::connection::Builder::address(bus.address.as_str())
+        .name(familiar::dbus::NAME)
+        .serve_at(familiar::dbus::PATH, FloodingAgent)
+        .build()
+        .await
+        .unwrap();
+    let out = familiar(&home, &bus, &["ask", "--detach", "hello"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "t-000000000001 s-000000000001");
+}
