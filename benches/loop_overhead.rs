@@ -234,6 +234,7 @@ async fn whole_loop(
             launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
                 "CARGO_BIN_EXE_familiar"
             ))),
+            plans: familiar::sandbox::plan::PlanCache::default(),
             enforcement: familiar::sandbox::probe(),
             souls: Arc::new(familiar::soul::SoulSet::default()),
             memory: familiar::store::Memory::new(store.data_dir(), 100),

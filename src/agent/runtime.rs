@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::llm::{LlmClient, LlmError};
 use crate::policy::Policy;
 use crate::ratelimit::RateLimiters;
+use crate::sandbox::plan::PlanCache;
 use crate::sandbox::{Enforcement, SandboxError, SandboxLauncher};
 use crate::snapshot::{SnapshotError, Snapshotter};
 use crate::soul::{Soul, SoulSet};
@@ -33,6 +34,9 @@ pub struct Runtime {
     pub llm: Arc<dyn LlmFactory>,
     /// Starts the sandboxed helper for tools.
     pub launcher: Arc<SandboxLauncher>,
+    /// Sandbox plans shared by tasks: a soul and workspace used again start with their
+    /// plan made (docs/sandbox.md).
+    pub plans: PlanCache,
     /// What the kernel enforces ([`crate::sandbox::probe`], taken once).
     pub enforcement: Enforcement,
     /// Every soul, for `delegate` to find the one a task hands a sub-task to.
@@ -139,6 +143,7 @@ impl Runtime {
             metrics,
             snapshotter: Arc::new(Mutex::new(snapshotter)),
             launcher: Arc::new(SandboxLauncher::current()?),
+            plans: PlanCache::default(),
             enforcement: crate::sandbox::probe(),
             souls,
             memory,

@@ -345,7 +345,8 @@ impl Task {
             &rt.policy.protected_paths,
             &workspace,
             &rt.config.paths.home,
-        )?;
+        )?
+        .with_plans(rt.plans.clone());
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);

@@ -98,6 +98,7 @@ impl Reloadable {
             hooks: rt.hooks.clone(),
             llm: Arc::clone(&rt.llm),
             launcher: Arc::clone(&rt.launcher),
+            plans: rt.plans.clone(),
             enforcement: rt.enforcement.clone(),
         });
         tracing::info!(

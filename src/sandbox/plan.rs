@@ -361,12 +361,28 @@ impl Witnesses {
 
     /// Whether every witness still holds (one `lstat` each).
     pub fn hold(&self) -> bool {
-        self.list.iter().all(|w| w.holds(Seen::of(&w.path)))
+        self.changed().is_none()
+    }
+
+    /// The first path that no longer is what the plan was made from.
+    pub fn changed(&self) -> Option<&Path> {
+        self.list
+            .iter()
+            .find(|w| !w.holds(Seen::of(&w.path)))
+            .map(|w| w.path.as_path())
     }
 
     /// Whether a change could have slipped by unseen (see [`RACY_MARGIN`]).
     pub fn racy(&self) -> bool {
-        self.list.iter().any(|w| w.racy(self.made))
+        self.racy_path().is_some()
+    }
+
+    /// The first path whose change is too recent to trust.
+    pub fn racy_path(&self) -> Option<&Path> {
+        self.list
+            .iter()
+            .find(|w| w.racy(self.made))
+            .map(|w| w.path.as_path())
     }
 
     pub fn len(&self) -> usize {
@@ -387,36 +403,60 @@ struct Cached {
     witnesses: Witnesses,
 }
 
-/// The plan of one sandbox, kept while its witnesses hold. Cheap to share: clones see
-/// the same cache.
+/// Plans kept at once: one per soul and workspace in use, the least recently used
+/// dropped first.
+pub const PLAN_CACHE_ENTRIES: usize = 16;
+
+/// Plans of recent sandboxes, each kept while its witnesses hold. The daemon shares one
+/// between tasks, so a task of a soul and workspace used before starts with its plan
+/// made (checked, not computed). Cheap to share: clones see the same cache.
 #[derive(Debug, Default, Clone)]
 pub struct PlanCache {
-    inner: Arc<Mutex<Option<Cached>>>,
+    /// Most recently used last.
+    inner: Arc<Mutex<Vec<Cached>>>,
 }
 
 impl PlanCache {
     /// The plan for these trees, reused when nothing it depends on changed. Blocking:
     /// a few hundred `lstat`s when reused, a fresh [`compute`] otherwise.
     pub fn get(&self, read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> Arc<Plan> {
-        // One caller computes, the others of the same task wait and reuse.
-        let mut slot = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(c) = slot.as_ref()
-            && c.read == read
-            && c.write == write
-            && c.protected == protected
-            && c.witnesses.hold()
-        {
-            return c.plan.clone();
+        // One caller computes, the others wait and reuse.
+        let mut entries = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = entries
+            .iter()
+            .position(|c| c.read == read && c.write == write && c.protected == protected);
+        if let Some(i) = found {
+            let c = entries.remove(i);
+            match c.witnesses.changed() {
+                None => {
+                    let plan = c.plan.clone();
+                    entries.push(c);
+                    return plan;
+                }
+                Some(path) => {
+                    tracing::debug!("sandbox plan made again: {} changed", path.display());
+                }
+            }
         }
         let (plan, witnesses) = compute(read, write, protected);
         let plan = Arc::new(plan);
-        *slot = (!witnesses.racy()).then(|| Cached {
-            read: read.to_vec(),
-            write: write.to_vec(),
-            protected: protected.to_vec(),
-            plan: plan.clone(),
-            witnesses,
-        });
+        if let Some(path) = witnesses.racy_path() {
+            tracing::debug!(
+                "sandbox plan not kept: {} changed too recently to trust",
+                path.display()
+            );
+        } else {
+            if entries.len() >= PLAN_CACHE_ENTRIES {
+                entries.remove(0);
+            }
+            entries.push(Cached {
+                read: read.to_vec(),
+                write: write.to_vec(),
+                protected: protected.to_vec(),
+                plan: plan.clone(),
+                witnesses,
+            });
+        }
         plan
     }
 }

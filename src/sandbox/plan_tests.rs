@@ -186,3 +186,32 @@ fn the_cache_reuses_a_plan_until_a_witness_changes() {
     let after = cache.get(&read, &[], &protected);
     assert_eq!(grants(&after, &h.join("src")), None);
 }
+
+#[test]
+fn the_cache_keeps_several_sandboxes_and_drops_the_least_recently_used() {
+    let t = tree();
+    let h = t.path().canonicalize().unwrap();
+    let protected = vec![h.join(".aws")];
+    let cache = PlanCache::default();
+    let first_read = vec![h.join("src")];
+    let first = cache.get(&first_read, &[], &protected);
+    // Another task's sandbox in between does not push the first one out.
+    let other = cache.get(&[h.join("docs")], &[], &protected);
+    assert!(!Arc::ptr_eq(&first, &other));
+    assert!(Arc::ptr_eq(
+        &first,
+        &cache.get(&first_read, &[], &protected)
+    ));
+    // A clone (a policy of another task sharing the daemon's cache) sees it too.
+    assert!(Arc::ptr_eq(
+        &first,
+        &cache.clone().get(&first_read, &[], &protected)
+    ));
+    // PLAN_CACHE_ENTRIES other sandboxes later, it has been dropped and is made again.
+    for i in 0..PLAN_CACHE_ENTRIES {
+        cache.get(&[h.join(format!("missing-{i}"))], &[], &protected);
+    }
+    let again = cache.get(&first_read, &[], &protected);
+    assert!(!Arc::ptr_eq(&first, &again));
+    assert_eq!(*first, *again);
+}

@@ -147,7 +147,8 @@ pub struct SandboxPolicy {
     pub env: Vec<(String, String)>,
     /// The command's working directory.
     pub cwd: PathBuf,
-    /// Shared by clones: one task's calls reuse one plan.
+    /// Shared by clones (one task's calls reuse one plan) and, through
+    /// [`SandboxPolicy::with_plans`], by the tasks of one daemon.
     plan: PlanCache,
 }
 
@@ -200,6 +201,12 @@ impl SandboxPolicy {
             cwd: workspace.to_owned(),
             plan: PlanCache::default(),
         })
+    }
+
+    /// Keeps this policy's plan in `plans`, a cache shared with other policies.
+    pub fn with_plans(mut self, plans: PlanCache) -> SandboxPolicy {
+        self.plan = plans;
+        self
     }
 
     /// What the helper gets for one call, as JSON: the current plan (reused, or made

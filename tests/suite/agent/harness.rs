@@ -176,6 +176,7 @@ impl Harness {
                 env: self.env.clone(),
             }),
             launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"))),
+            plans: familiar::sandbox::plan::PlanCache::default(),
             enforcement: familiar::sandbox::probe(),
             souls: Arc::new(souls),
             memory: Memory::new(
