@@ -32,12 +32,24 @@ pub struct Opener {
 pub struct Open {
     /// `None` hides the tool. Tests put `/bin/true` here.
     pub opener: Option<Opener>,
+    /// `systemd-run`, when the daemon runs as a systemd unit: the application is then
+    /// started by the user manager as a unit of its own, outside familiar.service's
+    /// hardening (a syscall filter and address families a browser's own sandbox
+    /// needs more than), its memory limit and its lifetime.
+    pub launcher: Option<PathBuf>,
 }
 
 impl Open {
-    /// `xdg-open`, else `gio open`, from the daemon's `PATH`.
+    /// `xdg-open`, else `gio open`, from the daemon's `PATH`; `systemd-run` as the
+    /// launcher when systemd started this process (`INVOCATION_ID`).
     pub fn detect() -> Open {
-        let opener = find_program("xdg-open")
+        let launcher = std::env::var_os("INVOCATION_ID").and_then(|_| find_program("systemd-run"));
+        let opener = Self::detect_opener();
+        Open { opener, launcher }
+    }
+
+    fn detect_opener() -> Option<Opener> {
+        find_program("xdg-open")
             .map(|program| Opener {
                 program,
                 args: Vec::new(),
@@ -47,8 +59,23 @@ impl Open {
                     program,
                     args: vec!["open".to_owned()],
                 })
-            });
-        Open { opener }
+            })
+    }
+
+    /// The command that opens `target`: the opener itself, or `systemd-run` asked to
+    /// start it as a transient unit of the user manager.
+    fn command(&self, opener: &Opener, target: &Target) -> tokio::process::Command {
+        let mut cmd = match &self.launcher {
+            Some(launcher) => {
+                let mut cmd = tokio::process::Command::new(launcher);
+                cmd.args(["--user", "--collect", "--quiet", "--"])
+                    .arg(&opener.program);
+                cmd
+            }
+            None => tokio::process::Command::new(&opener.program),
+        };
+        cmd.args(&opener.args).arg(target.as_arg());
+        cmd
     }
 }
 
@@ -156,16 +183,18 @@ impl Tool for Open {
     }
 
     fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
-        let opener = self.opener.clone();
+        let Some(opener) = self.opener.clone() else {
+            let e = ToolError::model("no opener here (neither xdg-open nor gio is installed)");
+            return async move { Err(e) }.boxed();
+        };
+        let target = match str_arg(&args, "target").and_then(|t| parse_target(t, &ctx)) {
+            Ok(t) => t,
+            Err(e) => return async move { Err(e) }.boxed(),
+        };
+        let mut cmd = self.command(&opener, &target);
+        let launched = self.launcher.is_some();
         async move {
-            let opener = opener.ok_or_else(|| {
-                ToolError::model("no opener here (neither xdg-open nor gio is installed)")
-            })?;
-            let target = parse_target(str_arg(&args, "target")?, &ctx)?;
-            let mut cmd = tokio::process::Command::new(&opener.program);
-            cmd.args(&opener.args)
-                .arg(target.as_arg())
-                .current_dir(&ctx.home)
+            cmd.current_dir(&ctx.home)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -178,9 +207,27 @@ impl Tool for Open {
                     cmd.env_remove(name);
                 }
             }
-            let child = cmd.spawn().map_err(|e| {
+            let mut child = cmd.spawn().map_err(|e| {
                 ToolError::model(format!("starting {}: {e}", opener.program.display()))
             })?;
+            if launched {
+                // systemd-run returns once the user manager has started the unit.
+                let status = child
+                    .wait()
+                    .await
+                    .map_err(|e| ToolError::model(format!("waiting for systemd-run: {e}")))?;
+                if !status.success() {
+                    return Err(ToolError::model(format!(
+                        "systemd-run could not start {} ({status})",
+                        opener.program.display()
+                    )));
+                }
+                return Ok(format!(
+                    "opening {} with {} (a unit of its own)",
+                    target.as_arg(),
+                    opener.program.display()
+                ));
+            }
             let pid = child.id().unwrap_or_default();
             // Not waited for: the application lives on; tokio reaps the dropped child
             // in the background, so it does not stay a zombie.

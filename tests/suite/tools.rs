@@ -466,6 +466,7 @@ async fn open_checks_its_target_and_starts_the_opener_detached() {
             program: opener.clone(),
             args: vec![],
         }),
+        launcher: None,
     });
     let rt = h.runtime(Registry::with(vec![tool]));
     let (out, events) = h
@@ -492,6 +493,55 @@ async fn open_checks_its_target_and_starts_the_opener_detached() {
     );
     assert!(msgs[1].contains("No such file or directory"), "{}", msgs[1]);
     assert!(msgs[2].contains("control characters"), "{}", msgs[2]);
+}
+
+/// Under systemd the opener is handed to `systemd-run --user` (here a stand-in that
+/// records its arguments), so the application becomes a unit of its own instead of a
+/// child under familiar.service's hardening; the call waits for systemd-run's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_under_systemd_starts_the_application_as_a_unit_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let argv = dir.path().join("argv");
+    let launcher = dir.path().join("systemd-run");
+    write(
+        &launcher,
+        &format!(
+            "#!/bin/sh
+printf '%s\\n' \"$@\" > '{}'\n",
+            argv.display()
+        ),
+    );
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let h = Harness::with(
+        vec![
+            tools_reply(&[("c1", "open", json!({"target": "https://example.org/docs"}))]),
+            text_reply("opened"),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    h.approvals.add_frontend(Arc::new(ApproveAll));
+    let tool: Arc<dyn Tool> = Arc::new(Open {
+        opener: Some(Opener {
+            program: "/usr/bin/xdg-open".into(),
+            args: vec![],
+        }),
+        launcher: Some(launcher),
+    });
+    let rt = h.runtime(Registry::with(vec![tool]));
+    let (out, _) = h
+        .run(rt, h.spec(h.soul(&soul_with(&["open"])), "open it", None))
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let msgs = outputs(&h, 1);
+    assert!(msgs[0].contains("(a unit of its own)"), "{}", msgs[0]);
+    // Recorded before systemd-run exited, which the call waited for.
+    assert_eq!(
+        std::fs::read_to_string(&argv).unwrap(),
+        "--user\n--collect\n--quiet\n--\n/usr/bin/xdg-open\nhttps://example.org/docs\n"
+    );
 }
 
 /// A directory outside the harness home, so a soul can be given it as a read path.

@@ -10,6 +10,7 @@ mod notifications;
 mod service;
 mod steering;
 mod systemd;
+mod unit_hardening;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
