@@ -162,18 +162,9 @@ async fn submit_and_follow(
         Ok(s) => s,
         Err(e) => return classify(e).report(),
     };
-    let soul = args.task.soul.clone().unwrap_or_default();
-    let (task, session) = match proxy.submit(&soul, &prompt, options).await {
+    let (task, session) = match submit(&proxy, &args, &prompt, options).await {
         Ok(v) => v,
-        // The session is busy: the prompt steers its running task instead.
-        Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
-            let session = args.task.session.clone().unwrap_or_default();
-            match steer_session(&proxy, &session, &prompt).await {
-                Ok(task) => (task, session),
-                Err(f) => return f.report(),
-            }
-        }
-        Err(e) => return classify(e).report(),
+        Err(f) => return f.report(),
     };
     if args.detach {
         if args.task.json {
@@ -286,6 +277,26 @@ where
         }
     });
     rx
+}
+
+/// Submits the task; on a busy `--session`, steers the task running there instead.
+/// Returns the followed task's id and its session.
+async fn submit(
+    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    args: &AskArgs,
+    prompt: &str,
+    options: HashMap<&'static str, Variant<'static>>,
+) -> Result<(String, String), Failure> {
+    let soul = args.task.soul.clone().unwrap_or_default();
+    match proxy.submit(&soul, prompt, options).await {
+        Ok(v) => Ok(v),
+        Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
+            let session = args.task.session.clone().unwrap_or_default();
+            let task = steer_session(proxy, &session, prompt).await?;
+            Ok((task, session))
+        }
+        Err(e) => Err(classify(e)),
+    }
 }
 
 /// What `ask` follows of a submitted task: its events and those of its delegated

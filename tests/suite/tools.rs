@@ -64,6 +64,17 @@ fn soul_with(tools: &[&str]) -> String {
     format!("max_iterations = 10\ntools = [{}]\n", list.join(", "))
 }
 
+/// A harness under the open policy whose model calls `tool` once with `args`, then
+/// answers `answer`.
+async fn calling(tool: &str, args: Value, answer: &str) -> Harness {
+    Harness::with(
+        vec![tools_reply(&[("c1", tool, args)]), text_reply(answer)],
+        "",
+        OPEN_POLICY,
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_runs_in_the_sandbox_and_reports_how_the_command_ended() {
     let unique = format!(
@@ -316,15 +327,7 @@ async fn search_files_finds_matches_and_counts_what_the_kernel_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_usage_lists_the_largest_entries_first() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "disk_usage", json!({"path": "."}))]),
-            text_reply("measured"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
-    .await;
+    let h = calling("disk_usage", json!({"path": "."}), "measured").await;
     write(&h.workspace().join("big/blob"), &"x".repeat(512 * 1024));
     write(&h.workspace().join("small/note"), "tiny");
     let rt = h.runtime(builtin(&["disk_usage"]));
@@ -361,15 +364,7 @@ async fn journal_is_hidden_without_a_journal_and_reads_one_when_there_is() {
         eprintln!("no journalctl or journal here: only the hidden case was checked");
         return;
     }
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "journal", json!({"lines": 5}))]),
-            text_reply("read"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
-    .await;
+    let h = calling("journal", json!({"lines": 5}), "read").await;
     let rt = h.runtime(Registry::with(vec![Arc::new(present)]));
     let (out, _) = h
         .run(rt, h.spec(h.soul(&soul_with(&["journal"])), "logs?", None))
@@ -513,13 +508,10 @@ printf '%s\\n' \"$@\" > '{}'\n",
         ),
     );
     std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "open", json!({"target": "https://example.org/docs"}))]),
-            text_reply("opened"),
-        ],
-        "",
-        OPEN_POLICY,
+    let h = calling(
+        "open",
+        json!({"target": "https://example.org/docs"}),
+        "opened",
     )
     .await;
     h.approvals.add_frontend(Arc::new(ApproveAll));
