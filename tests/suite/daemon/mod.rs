@@ -211,7 +211,14 @@ impl Fixture {
         )
         .await
         .unwrap();
-        let proxy = Agent1Proxy::new(&bus.connect().await).await.unwrap();
+        // Uncached: a property read asks the daemon, as `busctl get-property` does. A
+        // cached read after `task_finished` could still hold the value from before it
+        // (the cache follows PropertiesChanged, which the supervisor emits later).
+        let proxy = Agent1Proxy::builder(&bus.connect().await)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap();
         Fixture {
             bus,
             harness,
