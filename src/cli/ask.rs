@@ -505,6 +505,5 @@ fn dmenu() -> anyhow::Result<Option<String>> {
 }
 
 fn in_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|dir: PathBuf| dir.join(bin).is_file()))
+    which::which_global(bin).is_ok()
 }

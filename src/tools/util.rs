@@ -38,17 +38,12 @@ pub(crate) fn opt_u64(args: &serde_json::Value, key: &str) -> Result<Option<u64>
     }
 }
 
-/// `name` in the daemon's `PATH`, if it is there as an executable file.
+/// `name` in the daemon's `PATH` (or the default one), if it is there as an executable
+/// file. The working directory never counts.
 pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let path =
         std::env::var_os("PATH").unwrap_or_else(|| crate::sandbox::spec::DEFAULT_PATH.into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    which::which_in_global(name, Some(path)).ok()?.next()
 }
 
 /// The JSON schema of a tool's arguments: an object with `properties`, the
