@@ -88,8 +88,13 @@ fn key_line(src: &str, key: &str) -> Option<usize> {
             _ => break,
         }
     }
-    let start = span?.start.min(src.len());
-    Some(src[..start].bytes().filter(|&b| b == b'\n').count() + 1)
+    span.map(|span| line_of(src, span.start))
+}
+
+/// The 1-based line of byte `offset` in `src`.
+fn line_of(src: &str, offset: usize) -> usize {
+    let offset = offset.min(src.len());
+    src[..offset].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Errors loading the config, souls or policies.
@@ -144,7 +149,7 @@ pub fn read_file(path: &Path) -> Result<String, ConfigError> {
 /// the span's own text), prefixed with the nearest `[table]` header above it.
 fn locate(src: &str, span: Range<usize>) -> (usize, Option<String>) {
     let start = span.start.min(src.len());
-    let line = src[..start].bytes().filter(|&b| b == b'\n').count() + 1;
+    let line = line_of(src, start);
     let line_start = src[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = src[start..].find('\n').map_or(src.len(), |i| start + i);
     let text = &src[line_start..line_end];
