@@ -238,6 +238,13 @@ async fn whole_loop(
             enforcement: familiar::sandbox::probe(),
             souls: Arc::new(familiar::soul::SoulSet::default()),
             memory: familiar::store::Memory::new(store.data_dir(), 100),
+            mcp: Arc::new(familiar::mcp::McpHub::new(
+                &config.mcp,
+                familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar")),
+                Vec::new(),
+                store.data_dir().join("mcp"),
+                home.to_owned(),
+            )),
         });
         let spec = TaskSpec {
             task_id: TaskId::generate(),

@@ -203,6 +203,78 @@ pub fn runs_outside_sandbox(name: &str, args: &serde_json::Value) -> Option<&'st
     }
 }
 
+/// What a soul's `tools` lists to use an MCP server's tools: `mcp:NAME` (all of them)
+/// or `mcp:NAME/TOOL` (one).
+pub const MCP_PREFIX: &str = "mcp:";
+
+/// Between an MCP server's name and its tool's name in the name the model sees
+/// (`NAME__TOOL`). No built-in tool has it in its name, and server names hold none.
+pub const MCP_SEPARATOR: &str = "__";
+
+/// `(server, tool)` of an MCP tool's name (`NAME__TOOL`); `None` for a built-in.
+pub fn mcp_parts(name: &str) -> Option<(&str, &str)> {
+    name.split_once(MCP_SEPARATOR)
+        .filter(|(s, t)| !s.is_empty() && !t.is_empty())
+}
+
+/// `(server, Some(tool))` or `(server, None)` of a soul's `mcp:` entry; `None` when the
+/// entry is not one.
+pub fn mcp_entry(entry: &str) -> Option<(&str, Option<&str>)> {
+    let rest = entry.strip_prefix(MCP_PREFIX)?;
+    Some(match rest.split_once('/') {
+        Some((server, tool)) => (server, Some(tool)),
+        None => (rest, None),
+    })
+}
+
+/// Whether a soul's allowlist lets it call `name`: the built-in listed by name, or an MCP
+/// tool whose server (or the tool itself) is listed as an `mcp:` entry.
+pub fn allowlist_allows(allowlist: &[String], name: &str) -> bool {
+    match mcp_parts(name) {
+        // An `mcp:` entry names tools; it is not one.
+        None => !name.starts_with(MCP_PREFIX) && allowlist.iter().any(|t| t == name),
+        Some((server, tool)) => allowlist.iter().any(|entry| match mcp_entry(entry) {
+            Some((s, None)) => s == server,
+            Some((s, Some(t))) => s == server && t == tool,
+            None => false,
+        }),
+    }
+}
+
+/// The entries of `child` that `parent` also allows, in `child`'s order: what a
+/// delegated sub-task may use. An `mcp:NAME` entry under a parent that lists only some of
+/// the server's tools becomes those tools.
+pub fn intersect_allowlists(child: &[String], parent: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |e: String| {
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    };
+    for entry in child {
+        match mcp_entry(entry) {
+            None if parent.contains(entry) => push(entry.clone()),
+            None => {}
+            Some((server, Some(tool)))
+                if allowlist_allows(parent, &format!("{server}{MCP_SEPARATOR}{tool}")) =>
+            {
+                push(entry.clone());
+            }
+            Some((_, Some(_))) => {}
+            Some((server, None)) => {
+                for p in parent {
+                    match mcp_entry(p) {
+                        Some((s, None)) if s == server => push(entry.clone()),
+                        Some((s, Some(_))) if s == server => push(p.clone()),
+                        Some(_) | None => {}
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// All tool names, for error messages.
 pub fn names() -> impl Iterator<Item = &'static str> {
     CATALOG.iter().map(|t| t.name)
@@ -223,6 +295,40 @@ mod tests {
             Tier::Execute
         );
         assert_eq!(tier_for_call(t, &json!({})), Tier::Execute);
+    }
+
+    #[test]
+    fn mcp_names_are_allowed_by_their_server_or_themselves() {
+        assert!(
+            names().all(|n| mcp_parts(n).is_none()),
+            "no built-in has `__`"
+        );
+        let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let whole = list(&["read_file", "mcp:notes"]);
+        assert!(allowlist_allows(&whole, "notes__search"));
+        assert!(allowlist_allows(&whole, "read_file"));
+        assert!(!allowlist_allows(&whole, "other__search"));
+        assert!(
+            !allowlist_allows(&whole, "mcp:notes"),
+            "an entry is not a tool"
+        );
+        let one = list(&["mcp:notes/search"]);
+        assert!(allowlist_allows(&one, "notes__search"));
+        assert!(!allowlist_allows(&one, "notes__write"));
+        assert!(!allowlist_allows(&one, "notes__search__x"));
+        assert_eq!(mcp_entry("mcp:a/b"), Some(("a", Some("b"))));
+        assert_eq!(mcp_entry("shell"), None);
+    }
+
+    #[test]
+    fn a_sub_task_gets_only_the_mcp_tools_both_allow() {
+        let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let parent = list(&["read_file", "mcp:notes/search", "mcp:git"]);
+        let child = list(&["shell", "read_file", "mcp:notes", "mcp:git/log", "mcp:web"]);
+        assert_eq!(
+            intersect_allowlists(&child, &parent),
+            list(&["read_file", "mcp:notes/search", "mcp:git/log"])
+        );
     }
 
     #[test]

@@ -174,8 +174,30 @@ fn locate(src: &str, span: Range<usize>) -> (usize, Option<String>) {
                 None => k,
             })
     };
-    let key = key.or(table);
+    // A line inside a value written over several lines (an array) sets no key itself:
+    // the key is the one whose value holds the span.
+    let key = key.or_else(|| key_holding(src, start)).or(table);
     (line, key)
+}
+
+/// The dotted key whose value holds byte `offset` of `src`, if `src` parses.
+fn key_holding(src: &str, offset: usize) -> Option<String> {
+    fn walk(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+        for (k, v) in table.iter() {
+            if !v.span().contains(&offset) {
+                continue;
+            }
+            path.push(k.get_ref().to_string());
+            if let toml::de::DeValue::Table(t) = v.get_ref() {
+                walk(t, offset, path);
+            }
+            return true;
+        }
+        false
+    }
+    let doc = toml::de::DeTable::parse(src).ok()?;
+    let mut path = Vec::new();
+    walk(doc.get_ref(), offset, &mut path).then(|| path.join("."))
 }
 
 #[cfg(test)]

@@ -83,13 +83,7 @@ impl Soul {
     pub fn restricted_to(&self, parent: &Soul) -> Soul {
         Soul {
             grant: Grant {
-                tools: self
-                    .grant
-                    .tools
-                    .iter()
-                    .filter(|t| parent.grant.allows_tool(t))
-                    .cloned()
-                    .collect(),
+                tools: crate::catalog::intersect_allowlists(&self.grant.tools, &parent.grant.tools),
                 permissions: self.grant.permissions.tighten(&parent.grant.permissions),
             },
             sandbox: SandboxSpec {

@@ -232,10 +232,7 @@ impl Task {
                 let reason = format!(
                     "{invalid}. Send the call again with a JSON object that matches the tool's schema."
                 );
-                let tier = crate::catalog::info(&name)
-                    .map_or(crate::policy::Tier::SystemCritical, |i| {
-                        crate::catalog::tier_for_call(i, &args)
-                    });
+                let tier = self.tier_of(&name, &args);
                 self.emit(EventPayload::ToolCallStarted {
                     call_id: id.to_string(),
                     tool: name.clone(),
@@ -260,10 +257,11 @@ impl Task {
             name: name.clone(),
             input: args.clone(),
         });
-        let tool = self.rt.tools.get(&name).cloned();
-        let tier = crate::catalog::info(&name).map_or(crate::policy::Tier::SystemCritical, |i| {
-            crate::catalog::tier_for_call(i, &args)
-        });
+        let tool = match self.rt.tools.get(&name) {
+            Some(t) => Some(Arc::clone(t)),
+            None => self.mcp.tool(&self.rt.mcp, &name),
+        };
+        let tier = self.tier_of(&name, &args);
         let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
         self.plan.start(&id, describe_call(&name, &args));
         let spec = CallSpec {

@@ -13,7 +13,7 @@ use crate::agent::dispatch::Disposition;
 use crate::agent::events::EventPayload;
 use crate::agent::task::Task;
 use crate::ids::CallId;
-use crate::policy::{self, Call, Decision, Outcome, PathContext, StepName, Tier, Verdict};
+use crate::policy::{self, Call, Decision, Outcome, PathContext, StepName, Verdict};
 use crate::ratelimit::{RateLimited, Scope};
 use crate::sandbox::Enforcement;
 use crate::store::{AuditDecision, TaskStatus};
@@ -95,9 +95,7 @@ impl Task {
         name: &str,
         args: &serde_json::Value,
     ) -> (Disposition, String) {
-        let tier = crate::catalog::info(name).map_or(Tier::SystemCritical, |i| {
-            crate::catalog::tier_for_call(i, args)
-        });
+        let tier = self.tier_of(name, args);
         let ctx = PathContext {
             home: &self.rt.config.paths.home,
             cwd: &self.place.workspace,
@@ -114,7 +112,8 @@ impl Task {
             &call,
             &ctx,
         );
-        let outside = crate::catalog::runs_outside_sandbox(name, args);
+        let outside = crate::catalog::runs_outside_sandbox(name, args)
+            .or_else(|| self.mcp.outside_sandbox(name));
         let (disposition, limited) = dispose(&mut verdict, outside, || self.check_tool_quota(name));
         if let Some(limited) = limited {
             self.emit(rate_limited_event(&limited, Some(name))).await;

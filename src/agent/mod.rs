@@ -22,6 +22,7 @@ pub mod family;
 mod gate;
 pub mod hooks;
 pub mod loop_detect;
+mod mcp;
 pub mod metrics;
 mod overflow;
 pub mod plan;

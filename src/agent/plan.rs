@@ -126,8 +126,16 @@ pub fn describe_call(tool: &str, args: &serde_json::Value) -> String {
     });
     match key {
         Some(k) => format!("{tool}: {}", shorten(&k, 120)),
+        // An MCP tool's arguments are its own: shown as they are, shortened.
+        None if crate::catalog::mcp_parts(tool).is_some() && !is_empty_object(args) => {
+            format!("{tool}: {}", shorten(&args.to_string(), 120))
+        }
         None => tool.to_owned(),
     }
+}
+
+fn is_empty_object(v: &serde_json::Value) -> bool {
+    v.as_object().is_none_or(|m| m.is_empty())
 }
 
 #[cfg(test)]

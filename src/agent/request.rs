@@ -28,15 +28,16 @@ pub const REMINDER_DEADLINE: Duration = Duration::from_secs(1);
 /// (the summary and facts change only with a full compaction, which rewrites the
 /// history anyway).
 pub(super) struct SystemPrompt {
-    tool_names: Vec<&'static str>,
+    tool_names: Vec<String>,
 }
 
 impl SystemPrompt {
     pub(super) fn build(&self, task: &Task, ctx: &Context) -> String {
+        let tools: Vec<&str> = self.tool_names.iter().map(String::as_str).collect();
         system_prompt(&PromptParts {
             soul: &task.spec.soul,
             policy: &task.rt.policy,
-            tools: &self.tool_names,
+            tools: &tools,
             workspace: &task.place.workspace,
             summary: ctx.summary.as_deref(),
             facts: &ctx.facts,
@@ -56,7 +57,29 @@ impl Task {
                 .offered(&self.spec.soul.grant.tools)
                 .iter()
                 .map(|t| t.info().name)
+                .chain(self.mcp.names())
+                .map(str::to_owned)
                 .collect(),
+        }
+    }
+
+    /// The tools this task offers: its soul's built-ins in the allowlist's order, then
+    /// its MCP tools sorted by name.
+    fn tool_definitions(&self) -> Vec<crate::llm::ToolDef> {
+        let mut defs = self.rt.tools.definitions(&self.spec.soul.grant.tools);
+        defs.extend_from_slice(self.mcp.definitions());
+        defs
+    }
+
+    /// The tier of a call: the catalog's for a built-in (by its arguments), the
+    /// server's for an MCP tool, `system_critical` for a name nobody offers.
+    pub(super) fn tier_of(&self, name: &str, args: &serde_json::Value) -> crate::policy::Tier {
+        match crate::catalog::info(name) {
+            Some(i) => crate::catalog::tier_for_call(i, args),
+            None => self
+                .mcp
+                .tier(name)
+                .unwrap_or(crate::policy::Tier::SystemCritical),
         }
     }
 
@@ -73,7 +96,7 @@ impl Task {
                 .to_owned(),
             system: system.build(self, &self.session.ctx),
             messages: self.session.ctx.history.clone(),
-            tools: self.rt.tools.definitions(&self.spec.soul.grant.tools),
+            tools: self.tool_definitions(),
             max_tokens: self.max_output_tokens(),
             temperature: client.temperature(),
         };

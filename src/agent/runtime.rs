@@ -11,6 +11,7 @@ use crate::agent::metrics::Metrics;
 use crate::approval::ApprovalBroker;
 use crate::config::Config;
 use crate::llm::{LlmClient, LlmError};
+use crate::mcp::McpHub;
 use crate::policy::Policy;
 use crate::ratelimit::RateLimiters;
 use crate::sandbox::plan::PlanCache;
@@ -43,6 +44,9 @@ pub struct Runtime {
     pub souls: Arc<SoulSet>,
     /// Long-term memory (`data_dir/memory.json`).
     pub memory: Memory,
+    /// The MCP servers of `config.toml`, started when a task first uses one and kept
+    /// for the process's life ([`McpHub::shutdown`] when it ends).
+    pub mcp: Arc<McpHub>,
 }
 
 /// Builds a model client for a soul.
@@ -124,6 +128,14 @@ impl Runtime {
         let memory = Memory::new(store.data_dir(), config.memory.max_entries_per_scope);
         let snapshotter = Snapshotter::new()?;
         let metrics = Arc::new(Metrics::default());
+        let launcher = Arc::new(SandboxLauncher::current()?);
+        let mcp = Arc::new(McpHub::new(
+            &config.mcp,
+            SandboxLauncher::clone(&launcher),
+            policy.protected_paths.clone(),
+            config.paths.data_dir.join("mcp"),
+            config.paths.home.clone(),
+        ));
         Ok(Runtime {
             llm: Arc::new(ConfigLlmFactory::new(Arc::clone(&config))),
             hooks: vec![
@@ -142,11 +154,12 @@ impl Runtime {
             limiters: Arc::new(RateLimiters::new()),
             metrics,
             snapshotter: Arc::new(Mutex::new(snapshotter)),
-            launcher: Arc::new(SandboxLauncher::current()?),
+            launcher,
             plans: PlanCache::default(),
             enforcement: crate::sandbox::probe(),
             souls,
             memory,
+            mcp,
         })
     }
 }

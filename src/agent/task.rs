@@ -17,6 +17,7 @@ use crate::agent::events::{Event, EventBus, EventPayload};
 use crate::agent::family::{Family, ParentLink, memory_notes};
 use crate::agent::hooks::TaskRef;
 use crate::agent::loop_detect::LoopDetector;
+use crate::agent::mcp::McpTools;
 use crate::agent::plan::PlanTracker;
 use crate::agent::repair::repair_dangling;
 use crate::agent::runtime::Runtime;
@@ -89,6 +90,8 @@ pub(super) struct Task {
     /// Long-term memory entries for the system prompt (souls with `memory = true`),
     /// read once when the task starts so the prompt stays the same for the whole task.
     pub(super) memory: Vec<MemoryEntry>,
+    /// The MCP tools its soul names, found once when it starts.
+    pub(super) mcp: McpTools,
 }
 
 /// The session on disk, held for the task's life.
@@ -407,6 +410,7 @@ impl Task {
             },
             family,
             memory,
+            mcp: McpTools::default(),
             spec,
         };
         task.emit(EventPayload::TaskStarted {
@@ -419,6 +423,16 @@ impl Task {
             sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
         })
         .await;
+        if refusal.is_none() {
+            let (mcp, notes) = McpTools::for_allowlist(
+                &task.rt.mcp,
+                &task.spec.soul.grant.tools,
+                &task.clock.cancel,
+            )
+            .await;
+            task.mcp = mcp;
+            task.progress.notes.extend(notes);
+        }
         Ok((task, refusal))
     }
 

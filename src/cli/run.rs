@@ -147,6 +147,8 @@ async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> an
         }
     });
     let outcome = run_task(Arc::clone(&rt), spec, bus, cancel).await;
+    // The MCP servers the task started end with the run.
+    rt.mcp.shutdown().await;
     // The bus was moved into the task and dropped with it: the printer ends.
     printer.await.context("the output printer failed")??;
     if args.ephemeral

@@ -281,6 +281,8 @@ impl Daemon {
                 SHUTDOWN_GRACE.as_secs()
             ),
         }
+        // The MCP servers tasks started live as long as the daemon.
+        self.shared.loaded.get().rt.mcp.shutdown().await;
         // Release the name before the process goes, so an activation can start anew.
         if let Err(e) = self.conn.release_name(dbus::NAME).await {
             tracing::debug!("releasing {}: {e}", dbus::NAME);

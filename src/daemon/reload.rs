@@ -100,6 +100,9 @@ impl Reloadable {
             launcher: Arc::clone(&rt.launcher),
             plans: rt.plans.clone(),
             enforcement: rt.enforcement.clone(),
+            // Its servers run with the protected paths of the policy they started under
+            // until the daemon restarts (docs/mcp.md).
+            mcp: Arc::clone(&rt.mcp),
         });
         tracing::info!(
             "reloaded policy `{}` and {} souls",

@@ -81,6 +81,8 @@ impl McpConnection {
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Result<McpConnection, McpError> {
+        // rmcp builds its own reqwest client, which needs the process's TLS provider.
+        crate::llm::install_tls_provider();
         let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
         let (service, tools) = initialise(server, transport, timeout, cancel).await?;
         Ok(McpConnection {

@@ -19,8 +19,7 @@ pub mod stdio;
 pub use client::{McpConnection, McpTool};
 pub use hub::{McpHub, ServerState, ServerView};
 
-/// Between the server's name and its tool's name in the name the model sees.
-pub const SEPARATOR: &str = "__";
+pub use crate::catalog::MCP_SEPARATOR as SEPARATOR;
 
 /// The name a server's tool is offered under.
 pub fn tool_name(server: &str, tool: &str) -> String {
@@ -29,8 +28,7 @@ pub fn tool_name(server: &str, tool: &str) -> String {
 
 /// `(server, tool)` from a name made by [`tool_name`]; server names hold no `__`.
 pub fn split_tool_name(name: &str) -> Option<(&str, &str)> {
-    name.split_once(SEPARATOR)
-        .filter(|(s, t)| !s.is_empty() && !t.is_empty())
+    crate::catalog::mcp_parts(name)
 }
 
 #[derive(Debug, thiserror::Error)]

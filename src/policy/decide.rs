@@ -181,9 +181,24 @@ pub fn decide(
     let analysis = command
         .as_ref()
         .map(|(cmd, cwd)| analyze(cmd, ctx.home, cwd.as_deref()));
+    // An MCP tool's arguments are the server's business: every string in them is
+    // matched as a command line would be (its canonical forms, then as written).
+    let arguments: Vec<(String, Vec<String>)> = match crate::catalog::mcp_parts(call.tool) {
+        Some(_) => argument_strings(call.args)
+            .into_iter()
+            .map(|raw| {
+                let forms = subjects(&raw, &analyze(&raw, ctx.home, None));
+                (raw, forms)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let subjects = match (&command, &analysis) {
         (Some((raw, _)), Some(a)) => subjects(raw, a),
-        _ => Vec::new(),
+        _ => arguments
+            .iter()
+            .flat_map(|(_, f)| f.iter().cloned())
+            .collect(),
     };
     let mut judge = Judge {
         soul,
@@ -192,6 +207,7 @@ pub fn decide(
         call,
         ctx,
         shown: command.as_ref().map_or("", |(raw, _)| raw.as_str()),
+        arguments: &arguments,
         analysis: analysis.as_ref(),
         subjects: &subjects,
         steps: Vec::new(),
@@ -222,6 +238,8 @@ struct Judge<'a> {
     ctx: &'a PathContext<'a>,
     /// The command as the model wrote it (empty when the call runs none).
     shown: &'a str,
+    /// An MCP call's string arguments, each with the forms it is matched as.
+    arguments: &'a [(String, Vec<String>)],
     analysis: Option<&'a Analysis>,
     subjects: &'a [String],
     steps: Vec<Step>,
@@ -234,6 +252,18 @@ impl Judge<'_> {
             outcome,
             detail,
         });
+    }
+
+    /// The command as shown in a reason; for a call that runs none (an MCP tool), the
+    /// argument whose form `subject` is.
+    fn shown_or(&self, subject: &str) -> String {
+        if !self.shown.is_empty() {
+            return self.shown.to_owned();
+        }
+        self.arguments
+            .iter()
+            .find(|(_, forms)| forms.iter().any(|f| f == subject))
+            .map_or_else(|| subject.to_owned(), |(raw, _)| raw.clone())
     }
 
     fn deny(&mut self, name: StepName, rule: DenyRule, reason: String) -> Denied {
@@ -289,10 +319,11 @@ impl Judge<'_> {
     fn blocked_patterns(&mut self) -> Result<(), Denied> {
         let policy = self.policy;
         if let Some((rule, subject)) = first_match(&policy.blocked, self.subjects) {
+            let shown = self.shown_or(&subject);
             let reason = format!(
                 "`{}`{} is blocked by policy `{}`: {}",
-                abbreviate(self.shown),
-                seen_as(self.shown, subject),
+                abbreviate(&shown),
+                seen_as(&shown, subject),
                 policy.name,
                 rule.reason
             );
@@ -399,10 +430,11 @@ impl Judge<'_> {
         let policy = self.policy;
         match first_match(&policy.ask, self.subjects) {
             Some((rule, subject)) => {
+                let shown = self.shown_or(&subject);
                 let reason = format!(
                     "`{}`{} needs approval under policy `{}`: {}",
-                    abbreviate(self.shown),
-                    seen_as(self.shown, subject),
+                    abbreviate(&shown),
+                    seen_as(&shown, subject),
                     policy.name,
                     rule.reason
                 );
@@ -471,6 +503,14 @@ fn named_paths(call: &Call) -> Vec<String> {
         }
         "shell" => "cwd",
         "open" => "target",
+        name if crate::catalog::mcp_parts(name).is_some() => {
+            // Which argument is a path is the server's to say, in prose: every string
+            // that is written as one is checked.
+            return argument_strings(call.args)
+                .iter()
+                .filter_map(|s| as_path(s))
+                .collect();
+        }
         _ => return Vec::new(),
     };
     let Some(value) = str_arg(key) else {
@@ -506,6 +546,48 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// At most this many strings of an MCP call's arguments are matched one by one; the
+/// rest are matched joined together (see [`argument_strings`]).
+const MAX_ARGUMENT_STRINGS: usize = 256;
+
+/// Every string value in `args` (not the keys), depth first, in document order; past
+/// [`MAX_ARGUMENT_STRINGS`] the rest are joined into one last string so nothing goes
+/// unmatched.
+fn argument_strings(args: &serde_json::Value) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s.clone()),
+            serde_json::Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            serde_json::Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(args, &mut out);
+    if out.len() > MAX_ARGUMENT_STRINGS {
+        let rest = out.split_off(MAX_ARGUMENT_STRINGS - 1).join(" ");
+        out.push(rest);
+    }
+    out
+}
+
+/// The path an argument names, if it is written as one: absolute, home-relative or
+/// explicitly relative (`./`, `../`), or a local `file://` URL.
+fn as_path(s: &str) -> Option<String> {
+    let s = s.trim();
+    if let Some(rest) = s.strip_prefix("file://") {
+        let path = rest.strip_prefix("localhost").unwrap_or(rest);
+        return path.starts_with('/').then(|| percent_decode(path));
+    }
+    let is_path = s.starts_with('/')
+        || s == "~"
+        || s.starts_with("~/")
+        || s.starts_with("./")
+        || s.starts_with("../");
+    is_path.then(|| s.to_owned())
 }
 
 /// What patterns are matched against: the canonical forms, then the raw line.

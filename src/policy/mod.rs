@@ -107,9 +107,9 @@ pub struct Grant {
 }
 
 impl Grant {
-    /// Whether the allowlist names `tool`.
+    /// Whether the allowlist names `tool` (an MCP tool: by an `mcp:` entry).
     pub fn allows_tool(&self, tool: &str) -> bool {
-        self.tools.iter().any(|t| t == tool)
+        crate::catalog::allowlist_allows(&self.tools, tool)
     }
 
     /// The modes in force under `policy`.

@@ -443,3 +443,44 @@ fn loop_can_record_its_own_steps() {
     v.record(StepName::RateLimit, Outcome::Pass, "12/60 per min");
     assert_eq!(v.steps.last().map(|s| s.name), Some(StepName::RateLimit));
 }
+
+#[test]
+fn an_mcp_tools_arguments_are_matched_like_a_command_and_checked_as_paths() {
+    let w = world();
+    let g = grant(&["mcp:notes"], ALLOW_ALL);
+    let decide_mcp = |tool: &str, args: Value| {
+        let call = Call {
+            tool,
+            tier: Tier::Write,
+            args: &args,
+        };
+        let ctx = PathContext {
+            home: &w.home,
+            cwd: &w.cwd,
+        };
+        decide(&SoulId::new("tester").unwrap(), &g, &w.open, &call, &ctx).decision
+    };
+    #[rustfmt::skip]
+    let cases: &[(&str, Value, Want)] = &[
+        ("notes__write", json!({"path": "~/notes/a.md", "text": "hi"}), Allow),
+        // Paths anywhere in the arguments, however deep, in any form a path is written.
+        ("notes__write", json!({"path": "~/.ssh/id_rsa"}), Deny(ProtectedPath)),
+        ("notes__write", json!({"files": [{"to": "innocent/id_rsa"}, "./innocent"]}), Deny(ProtectedPath)),
+        ("notes__write", json!({"uri": "file:///etc/shadow"}), Deny(ProtectedPath)),
+        // Prose that merely mentions a protected place is not a path.
+        ("notes__write", json!({"text": "my keys live in .ssh"}), Allow),
+        // Blocked patterns, on the canonical form of every string.
+        ("notes__run", json!({"cmd": "rm -fr ~"}), Deny(BlockedPattern)),
+        ("notes__run", json!({"argv": ["sh", "-c", "mkfs.ext4 /dev/sda1"]}), Deny(BlockedPattern)),
+        // A tool the soul does not list.
+        ("other__write", json!({}), Deny(NotInSoul)),
+    ];
+    let mut failures = Vec::new();
+    for (tool, args, want) in cases {
+        let d = decide_mcp(tool, args.clone());
+        if kind(&d) != *want {
+            failures.push(format!("{tool} {args}: want {want:?}, got {d}"));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}

@@ -106,6 +106,11 @@ pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     if let Err(e) = nix::unistd::setsid() {
         tracing::debug!("setsid: {e}");
     }
+    // The daemon (or `familiar run`) gone, even by SIGKILL: stop like on its SIGTERM,
+    // taking what the command started along (a kept MCP server must not outlive it).
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
+        tracing::debug!("PR_SET_PDEATHSIG: {e}");
+    }
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
         return fail(format!("PR_SET_NO_NEW_PRIVS: {e}"));
     }

@@ -155,7 +155,19 @@ impl Fields<'_> {
         };
         let mut tools = Vec::with_capacity(list.len());
         for t in list {
-            if catalog::info(t.get_ref()).is_none() {
+            if let Some((server, tool)) = catalog::mcp_entry(t.get_ref()) {
+                let tool_ok = tool.is_none_or(|t| !t.is_empty() && !t.contains('/'));
+                if !crate::config::mcp::valid_server_name(server) || !tool_ok {
+                    return Err(self.at(
+                        t.span(),
+                        format!(
+                            "`{}` is not an MCP entry: write `mcp:NAME` for all of the server's \
+                             tools or `mcp:NAME/TOOL` for one (NAME as in `[mcp.NAME]`)",
+                            t.get_ref()
+                        ),
+                    ));
+                }
+            } else if catalog::info(t.get_ref()).is_none() {
                 return Err(self.at(
                     t.span(),
                     format!(

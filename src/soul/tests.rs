@@ -133,6 +133,14 @@ fn malformed_souls_name_file_line_key_and_allowed_values() {
             "mine.toml:2: key `max_iterations`: 0 is outside 1..=1000",
         ),
         (
+            "prompt = \"p\"\ntools = [\"mcp:Notes\"]\n",
+            "mine.toml:2: key `tools`: `mcp:Notes` is not an MCP entry: write `mcp:NAME`",
+        ),
+        (
+            "prompt = \"p\"\ntools = [\"read_file\",\n  \"mcp:notes/a/b\"]\n",
+            "mine.toml:3: key `tools`: `mcp:notes/a/b` is not an MCP entry",
+        ),
+        (
             "prompt = \"p\"\ntools = [\"read_file\", \"rm_rf\"]\n",
             "mine.toml:2: key `tools`: unknown tool `rm_rf` (known: read_file, list_dir,",
         ),
@@ -296,4 +304,21 @@ fn tree_intersection_is_component_wise() {
         intersect_trees(&[p("/")], &[p("/etc"), p("/var/log")]),
         [p("/etc"), p("/var/log")]
     );
+}
+
+#[test]
+fn mcp_entries_are_kept_and_allow_their_servers_tools() {
+    let soul = parse_str(
+        "prompt = \"p\"\ntools = [\"read_file\", \"mcp:notes\", \"mcp:git/log\", \"mcp:notes\"]\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        soul.grant.tools,
+        ["read_file", "mcp:notes", "mcp:git/log"],
+        "listed once, in order"
+    );
+    assert!(soul.grant.allows_tool("notes__search"));
+    assert!(soul.grant.allows_tool("git__log"));
+    assert!(!soul.grant.allows_tool("git__push"));
 }

@@ -62,7 +62,12 @@ impl TestHome {
 
     /// `familiar` with a cleared environment pointing at this home.
     pub fn familiar(&self) -> assert_cmd::Command {
-        let mut cmd = assert_cmd::Command::cargo_bin("familiar").expect("binary");
+        assert_cmd::Command::from(self.familiar_process())
+    }
+
+    /// The same as [`TestHome::familiar`], to spawn and keep running.
+    pub fn familiar_process(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_familiar"));
         cmd.env_clear()
             .env("HOME", self.path())
             .env("XDG_CONFIG_HOME", self.path().join(".config"))

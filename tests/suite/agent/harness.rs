@@ -183,6 +183,13 @@ impl Harness {
                 self.store.data_dir(),
                 self.config.memory.max_entries_per_scope,
             ),
+            mcp: Arc::new(familiar::mcp::McpHub::new(
+                &self.config.mcp,
+                SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar")),
+                self.policy.protected_paths.clone(),
+                self.store.data_dir().join("mcp"),
+                self.config.paths.home.clone(),
+            )),
         })
     }
 

@@ -111,6 +111,9 @@ fn serve() {
             }
             "hang" => std::future::pending::<()>().await,
             _ => {
+                // In its working directory (its state folder), for tests that check it
+                // is gone when its client is.
+                std::fs::write("server.pid", std::process::id().to_string()).unwrap();
                 let running = TestServer
                     .serve((tokio::io::stdin(), tokio::io::stderr()))
                     .await
