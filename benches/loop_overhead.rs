@@ -255,6 +255,7 @@ async fn whole_loop(
             origin: "bench".into(),
             max_iterations: None,
             parent: None,
+            when: None,
             steering: familiar::agent::steering::Steering::new(),
         };
         let mut bus = EventBus::new();

@@ -124,6 +124,7 @@ impl Hooks for MetricsHook {
         match status.outcome() {
             Outcome::Completed => bump(&self.metrics.tasks_completed),
             Outcome::Cancelled => bump(&self.metrics.tasks_cancelled),
+            Outcome::Skipped => bump(&self.metrics.tasks_skipped),
             Outcome::Limit | Outcome::Failed | Outcome::Unfinished => {
                 bump(&self.metrics.tasks_failed)
             }

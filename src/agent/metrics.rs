@@ -34,6 +34,7 @@ metrics!(
     tasks_completed,
     tasks_failed,
     tasks_cancelled,
+    tasks_skipped,
 );
 
 /// Adds one to a counter.

@@ -39,4 +39,4 @@ pub mod turn;
 pub use repair::repair_dangling;
 pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
 pub use task::{TaskError, TaskOutcome, TaskSpec};
-pub use turn::run_task;
+pub use turn::{discard_if_unanswered, run_task};

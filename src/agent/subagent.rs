@@ -177,9 +177,11 @@ impl Subagents for Delegator {
             let text = format!("[subagent {soul}, task {child}: {status}]\n{result}");
             match status.outcome() {
                 Outcome::Completed => Ok(text),
-                Outcome::Limit | Outcome::Cancelled | Outcome::Failed | Outcome::Unfinished => {
-                    Err(ToolError::RespondToModel(text))
-                }
+                Outcome::Limit
+                | Outcome::Cancelled
+                | Outcome::Skipped
+                | Outcome::Failed
+                | Outcome::Unfinished => Err(ToolError::RespondToModel(text)),
             }
         });
         async move {
@@ -257,6 +259,7 @@ impl Delegator {
             }),
             // A sub-task is steered through its parent's conversation, not directly.
             steering: crate::agent::steering::Steering::new(),
+            when: None,
         })
     }
 }

@@ -25,6 +25,7 @@ use crate::agent::steering::{self, Steering};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Usage};
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
+use crate::snapshot::conditions::{Checker, Conditions};
 use crate::soul::Soul;
 use crate::store::{
     Context, ContextJournal, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus,
@@ -49,6 +50,9 @@ pub struct TaskSpec {
     pub parent: Option<ParentLink>,
     /// Messages the user adds while it runs.
     pub steering: Steering,
+    /// Run only if these hold right before the first model call; else it ends
+    /// `skipped`, having cost nothing (`--when`).
+    pub when: Option<Conditions>,
 }
 
 /// How a task ended.
@@ -423,17 +427,27 @@ impl Task {
             sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
         })
         .await;
-        if refusal.is_none() {
-            let (mcp, notes) = McpTools::for_allowlist(
-                &task.rt.mcp,
-                &task.spec.soul.grant.tools,
-                &task.clock.cancel,
-            )
-            .await;
-            task.mcp = mcp;
-            task.progress.notes.extend(notes);
-        }
         Ok((task, refusal))
+    }
+
+    /// Why the task must not run after all: its `--when` conditions do not hold now.
+    pub(super) async fn unmet_conditions(&self) -> Option<String> {
+        let when = self.spec.when.as_ref()?;
+        let (unmet, _) = Checker::connect().await.check(when).await;
+        unmet.map(|u| format!("skipped: {u} (--when {when})"))
+    }
+
+    /// Finds the MCP tools the soul names, starting their servers if needed; a server
+    /// that cannot start is a note for the model, not the end of the task.
+    pub(super) async fn offer_mcp_tools(&mut self) {
+        let (mcp, notes) = McpTools::for_allowlist(
+            &self.rt.mcp,
+            &self.spec.soul.grant.tools,
+            &self.clock.cancel,
+        )
+        .await;
+        self.mcp = mcp;
+        self.progress.notes.extend(notes);
     }
 
     pub(super) fn task_ref(&self) -> TaskRef<'_> {

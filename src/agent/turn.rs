@@ -174,9 +174,9 @@ pub async fn run_task(
     let outcome = drive(rt, spec, bus, cancel, span.clone())
         .instrument(span)
         .await?;
-    // Only a failure: a cancelled or timed-out task keeps its record (and what the
-    // model had streamed so far).
-    if new_session && outcome.status == TaskStatus::Failed {
+    // Only a failure or a skip: a cancelled or timed-out task keeps its record (and
+    // what the model had streamed so far).
+    if new_session && matches!(outcome.status, TaskStatus::Failed | TaskStatus::Skipped) {
         discard_if_unanswered(&store_rt.store, &outcome.session_id);
     }
     Ok(outcome)
@@ -185,7 +185,7 @@ pub async fn run_task(
 /// A new session whose task failed before the model answered at all (no provider, a
 /// wrong key) holds nothing worth continuing: remove it rather than leave an empty
 /// session in `familiar sessions`.
-fn discard_if_unanswered(store: &crate::store::Store, id: &crate::ids::SessionId) {
+pub fn discard_if_unanswered(store: &crate::store::Store, id: &crate::ids::SessionId) {
     let answered = match store.load_context(id) {
         Ok(Some(ctx)) => ctx
             .history
@@ -221,7 +221,13 @@ async fn drive(
     );
     let mut state = match refusal {
         Some(why) => State::Finish(TaskStatus::Denied, why),
-        None => State::CheckLimits,
+        None => match task.unmet_conditions().await {
+            Some(why) => State::Finish(TaskStatus::Skipped, why),
+            None => {
+                task.offer_mcp_tools().await;
+                State::CheckLimits
+            }
+        },
     };
     let (status, result) = loop {
         state = match state {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use futures::StreamExt;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use zbus::Variant;
 
 use super::client::{Failure, block_on, classify, connect};
@@ -59,6 +60,9 @@ fn submit_options(
     }
     if let Some(w) = workspace {
         options.insert("workspace", Variant::from(w));
+    }
+    if let Some(when) = &args.task.when {
+        options.insert("when", Variant::from(when.to_string()));
     }
     options
 }
@@ -122,7 +126,20 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow:
         .map(resolve_workspace)
         .transpose()?;
     let options = submit_options(&args, workspace.as_ref().map(|w| w.display().to_string()));
-    block_on(submit_and_follow(args, prompt, options, out))?
+    block_on(async {
+        if let (Some(when), Some(wait)) = (&args.task.when, args.task.wait) {
+            // Waiting here holds no slot of the daemon's queue.
+            let cancel = CancellationToken::new();
+            tokio::select! {
+                () = super::when::wait_for(when, wait, &cancel) => {}
+                r = tokio::signal::ctrl_c() => {
+                    r.context("cannot watch for Ctrl-C")?;
+                    return Ok(Exit::Interrupted);
+                }
+            }
+        }
+        submit_and_follow(args, prompt, options, out).await
+    })?
 }
 
 /// `--config` is only the flag's choice: FAMILIAR_CONFIG set for a whole session is not

@@ -19,6 +19,7 @@ mod prune;
 mod run;
 mod setup;
 mod typed;
+mod when;
 
 use std::path::PathBuf;
 
@@ -202,6 +203,14 @@ pub struct TaskArgs {
     /// One JSON object per event, one per line
     #[arg(long)]
     pub json: bool,
+    /// Run only if these hold right before the first model call, else end `skipped`
+    /// at no cost: ac, battery>N, load<N, idle>DURATION, unlocked, metered=no
+    #[arg(long, value_name = "COND,...", value_parser = when::parse)]
+    pub when: Option<crate::snapshot::conditions::Conditions>,
+    /// With --when: wait up to DURATION (e.g. `2h`) for the conditions instead of
+    /// skipping at once
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "when")]
+    pub wait: Option<std::time::Duration>,
     /// The prompt, or `-` to read it from stdin
     #[arg(value_name = "PROMPT|-")]
     pub prompt: Vec<String>,

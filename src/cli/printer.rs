@@ -20,7 +20,8 @@ const CHILD_BAR: &str = "  │ ";
 /// The exit code for a finish status (DESIGN §2).
 pub fn exit_for(status: TaskStatus) -> Exit {
     match status.outcome() {
-        Outcome::Completed => Exit::Completed,
+        // A skipped task did what was asked: nothing, because its conditions did not hold.
+        Outcome::Completed | Outcome::Skipped => Exit::Completed,
         Outcome::Limit => Exit::Limit,
         Outcome::Cancelled | Outcome::Failed | Outcome::Unfinished => Exit::Failed,
     }

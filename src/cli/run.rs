@@ -98,6 +98,7 @@ pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<
         max_iterations: None,
         parent: None,
         steering,
+        when: args.task.when.clone(),
     };
 
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -146,6 +147,9 @@ async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> an
             std::process::exit(Exit::Interrupted as i32);
         }
     });
+    if let (Some(when), Some(wait)) = (&args.task.when, args.task.wait) {
+        super::when::wait_for(when, wait, &cancel).await;
+    }
     let outcome = run_task(Arc::clone(&rt), spec, bus, cancel).await;
     // The MCP servers the task started end with the run.
     rt.mcp.shutdown().await;

@@ -105,6 +105,8 @@ pub struct SubmitRequest {
     pub workspace: Option<std::path::PathBuf>,
     pub origin: String,
     pub max_iterations: Option<u32>,
+    /// Run only if these hold when the task starts (`when`), else it ends `skipped`.
+    pub when: Option<crate::snapshot::conditions::Conditions>,
     /// The caller's unique bus name (the rate-limit key).
     pub caller: String,
 }

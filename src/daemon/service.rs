@@ -22,6 +22,7 @@ use crate::approval::Answer;
 use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use crate::ids::{RequestId, SessionId, TaskId};
 use crate::ratelimit::Scope;
+use crate::snapshot::conditions::Conditions;
 use crate::store::{Memory, MemoryError};
 
 /// The served object.
@@ -160,6 +161,7 @@ impl Service {
             workspace: o.workspace,
             origin: o.origin.unwrap_or_else(|| "dbus".to_owned()),
             max_iterations: o.max_iterations,
+            when: o.when,
             caller,
         })
     }
@@ -174,6 +176,7 @@ struct SubmitOptions {
     max_iterations: Option<u32>,
     provider: Option<String>,
     model: Option<String>,
+    when: Option<Conditions>,
 }
 
 fn parse_options(options: HashMap<String, OwnedVariant>) -> Result<SubmitOptions, Error> {
@@ -221,9 +224,16 @@ fn parse_options(options: HashMap<String, OwnedVariant>) -> Result<SubmitOptions
             }
             "provider" => o.provider = Some(string_option(&key, value)?),
             "model" => o.model = Some(string_option(&key, value)?),
+            "when" => {
+                let s = string_option(&key, value)?;
+                let when = s
+                    .parse::<Conditions>()
+                    .map_err(|e| Error::InvalidArgument(format!("option `when`: {e}")))?;
+                o.when = Some(when);
+            }
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s)"
+                    "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s)"
                 )));
             }
         }

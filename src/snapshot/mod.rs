@@ -21,6 +21,7 @@ use crate::config::ProcessEnv;
 use crate::hyprland::{HyprState, Hyprland};
 use prompt::cut;
 
+pub mod conditions;
 mod diff;
 mod prompt;
 pub use diff::changes;

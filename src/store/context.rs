@@ -196,10 +196,12 @@ pub enum TaskStatus {
     LoopDetected,
     Denied,
     Interrupted,
+    /// Never ran: the conditions it was submitted under (`--when`) did not hold.
+    Skipped,
 }
 
 impl TaskStatus {
-    pub const ALL: [TaskStatus; 11] = [
+    pub const ALL: [TaskStatus; 12] = [
         TaskStatus::Queued,
         TaskStatus::Running,
         TaskStatus::Completed,
@@ -211,6 +213,7 @@ impl TaskStatus {
         TaskStatus::LoopDetected,
         TaskStatus::Denied,
         TaskStatus::Interrupted,
+        TaskStatus::Skipped,
     ];
 
     /// The serialised spelling (`max_iterations`).
@@ -227,6 +230,7 @@ impl TaskStatus {
             TaskStatus::LoopDetected => "loop_detected",
             TaskStatus::Denied => "denied",
             TaskStatus::Interrupted => "interrupted",
+            TaskStatus::Skipped => "skipped",
         }
     }
 
@@ -246,6 +250,8 @@ impl TaskStatus {
             }
             // Stopped on purpose (Ctrl-C, `familiar cancel`, shutdown): not a failure.
             TaskStatus::Cancelled => Outcome::Cancelled,
+            // Its conditions did not hold: nothing went wrong, nothing was spent.
+            TaskStatus::Skipped => Outcome::Skipped,
             TaskStatus::Failed
             | TaskStatus::LoopDetected
             | TaskStatus::Denied
@@ -263,6 +269,8 @@ pub enum Outcome {
     /// A budget ran out: iterations, tokens or wall clock.
     Limit,
     Cancelled,
+    /// Never ran: its `--when` conditions did not hold.
+    Skipped,
     /// Failed, denied, stopped by loop detection, or interrupted by a crash.
     Failed,
 }

@@ -61,6 +61,7 @@ impl Supervisor {
                     origin: format!("delegate:{parent}"),
                     workspace: None,
                     max_iterations: None,
+                    when: None,
                     status: TaskStatus::Running,
                     result: None,
                     usage: Usage::default(),

@@ -51,6 +51,7 @@ struct Entry {
     origin: String,
     workspace: Option<std::path::PathBuf>,
     max_iterations: Option<u32>,
+    when: Option<crate::snapshot::conditions::Conditions>,
     status: TaskStatus,
     result: Option<String>,
     usage: Usage,
@@ -217,6 +218,7 @@ impl Supervisor {
                 origin: req.origin,
                 workspace: req.workspace,
                 max_iterations: req.max_iterations,
+                when: req.when,
                 status: TaskStatus::Queued,
                 result: None,
                 usage: Usage::default(),
@@ -259,6 +261,7 @@ impl Supervisor {
             max_iterations: e.max_iterations,
             parent: None,
             steering: e.steering.clone(),
+            when: e.when.clone(),
         };
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
@@ -271,7 +274,19 @@ impl Supervisor {
             let rx = bus.subscribe(Delivery::DropWhenFull);
             let forwarder = tokio::spawn(forward_events(emitter, rx, tx.clone()));
             let outcome = match create_session(&rt, &spec, new_session) {
-                Ok(()) => run_task(rt, spec, bus, cancel).await,
+                Ok(()) => {
+                    let store = Arc::clone(&rt.store);
+                    let outcome = run_task(rt, spec, bus, cancel).await;
+                    // A new session whose task never ran, or failed before the model
+                    // answered, holds nothing to continue.
+                    if let Ok(o) = &outcome
+                        && new_session
+                        && matches!(o.status, TaskStatus::Failed | TaskStatus::Skipped)
+                    {
+                        crate::agent::discard_if_unanswered(&store, &o.session_id);
+                    }
+                    outcome
+                }
                 Err(e) => Err(e.into()),
             };
             // The bus is gone with the task: the forwarder drains and ends, so every

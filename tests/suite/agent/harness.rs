@@ -204,6 +204,7 @@ impl Harness {
             origin: "test".into(),
             max_iterations: None,
             parent: None,
+            when: None,
         }
     }
 

@@ -11,6 +11,7 @@ mod service;
 mod steering;
 mod systemd;
 mod unit_hardening;
+mod when;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

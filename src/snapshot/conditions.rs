@@ -1,0 +1,508 @@
+//! Conditions a request runs under (`--when ac,battery>50,load<1.5,idle>10m,unlocked,
+//! metered=no`): parsed once, checked against the machine right before a task's first
+//! model call, and waited for (`--wait`) without holding a task slot.
+//!
+//! Where each fact comes from: UPower (`OnBattery`, the display device's `Percentage`) on
+//! the system bus, or `/sys/class/power_supply` when UPower does not answer; the 1-minute
+//! load average from `/proc/loadavg`; logind's user object (`IdleHint`,
+//! `IdleSinceHint`) and its display session (`LockedHint`); NetworkManager's `Metered`.
+//! A fact that cannot be read leaves its condition unmet, with the reason, except that a
+//! machine without a battery is on mains power and NetworkManager's absence means no
+//! metered connection is known.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
+
+const UPOWER: &str = "org.freedesktop.UPower";
+const UPOWER_PATH: &str = "/org/freedesktop/UPower";
+const DISPLAY_DEVICE: &str = "/org/freedesktop/UPower/devices/DisplayDevice";
+const LOGIND: &str = "org.freedesktop.login1";
+const LOGIND_PATH: &str = "/org/freedesktop/login1";
+const NM: &str = "org.freedesktop.NetworkManager";
+const NM_PATH: &str = "/org/freedesktop/NetworkManager";
+
+/// How long one fact may take to read before it counts as unknown.
+const READ_TIMEOUT: Duration = Duration::from_secs(3);
+/// While waiting, facts without a change signal (the load average) are read again
+/// this often.
+pub const RECHECK: Duration = Duration::from_secs(30);
+
+/// One condition of `--when`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Condition {
+    /// `ac`: on mains power.
+    Ac,
+    /// `battery>N`: the battery above N percent.
+    BatteryAbove(u8),
+    /// `load<N`: the 1-minute load average below N.
+    LoadBelow(f64),
+    /// `idle>DURATION`: the user idle for longer than that.
+    IdleFor(Duration),
+    /// `unlocked`: the graphical session is not locked.
+    Unlocked,
+    /// `metered=no`: the network connection is not metered.
+    Unmetered,
+}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Condition::Ac => f.write_str("ac"),
+            Condition::BatteryAbove(n) => write!(f, "battery>{n}"),
+            Condition::LoadBelow(n) => write!(f, "load<{n}"),
+            Condition::IdleFor(d) => write!(f, "idle>{}", humantime::format_duration(*d)),
+            Condition::Unlocked => f.write_str("unlocked"),
+            Condition::Unmetered => f.write_str("metered=no"),
+        }
+    }
+}
+
+/// Every condition of one `--when`, all of which must hold.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Conditions(pub Vec<Condition>);
+
+impl fmt::Display for Conditions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+pub const SYNTAX: &str =
+    "ac, battery>N (percent), load<N, idle>DURATION (e.g. 10m), unlocked, metered=no";
+
+impl FromStr for Conditions {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Conditions, String> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = |why: &str| format!("`{part}`: {why} (conditions: {SYNTAX})");
+            let c = if part == "ac" {
+                Condition::Ac
+            } else if part == "unlocked" {
+                Condition::Unlocked
+            } else if part == "metered=no" {
+                Condition::Unmetered
+            } else if let Some(n) = part.strip_prefix("battery>") {
+                match n.trim_end_matches('%').parse::<u8>() {
+                    Ok(n) if n < 100 => Condition::BatteryAbove(n),
+                    _ => return Err(bad("the percentage must be a whole number below 100")),
+                }
+            } else if let Some(n) = part.strip_prefix("load<") {
+                match n.parse::<f64>() {
+                    Ok(n) if n.is_finite() && n > 0.0 => Condition::LoadBelow(n),
+                    _ => return Err(bad("the load must be a positive number")),
+                }
+            } else if let Some(d) = part.strip_prefix("idle>") {
+                match humantime::parse_duration(d) {
+                    Ok(d) if !d.is_zero() => Condition::IdleFor(d),
+                    _ => return Err(bad("the idle time must be a duration like 10m")),
+                }
+            } else {
+                return Err(bad("unknown condition"));
+            };
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        if out.is_empty() {
+            return Err(format!("no condition given (conditions: {SYNTAX})"));
+        }
+        Ok(Conditions(out))
+    }
+}
+
+/// Why a condition does not hold, in words for the journal and the notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmet(pub Vec<String>);
+
+impl fmt::Display for Unmet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("; "))
+    }
+}
+
+/// Reads the facts the conditions need.
+pub struct Checker {
+    /// `None` when the system bus cannot be reached (the reason kept).
+    system: Result<zbus::Connection, String>,
+}
+
+impl Checker {
+    /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set).
+    pub async fn connect() -> Checker {
+        let system = match tokio::time::timeout(READ_TIMEOUT, zbus::Connection::system()).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(format!("the system bus cannot be reached: {e}")),
+            Err(_) => Err("the system bus did not answer".to_owned()),
+        };
+        Checker { system }
+    }
+
+    /// The conditions that do not hold now, each with its reason; `None` when all do.
+    /// Also when an `idle>` condition will hold by itself if nothing changes: how long
+    /// until then.
+    pub async fn check(&self, conditions: &Conditions) -> (Option<Unmet>, Option<Duration>) {
+        let mut unmet = Vec::new();
+        let mut idle_in = None;
+        for c in &conditions.0 {
+            match self.check_one(c).await {
+                Ok(()) => {}
+                Err((why, soon)) => {
+                    unmet.push(why);
+                    idle_in = match (idle_in, soon) {
+                        (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+        }
+        ((!unmet.is_empty()).then_some(Unmet(unmet)), idle_in)
+    }
+
+    async fn check_one(&self, c: &Condition) -> Result<(), (String, Option<Duration>)> {
+        let plain = |why: String| (why, None);
+        match c {
+            Condition::Ac => match self.on_battery().await {
+                Ok(false) => Ok(()),
+                Ok(true) => Err(plain("on battery (needs ac)".to_owned())),
+                Err(e) => Err(plain(format!("cannot tell whether on ac: {e}"))),
+            },
+            Condition::BatteryAbove(n) => match self.battery_percent().await {
+                Ok(None) => Ok(()),
+                Ok(Some(p)) if p > f64::from(*n) => Ok(()),
+                Ok(Some(p)) => Err(plain(format!("battery at {p:.0}% (needs >{n}%)"))),
+                Err(e) => Err(plain(format!("cannot read the battery: {e}"))),
+            },
+            Condition::LoadBelow(n) => match load_average() {
+                Ok(l) if l < *n => Ok(()),
+                Ok(l) => Err(plain(format!("load {l:.2} (needs <{n})"))),
+                Err(e) => Err(plain(format!("cannot read the load average: {e}"))),
+            },
+            Condition::IdleFor(want) => match self.idle_for().await {
+                Ok(Some(idle)) if idle > *want => Ok(()),
+                Ok(Some(idle)) => Err((
+                    format!(
+                        "idle for {} (needs >{})",
+                        humantime::format_duration(Duration::from_secs(idle.as_secs())),
+                        humantime::format_duration(*want)
+                    ),
+                    Some(*want - idle + Duration::from_millis(100)),
+                )),
+                Ok(None) => Err(plain(format!(
+                    "the user is active (needs idle >{})",
+                    humantime::format_duration(*want)
+                ))),
+                Err(e) => Err(plain(format!("cannot tell how long the user is idle: {e}"))),
+            },
+            Condition::Unlocked => match self.locked().await {
+                Ok(false) => Ok(()),
+                Ok(true) => Err(plain("the session is locked".to_owned())),
+                Err(e) => Err(plain(format!(
+                    "cannot tell whether the session is locked: {e}"
+                ))),
+            },
+            Condition::Unmetered => match self.metered().await {
+                Ok(false) => Ok(()),
+                Ok(true) => Err(plain("the network connection is metered".to_owned())),
+                Err(e) => Err(plain(format!(
+                    "cannot tell whether the network is metered: {e}"
+                ))),
+            },
+        }
+    }
+
+    fn bus(&self) -> Result<&zbus::Connection, String> {
+        self.system.as_ref().map_err(Clone::clone)
+    }
+
+    /// UPower's `OnBattery`, else the power supplies in sysfs.
+    async fn on_battery(&self) -> Result<bool, String> {
+        match self
+            .prop::<bool>(UPOWER, UPOWER_PATH, UPOWER, "OnBattery")
+            .await
+        {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                tracing::debug!("UPower: {e}; reading /sys/class/power_supply");
+                sysfs_power().map(|p| p.on_battery)
+            }
+        }
+    }
+
+    /// The battery's charge, `None` without a battery.
+    async fn battery_percent(&self) -> Result<Option<f64>, String> {
+        let iface = "org.freedesktop.UPower.Device";
+        match self
+            .prop::<bool>(UPOWER, DISPLAY_DEVICE, iface, "IsPresent")
+            .await
+        {
+            Ok(false) => Ok(None),
+            Ok(true) => self
+                .prop::<f64>(UPOWER, DISPLAY_DEVICE, iface, "Percentage")
+                .await
+                .map(Some),
+            Err(e) => {
+                tracing::debug!("UPower: {e}; reading /sys/class/power_supply");
+                sysfs_power().map(|p| p.battery_percent)
+            }
+        }
+    }
+
+    /// How long the user has been idle; `None` when they are not.
+    async fn idle_for(&self) -> Result<Option<Duration>, String> {
+        let user = self.logind_user().await?;
+        let iface = "org.freedesktop.login1.User";
+        if !self
+            .prop::<bool>(LOGIND, user.as_str(), iface, "IdleHint")
+            .await?
+        {
+            return Ok(None);
+        }
+        let since_us = self
+            .prop::<u64>(LOGIND, user.as_str(), iface, "IdleSinceHint")
+            .await?;
+        let since = UNIX_EPOCH + Duration::from_micros(since_us);
+        Ok(Some(
+            SystemTime::now()
+                .duration_since(since)
+                .unwrap_or(Duration::ZERO),
+        ))
+    }
+
+    /// Whether the user's graphical session is locked.
+    async fn locked(&self) -> Result<bool, String> {
+        let user = self.logind_user().await?;
+        let (id, session): (String, OwnedObjectPath) = self
+            .prop(
+                LOGIND,
+                user.as_str(),
+                "org.freedesktop.login1.User",
+                "Display",
+            )
+            .await?;
+        if id.is_empty() {
+            return Err("logind knows no graphical session of this user".to_owned());
+        }
+        self.prop::<bool>(
+            LOGIND,
+            session.as_str(),
+            "org.freedesktop.login1.Session",
+            "LockedHint",
+        )
+        .await
+    }
+
+    /// NetworkManager's `Metered` (yes and guess-yes count); not metered when
+    /// NetworkManager is not there to ask.
+    async fn metered(&self) -> Result<bool, String> {
+        match self.prop::<u32>(NM, NM_PATH, NM, "Metered").await {
+            // NMMetered: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
+            Ok(m) => Ok(m == 1 || m == 3),
+            Err(e) if e.contains("ServiceUnknown") || e.contains("not provided") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn logind_user(&self) -> Result<OwnedObjectPath, String> {
+        let bus = self.bus()?;
+        let args = (nix::unistd::getuid().as_raw(),);
+        let call = bus.call_method(
+            Some(LOGIND),
+            LOGIND_PATH,
+            Some("org.freedesktop.login1.Manager"),
+            "GetUser",
+            &args,
+        );
+        let reply = tokio::time::timeout(READ_TIMEOUT, call)
+            .await
+            .map_err(|_| "logind did not answer".to_owned())?
+            .map_err(|e| format!("logind: {e}"))?;
+        reply
+            .body()
+            .deserialize::<OwnedObjectPath>()
+            .map_err(|e| format!("logind's GetUser answered something else: {e}"))
+    }
+
+    /// One property, read fresh (no cache).
+    async fn prop<T>(&self, dest: &str, path: &str, iface: &str, name: &str) -> Result<T, String>
+    where
+        T: TryFrom<OwnedValue>,
+        <T as TryFrom<OwnedValue>>::Error: fmt::Display,
+    {
+        let bus = self.bus()?;
+        let args = (iface, name);
+        let call = bus.call_method(
+            Some(dest),
+            path,
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &args,
+        );
+        let reply = tokio::time::timeout(READ_TIMEOUT, call)
+            .await
+            .map_err(|_| format!("{dest} did not answer"))?
+            .map_err(|e| format!("{dest}: {e}"))?;
+        let value: OwnedValue = reply
+            .body()
+            .deserialize()
+            .map_err(|e| format!("{dest} {name}: {e}"))?;
+        T::try_from(value).map_err(|e| format!("{dest} {name}: {e}"))
+    }
+
+    /// Waits until every condition holds, `wait` passes, or `cancel` fires; what still
+    /// does not hold then (`None`: all hold). Rechecks whenever a service on the system
+    /// bus announces a changed property, when an `idle>` condition is due to hold, and
+    /// every [`RECHECK`].
+    pub async fn wait_until(
+        &self,
+        conditions: &Conditions,
+        wait: Duration,
+        cancel: &CancellationToken,
+    ) -> Option<Unmet> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut changes = match self.bus() {
+            Ok(bus) => property_changes(bus).await,
+            Err(_) => None,
+        };
+        loop {
+            let (unmet, idle_in) = self.check(conditions).await;
+            let unmet = unmet?;
+            let now = tokio::time::Instant::now();
+            if now >= deadline || cancel.is_cancelled() {
+                return Some(unmet);
+            }
+            let next = idle_in.map_or(RECHECK, |d| d.min(RECHECK));
+            let wake = std::cmp::min(deadline, now + next);
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = cancel.cancelled() => return Some(unmet),
+                Some(_) = next_change(&mut changes) => {}
+            }
+        }
+    }
+}
+
+/// A stream of `PropertiesChanged` signals on the system bus, if it can be had.
+async fn property_changes(bus: &zbus::Connection) -> Option<zbus::MessageStream> {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface("org.freedesktop.DBus.Properties")
+        .member("PropertiesChanged")
+        .build()
+        .inspect_err(|e| tracing::debug!("match rule: {e}"))
+        .ok()?;
+    zbus::MessageStream::for_match_rule(rule, bus, std::num::NonZeroUsize::new(16))
+        .await
+        .inspect_err(|e| tracing::debug!("cannot watch property changes: {e}"))
+        .ok()
+}
+
+async fn next_change(changes: &mut Option<zbus::MessageStream>) -> Option<()> {
+    match changes {
+        Some(s) => s.next().await.map(|_| ()),
+        None => std::future::pending().await,
+    }
+}
+
+/// The 1-minute load average.
+fn load_average() -> Result<f64, String> {
+    let text = std::fs::read_to_string("/proc/loadavg").map_err(|e| e.to_string())?;
+    text.split_whitespace()
+        .next()
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| format!("/proc/loadavg says {text:?}"))
+}
+
+struct SysfsPower {
+    on_battery: bool,
+    battery_percent: Option<f64>,
+}
+
+/// `/sys/class/power_supply`: on battery when a battery discharges and no mains supply
+/// is online; the mean charge of the batteries.
+fn sysfs_power() -> Result<SysfsPower, String> {
+    let dir = std::path::Path::new("/sys/class/power_supply");
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(SysfsPower {
+                on_battery: false,
+                battery_percent: None,
+            });
+        }
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
+    let read = |p: &std::path::Path, f: &str| {
+        std::fs::read_to_string(p.join(f))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let (mut mains_online, mut discharging, mut charges) = (false, false, Vec::new());
+    for e in entries.flatten() {
+        let p = e.path();
+        match read(&p, "type").as_str() {
+            "Mains" | "USB" => mains_online |= read(&p, "online") == "1",
+            "Battery" => {
+                discharging |= read(&p, "status") == "Discharging";
+                if let Ok(c) = read(&p, "capacity").parse::<f64>() {
+                    charges.push(c);
+                }
+            }
+            _ => {}
+        }
+    }
+    let battery_percent =
+        (!charges.is_empty()).then(|| charges.iter().sum::<f64>() / charges.len() as f64);
+    Ok(SysfsPower {
+        on_battery: discharging && !mains_online,
+        battery_percent,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_parse_and_print_back() {
+        let c: Conditions = "ac, battery>50,load<1.5,idle>10m,unlocked,metered=no,ac"
+            .parse()
+            .unwrap();
+        assert_eq!(c.0.len(), 6, "duplicates once");
+        assert_eq!(
+            c.to_string(),
+            "ac,battery>50,load<1.5,idle>10m,unlocked,metered=no"
+        );
+        assert_eq!(c.to_string().parse::<Conditions>().unwrap(), c);
+    }
+
+    #[test]
+    fn bad_conditions_say_what_is_accepted() {
+        for (s, want) in [
+            ("", "no condition given"),
+            (
+                "battery>150",
+                "`battery>150`: the percentage must be a whole number below 100",
+            ),
+            ("load<-1", "`load<-1`: the load must be a positive number"),
+            (
+                "idle>soon",
+                "`idle>soon`: the idle time must be a duration like 10m",
+            ),
+            (
+                "charging",
+                "`charging`: unknown condition (conditions: ac, battery>N",
+            ),
+        ] {
+            let e = s.parse::<Conditions>().unwrap_err();
+            assert!(e.starts_with(want), "{s}: {e}");
+        }
+    }
+}
