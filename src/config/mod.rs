@@ -352,6 +352,18 @@ base_url = "http://127.0.0.1:8080/v1/"
                 "c.toml:1: key `data_dir`: `rel/dir` must be an absolute path",
             ),
             (
+                "[providers.x]\napi_key_env = \"K\"\napi_key_secret = \"x\"\n",
+                "c.toml:3: key `providers.x.api_key_secret`: set only one of api_key_env, api_key_file and api_key_secret (this table sets api_key_env and api_key_secret)",
+            ),
+            (
+                "[providers.x]\napi_key_file = \"k\"\napi_key_env = \"K\"\n",
+                "c.toml:2: key `providers.x.api_key_file`: set only one of",
+            ),
+            (
+                "[providers.x]\napi_key_secret = \" \"\n",
+                "c.toml:2: key `providers.x.api_key_secret`: must name the item",
+            ),
+            (
                 "[daemon]\nmax_concurrent_tasks = 0\n",
                 "c.toml:2: key `daemon.max_concurrent_tasks`: must be at least 1",
             ),
