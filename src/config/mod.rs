@@ -308,6 +308,16 @@ base_url = "http://127.0.0.1:8080/v1/"
     }
 
     #[test]
+    fn api_key_secret_names_the_item() {
+        let src = "[providers.local]\napi_key_secret = \"openai\"\n";
+        let c = Config::from_toml("c.toml", src, &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(
+            c.providers["local"].api_key,
+            ApiKeySource::Secret("openai".into())
+        );
+    }
+
+    #[test]
     fn bad_configs_name_the_key() {
         let e = env(&[("HOME", "/h")]);
         let cases = [

@@ -271,6 +271,42 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_service_key_is_read_at_the_first_request_not_at_build() {
+        // No bus is reachable at this address: building must not try it.
+        let env = BTreeMap::from([(
+            "DBUS_SESSION_BUS_ADDRESS".to_owned(),
+            "unix:path=/nonexistent/bus".to_owned(),
+        )]);
+        let c = cfg(
+            ProviderKind::Anthropic,
+            "https://x",
+            ApiKeySource::Secret("claude".into()),
+        );
+        let slot = KeySlot::new(&c, &env).unwrap();
+        assert!(slot.known().is_none());
+        assert_eq!(
+            describe_source(&c),
+            "the keyring item application=familiar provider=claude"
+        );
+    }
+
+    #[test]
+    fn secret_service_errors_name_the_provider_and_the_fix() {
+        let locked = secret_error("claude", "anthropic", &SecretError::Locked).to_string();
+        assert_eq!(
+            locked,
+            "no API key for provider `claude` from the Secret Service: the keyring is locked; \
+             unlock it (log in to the desktop, or run `secret-tool lookup application familiar \
+             provider anthropic`, which prompts) and retry"
+        );
+        let none = secret_error("claude", "anthropic", &SecretError::NoService("x".into()));
+        assert!(
+            none.to_string().contains("api_key_env or api_key_file"),
+            "{none}"
+        );
+    }
+
+    #[test]
     fn hosted_provider_without_key_says_what_to_set() {
         let env = BTreeMap::new();
         let c = cfg(

@@ -86,7 +86,11 @@ impl Service {
         let found: Vec<OwnedObjectPath> = st
             .items
             .iter()
-            .filter(|i| attributes.iter().all(|(k, v)| i.attributes.get(k) == Some(v)))
+            .filter(|i| {
+                attributes
+                    .iter()
+                    .all(|(k, v)| i.attributes.get(k) == Some(v))
+            })
             .map(|i| OwnedObjectPath::try_from(i.path.clone()).unwrap())
             .collect();
         if st.locked {
@@ -201,7 +205,11 @@ impl Prompt {
     }
 
     #[zbus(signal)]
-    async fn completed(e: &SignalEmitter<'_>, dismissed: bool, result: Variant<'_>) -> zbus::Result<()>;
+    async fn completed(
+        e: &SignalEmitter<'_>,
+        dismissed: bool,
+        result: Variant<'_>,
+    ) -> zbus::Result<()>;
 }
 
 /// The fake service, owning `org.freedesktop.secrets` on a bus until dropped.
