@@ -233,8 +233,8 @@ async fn lookup_now(bus: &Bus, name: &str) -> Result<SecretText, SecretError> {
 
 /// Stores `secret` as `name`'s item in the default collection, replacing one with the
 /// same attributes. A locked collection is unlocked first, through the service's
-/// prompt if it has one. Returns the new item's path.
-pub async fn store(bus: &Bus, name: &str, secret: &str) -> Result<String, SecretError> {
+/// prompt if it has one.
+pub async fn store(bus: &Bus, name: &str, secret: &str) -> Result<(), SecretError> {
     let conn = bus.connect().await?;
     let service = ServiceProxy::new(&conn).await.map_err(bus_error)?;
     let session = open_session(&service).await?;
@@ -278,13 +278,11 @@ pub async fn store(bus: &Bus, name: &str, secret: &str) -> Result<String, Secret
         .create_item(properties, &wire, true)
         .await
         .map_err(bus_error)?;
-    if item.as_str() != NO_OBJECT {
-        return Ok(item.to_string());
+    if item.as_str() == NO_OBJECT {
+        // The service wants confirmation first (KeePassXC can ask for each new item).
+        run_prompt(&conn, &prompt).await?;
     }
-    let result = run_prompt(&conn, &prompt).await?;
-    Ok(OwnedObjectPath::try_from(result)
-        .map(|p| p.to_string())
-        .unwrap_or_default())
+    Ok(())
 }
 
 async fn open_session(service: &ServiceProxy<'_>) -> Result<OwnedObjectPath, SecretError> {

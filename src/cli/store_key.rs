@@ -132,10 +132,13 @@ fn read_key(provider: &str) -> anyhow::Result<Option<String>> {
             }
         })?;
         drop(hidden);
-        writeln!(std::io::stderr().lock())?;
         match read {
+            // The terminal echoed the newline (ECHONL).
             Some(line) => text = line.context("cannot read the key from the terminal")?,
-            None => return Ok(None),
+            None => {
+                writeln!(std::io::stderr().lock())?;
+                return Ok(None);
+            }
         }
     } else {
         stdin
