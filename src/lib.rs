@@ -18,7 +18,8 @@
 //! - [`llm`], [`policy`], [`dbus`], [`hyprland`]: model providers and streaming; the
 //!   decision for one call; the session-bus contract (names, errors, proxies); the
 //!   compositor's socket.
-//! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
+//! - [`config`], [`approval`], [`secrets`]: `config.toml` and paths; approval
+//!   requests; the Secret Service client that reads and stores API keys.
 //! - [`catalog`], [`error`], [`ids`], [`logging`]: the tool catalog and tiers, shared
 //!   errors, newtype ids, tracing.
 //! - `fuzzing` (hidden): entry points for the cargo-fuzz targets in `fuzz/`.
@@ -41,6 +42,7 @@ pub mod mcp;
 pub mod policy;
 pub mod ratelimit;
 pub mod sandbox;
+pub mod secrets;
 pub mod snapshot;
 pub mod soul;
 pub mod store;

@@ -18,6 +18,7 @@ mod prompt;
 mod prune;
 mod run;
 mod setup;
+mod store_key;
 mod typed;
 mod when;
 
@@ -150,6 +151,10 @@ pub enum Command {
         /// config stay)
         #[arg(long)]
         uninstall: bool,
+        /// Only store PROVIDER's API key in the Secret Service (typed without echo, or
+        /// read from stdin when it is not a terminal) and say what config.toml needs
+        #[arg(long, value_name = "PROVIDER", conflicts_with_all = ["dry_run", "uninstall"])]
+        store_key: Option<String>,
     },
     /// Print the man page (roff): `familiar man | man -l -`
     Man,
@@ -372,7 +377,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Cancel { task_id } => client::cancel(&task_id),
         Command::Approve { request_id } => client::respond(&request_id, true),
         Command::Deny { request_id } => client::respond(&request_id, false),
-        Command::Setup { dry_run, uninstall } => setup::setup(dry_run, uninstall, &mut out),
+        Command::Setup {
+            store_key: Some(provider),
+            ..
+        } => store_key::store_key(&cli.config, &provider, &mut out),
+        Command::Setup {
+            dry_run, uninstall, ..
+        } => setup::setup(dry_run, uninstall, &mut out),
         Command::Doctor(JsonFlag { json }) => doctor::doctor(&cli.config, json, &mut out),
         // main.rs runs the helper before logging is set up; reaching here is a bug.
         Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec is handled before dispatch"),

@@ -308,6 +308,16 @@ base_url = "http://127.0.0.1:8080/v1/"
     }
 
     #[test]
+    fn api_key_secret_names_the_item() {
+        let src = "[providers.local]\napi_key_secret = \"openai\"\n";
+        let c = Config::from_toml("c.toml", src, &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(
+            c.providers["local"].api_key,
+            ApiKeySource::Secret("openai".into())
+        );
+    }
+
+    #[test]
     fn bad_configs_name_the_key() {
         let e = env(&[("HOME", "/h")]);
         let cases = [
@@ -350,6 +360,18 @@ base_url = "http://127.0.0.1:8080/v1/"
             (
                 "data_dir = \"rel/dir\"\n",
                 "c.toml:1: key `data_dir`: `rel/dir` must be an absolute path",
+            ),
+            (
+                "[providers.x]\napi_key_env = \"K\"\napi_key_secret = \"x\"\n",
+                "c.toml:3: key `providers.x.api_key_secret`: set only one of api_key_env, api_key_file and api_key_secret (this table sets api_key_env and api_key_secret)",
+            ),
+            (
+                "[providers.x]\napi_key_file = \"k\"\napi_key_env = \"K\"\n",
+                "c.toml:2: key `providers.x.api_key_file`: set only one of",
+            ),
+            (
+                "[providers.x]\napi_key_secret = \" \"\n",
+                "c.toml:2: key `providers.x.api_key_secret`: must name the item",
             ),
             (
                 "[daemon]\nmax_concurrent_tasks = 0\n",

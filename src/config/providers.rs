@@ -2,7 +2,8 @@
 //! every default filled in, and with no table at all the environment picks one.
 //!
 //! Invariant: a resolved provider has an http(s) base URL without a trailing slash,
-//! at most one key source, and a temperature within 0.0..=2.0.
+//! at most one key source (environment, credential file or Secret Service), and a
+//! temperature within 0.0..=2.0.
 
 use std::time::Duration;
 
@@ -47,25 +48,7 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
         }
         .to_owned()
     });
-    let api_key = match (p.api_key_env, p.api_key_file) {
-        (Some(_), Some(_)) => {
-            return Err((
-                "api_key_file",
-                "set either api_key_env or api_key_file, not both".to_owned(),
-            ));
-        }
-        (Some(var), None) => ApiKeySource::Env(var),
-        (None, Some(file)) => {
-            if file.contains('/') || file.starts_with('.') {
-                return Err((
-                    "api_key_file",
-                    format!("`{file}` must be a plain file name in $CREDENTIALS_DIRECTORY"),
-                ));
-            }
-            ApiKeySource::CredentialFile(file)
-        }
-        (None, None) => ApiKeySource::None,
-    };
+    let api_key = api_key_source(p.api_key_env, p.api_key_file, p.api_key_secret)?;
     let stall_timeout = match p.stall_timeout {
         Some(s) => parse_duration(&s).map_err(|e| ("stall_timeout", e.to_string()))?,
         None => DEFAULT_STALL_TIMEOUT,
@@ -88,6 +71,56 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
         max_retries: p.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
         max_output_tokens: p.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
         temperature: p.temperature,
+    })
+}
+
+/// The one key source a table sets; setting two is an error naming the later key.
+fn api_key_source(
+    env: Option<String>,
+    file: Option<String>,
+    secret: Option<String>,
+) -> Result<ApiKeySource, KeyError> {
+    let set: Vec<&str> = [
+        ("api_key_env", env.is_some()),
+        ("api_key_file", file.is_some()),
+        ("api_key_secret", secret.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(key, is_set)| is_set.then_some(key))
+    .collect();
+    if let [.., last] = set[..]
+        && set.len() > 1
+    {
+        return Err((
+            last,
+            format!(
+                "set only one of api_key_env, api_key_file and api_key_secret (this table sets {})",
+                set.join(" and ")
+            ),
+        ));
+    }
+    Ok(match (env, file, secret) {
+        (Some(var), _, _) => ApiKeySource::Env(var),
+        (None, Some(file), _) => {
+            if file.contains('/') || file.starts_with('.') {
+                return Err((
+                    "api_key_file",
+                    format!("`{file}` must be a plain file name in $CREDENTIALS_DIRECTORY"),
+                ));
+            }
+            ApiKeySource::CredentialFile(file)
+        }
+        (None, None, Some(name)) => {
+            if name.trim().is_empty() {
+                return Err((
+                    "api_key_secret",
+                    "must name the item (its `provider` attribute), e.g. the table's name"
+                        .to_owned(),
+                ));
+            }
+            ApiKeySource::Secret(name)
+        }
+        (None, None, None) => ApiKeySource::None,
     })
 }
 

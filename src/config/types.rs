@@ -51,6 +51,8 @@ pub struct ProviderToml {
     pub model: Option<String>,
     pub api_key_env: Option<String>,
     pub api_key_file: Option<String>,
+    /// The `provider` attribute of a Secret Service item (`application = "familiar"`).
+    pub api_key_secret: Option<String>,
     pub context_window: Option<u32>,
     pub fallback_model: Option<String>,
     /// Another `[providers.NAME]` to switch to after repeated overload or a stall.
@@ -115,6 +117,9 @@ pub enum ApiKeySource {
     Env(String),
     /// A file name in `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`).
     CredentialFile(String),
+    /// The Secret Service item with the attributes `application = "familiar"` and
+    /// `provider = ` this name (see [`crate::secrets`]).
+    Secret(String),
 }
 
 /// One effective provider.

@@ -14,7 +14,7 @@ use futures::stream::BoxStream;
 use reqwest::header::HeaderMap;
 use tokio_util::sync::CancellationToken;
 
-use super::keys::{ApiKey, describe_source};
+use super::keys::{ApiKey, KeySlot, describe_source};
 use super::sse::{self, ByteStream, Decoder, SseStream};
 use super::{ConnectError, LlmError, Provider, Request, StreamEvent};
 use crate::config::ProviderConfig;
@@ -28,7 +28,7 @@ const MAX_MESSAGE: usize = 500;
 /// What a provider needs to make requests.
 pub(crate) struct HttpCtx {
     pub(crate) client: reqwest::Client,
-    pub(crate) key: Option<ApiKey>,
+    key: KeySlot,
     pub(crate) cfg: ProviderConfig,
 }
 
@@ -54,11 +54,7 @@ pub fn install_tls_provider() {
 }
 
 impl HttpCtx {
-    pub(crate) fn new(
-        cfg: &ProviderConfig,
-        key: Option<ApiKey>,
-        client: reqwest::Client,
-    ) -> Arc<Self> {
+    pub(crate) fn new(cfg: &ProviderConfig, key: KeySlot, client: reqwest::Client) -> Arc<Self> {
         Arc::new(HttpCtx {
             client,
             key,
@@ -66,8 +62,13 @@ impl HttpCtx {
         })
     }
 
+    /// The key requests carry (read from the Secret Service on first use).
+    pub(crate) async fn key(&self) -> Result<Option<&ApiKey>, LlmError> {
+        self.key.get(&self.cfg.name).await
+    }
+
     fn scrub(&self, text: &str) -> String {
-        match &self.key {
+        match self.key.known() {
             Some(k) => k.scrub(text),
             None => text.to_owned(),
         }
@@ -98,14 +99,14 @@ impl HttpCtx {
                  pick a model with tool support (e.g. qwen2.5, llama3.1) or another provider"
             )),
             400 => LlmError::BadRequest(format!("bad request (400) from {url}: {message}")),
-            401 | 403 => LlmError::Auth(match &self.key {
+            401 | 403 => LlmError::Auth(match self.key.known() {
                 Some(_) => format!(
                     "the API key in {} was rejected ({status}): {message}",
                     describe_source(&self.cfg)
                 ),
                 None => format!(
-                    "no API key: {url} answered {status}; set api_key_env or api_key_file in \
-                     [providers.{}] ({message})",
+                    "no API key: {url} answered {status}; set api_key_env, api_key_file or \
+                     api_key_secret in [providers.{}] ({message})",
                     self.cfg.name
                 ),
             }),
@@ -279,8 +280,12 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
     Some(d.min(MAX_RETRY_AFTER))
 }
 
+/// Adds a wire format's headers and the key to a request ([`Wire::authorize`]).
+type Authorize = fn(reqwest::RequestBuilder, Option<&ApiKey>) -> reqwest::RequestBuilder;
+
 enum Phase {
-    Send(Box<reqwest::RequestBuilder>),
+    /// The request without its key, which may still have to be read.
+    Send(Box<reqwest::RequestBuilder>, Authorize),
     Read(SseStream),
     Done,
 }
@@ -343,10 +348,10 @@ impl<W: Wire> Provider for HttpProvider<W> {
             .post(url)
             .header("accept", "text/event-stream")
             .json(&W::body(req));
-        let builder = W::authorize(builder, self.ctx.key.as_ref());
         drive(
             Arc::clone(&self.ctx),
             builder,
+            W::authorize,
             W::decoder(),
             req.model.clone(),
             cancel,
@@ -366,6 +371,7 @@ impl<W: Wire> Provider for HttpProvider<W> {
 pub(crate) fn drive(
     ctx: Arc<HttpCtx>,
     request: reqwest::RequestBuilder,
+    authorize: Authorize,
     decoder: Box<dyn Decoder>,
     model: String,
     cancel: CancellationToken,
@@ -373,7 +379,7 @@ pub(crate) fn drive(
     let state = Drive {
         ctx,
         model,
-        phase: Phase::Send(Box::new(request)),
+        phase: Phase::Send(Box::new(request), authorize),
         decoder,
         queue: VecDeque::new(),
         cancel,
@@ -397,8 +403,17 @@ impl Drive {
             }
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Done => return None,
-                Phase::Send(request) => {
-                    match send(&self.ctx, &self.cancel, &self.model, *request).await {
+                Phase::Send(request, authorize) => {
+                    let key = tokio::select! {
+                        biased;
+                        () = self.cancel.cancelled() => return Some(Err(LlmError::Cancelled)),
+                        key = self.ctx.key() => key,
+                    };
+                    let request = match key {
+                        Ok(key) => authorize(*request, key),
+                        Err(e) => return Some(Err(e)),
+                    };
+                    match send(&self.ctx, &self.cancel, &self.model, request).await {
                         Ok(sse) => self.phase = Phase::Read(sse),
                         Err(e) => return Some(Err(e)),
                     }

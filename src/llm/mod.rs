@@ -293,13 +293,14 @@ pub fn build(cfg: &ProviderConfig, env: &dyn Env) -> Result<Arc<dyn Provider>, L
 }
 
 /// [`build`] on a shared HTTP client (see [`http::new_client`]). The key is still read
-/// now, so a rotated key is picked up by the next task.
+/// per provider (now, or from the Secret Service at its first request), so a rotated
+/// key is picked up by the next task.
 pub fn build_with(
     cfg: &ProviderConfig,
     env: &dyn Env,
     client: &reqwest::Client,
 ) -> Result<Arc<dyn Provider>, LlmError> {
-    let key = keys::resolve(cfg, env)?;
+    let key = keys::KeySlot::new(cfg, env)?;
     let http = http::HttpCtx::new(cfg, key, client.clone());
     Ok(match cfg.kind {
         ProviderKind::Openai => Arc::new(HttpProvider::<openai::OpenAi>::new(http)),

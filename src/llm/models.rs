@@ -57,8 +57,8 @@ pub async fn list_models(
     env: &dyn Env,
     client: &reqwest::Client,
 ) -> Result<ModelList, LlmError> {
-    let key = keys::resolve(cfg, env)?;
-    let ctx = HttpCtx::new(cfg, key, client.clone());
+    let ctx = HttpCtx::new(cfg, keys::KeySlot::new(cfg, env)?, client.clone());
+    let key = ctx.key().await?;
     match cfg.kind {
         ProviderKind::Anthropic => {
             let url = format!("{}/v1/models?limit=1000", cfg.base_url);
@@ -66,7 +66,7 @@ pub async fn list_models(
                 .client
                 .get(url)
                 .header("anthropic-version", super::anthropic::API_VERSION);
-            if let Some(k) = &ctx.key {
+            if let Some(k) = key {
                 req = req.header("x-api-key", k.expose());
             }
             let list: OpenAiList = get_json(&ctx, req, model).await?;
@@ -77,7 +77,7 @@ pub async fn list_models(
         }
         ProviderKind::Openai => {
             let mut req = ctx.client.get(format!("{}/models", cfg.base_url));
-            if let Some(k) = &ctx.key {
+            if let Some(k) = key {
                 req = req.bearer_auth(k.expose());
             }
             let compatible = get_json::<OpenAiList>(&ctx, req, model).await;

@@ -11,6 +11,7 @@ mod memory;
 mod reliability;
 mod sandbox;
 mod sandbox_plan;
+mod secrets;
 mod snapshot;
 mod store;
 mod subagents;

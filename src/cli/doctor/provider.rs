@@ -88,7 +88,10 @@ fn provider_failure(cfg: &ProviderConfig, model: &str, e: &LlmError) -> (Check, 
             Check::fail(
                 "provider",
                 e.to_string(),
-                format!("set the key: api_key_env or api_key_file in [providers.{name}]"),
+                format!(
+                    "set the key: api_key_env, api_key_file or api_key_secret (`familiar setup \
+                     --store-key {name}`) in [providers.{name}]"
+                ),
             ),
             Some(not_checked()),
         ),
