@@ -64,8 +64,25 @@ pub struct Soul {
     pub delegates: Vec<SoulId>,
     /// Its long-term memory entries go into the system prompt.
     pub memory: bool,
+    /// Local probes run before the first model call: the model is called only when one
+    /// finds something worth reporting (`[precheck]`).
+    pub precheck: Option<Precheck>,
     pub origin: SoulOrigin,
 }
+
+/// A soul's `[precheck]`: what is looked at before the model is asked anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Precheck {
+    /// Failed units of the user's systemd manager.
+    pub failed_units: bool,
+    /// A disk used above this percentage.
+    pub disk_percent: u8,
+    /// Errors in the user journal since the previous pre-check of this soul.
+    pub journal_errors: bool,
+}
+
+/// `[precheck] disk_percent` when left out.
+pub const DEFAULT_DISK_PERCENT: u8 = 90;
 
 impl Soul {
     /// The modes in force under `policy`.
@@ -169,6 +186,7 @@ pub fn parse(
         rate_limits: raw.rate_limits.unwrap_or_default(),
         delegates,
         memory: raw.memory.unwrap_or(false),
+        precheck: f.precheck(raw.precheck)?,
         origin,
     })
 }

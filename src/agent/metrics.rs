@@ -51,7 +51,8 @@ mod tests {
         let m = Metrics::default();
         bump(&m.tool_executions);
         let s = m.snapshot();
-        assert_eq!(s.len(), 10);
+        assert_eq!(s.len(), 11);
+        assert_eq!(s["tasks_skipped"], 0);
         assert_eq!(s["tool_executions"], 1);
         assert_eq!(s["rate_limited"], 0);
     }

@@ -26,6 +26,7 @@ mod mcp;
 pub mod metrics;
 mod overflow;
 pub mod plan;
+mod precheck;
 pub mod prompt;
 pub mod reminder;
 pub mod repair;

@@ -221,13 +221,7 @@ async fn drive(
     );
     let mut state = match refusal {
         Some(why) => State::Finish(TaskStatus::Denied, why),
-        None => match task.unmet_conditions().await {
-            Some(why) => State::Finish(TaskStatus::Skipped, why),
-            None => {
-                task.offer_mcp_tools().await;
-                State::CheckLimits
-            }
-        },
+        None => task.before_first_call().await,
     };
     let (status, result) = loop {
         state = match state {
@@ -264,6 +258,29 @@ async fn drive(
 }
 
 impl Task {
+    /// What runs once before the first model call, cheapest first: the `--when`
+    /// conditions, the soul's pre-check, then its MCP servers. A task that should not
+    /// call the model ends here, `skipped`, at zero tokens.
+    async fn before_first_call(&mut self) -> State {
+        if let Some(why) = self.unmet_conditions().await {
+            return State::Finish(TaskStatus::Skipped, why);
+        }
+        if let Some(report) = self.precheck().await {
+            if report.findings.is_empty() {
+                let why = format!("nothing to report: {}", report.quiet.join(", "));
+                tracing::info!("{why}");
+                return State::Finish(TaskStatus::Skipped, why);
+            }
+            self.progress.notes.push(format!(
+                "A pre-check found, before you started (look into these; do not search \
+                 for them again):\n- {}",
+                report.findings.join("\n- ")
+            ));
+        }
+        self.offer_mcp_tools().await;
+        State::CheckLimits
+    }
+
     async fn call_model(&mut self) -> State {
         let Some(mut client) = self.model.client.take() else {
             let err = self

@@ -263,7 +263,8 @@ async fn submit_and_follow(
         .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
     follow.finish(status, &result, session_id).await;
     printer.await.context("the output printer failed")??;
-    if args.notify {
+    // A skipped task has no news: the journal (this command's output) says why.
+    if args.notify && status != TaskStatus::Skipped {
         notify_result(status, &result).await?;
     }
     if cancelled {

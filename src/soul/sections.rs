@@ -9,8 +9,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WALL_CLOCK, DEFAULT_TOOLS,
-    MAX_MAX_ITERATIONS, PromptSource, load_prompt,
+    DEFAULT_DISK_PERCENT, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WALL_CLOCK,
+    DEFAULT_TOOLS, MAX_MAX_ITERATIONS, Precheck, PromptSource, load_prompt,
 };
 use crate::catalog::{self, Tier};
 use crate::config::{expand_home, parse_duration};
@@ -38,6 +38,16 @@ pub(super) struct SoulToml {
     pub(super) rate_limits: Option<RateLimits>,
     pub(super) delegates: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) memory: Option<bool>,
+    pub(super) precheck: Option<PrecheckToml>,
+}
+
+/// `[precheck]` as written: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PrecheckToml {
+    pub(super) failed_units: Option<bool>,
+    pub(super) disk_percent: Option<Spanned<u8>>,
+    pub(super) journal_errors: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -66,6 +76,35 @@ pub(super) struct Fields<'a> {
 }
 
 impl Fields<'_> {
+    /// `[precheck]`: the probes, each on unless turned off; a disk is worth reporting
+    /// above `disk_percent` (1..=100, default 90).
+    pub(super) fn precheck(
+        &self,
+        raw: Option<PrecheckToml>,
+    ) -> Result<Option<Precheck>, FileError> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let disk_percent = match raw.disk_percent {
+            Some(p) if !(1..=100).contains(p.get_ref()) => {
+                return Err(self.at(
+                    p.span(),
+                    format!(
+                        "{} is outside 1..=100 (percent of a disk used)",
+                        p.get_ref()
+                    ),
+                ));
+            }
+            Some(p) => p.into_inner(),
+            None => DEFAULT_DISK_PERCENT,
+        };
+        Ok(Some(Precheck {
+            failed_units: raw.failed_units.unwrap_or(true),
+            disk_percent,
+            journal_errors: raw.journal_errors.unwrap_or(true),
+        }))
+    }
+
     fn at(&self, span: Range<usize>, msg: String) -> FileError {
         FileError::at(self.file, self.src, span, msg)
     }

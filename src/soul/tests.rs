@@ -133,6 +133,14 @@ fn malformed_souls_name_file_line_key_and_allowed_values() {
             "mine.toml:2: key `max_iterations`: 0 is outside 1..=1000",
         ),
         (
+            "prompt = \"p\"\n[precheck]\ndisk_percent = 0\n",
+            "mine.toml:3: key `precheck.disk_percent`: 0 is outside 1..=100",
+        ),
+        (
+            "prompt = \"p\"\n[precheck]\nfailed = true\n",
+            "mine.toml:3: key `precheck.failed`: unknown field `failed`",
+        ),
+        (
             "prompt = \"p\"\ntools = [\"mcp:Notes\"]\n",
             "mine.toml:2: key `tools`: `mcp:Notes` is not an MCP entry: write `mcp:NAME`",
         ),

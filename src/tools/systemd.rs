@@ -184,6 +184,19 @@ pub fn is_familiar_unit(name: &str) -> bool {
         || name.contains("-dev.familiar.")
 }
 
+/// The user manager's failed units on `bus`, by name (a pre-check's probe).
+pub async fn failed_units(bus: &Bus) -> zbus::Result<Vec<String>> {
+    let conn = bus.connect().await?;
+    let manager = ManagerProxy::new(&conn).await?;
+    Ok(manager
+        .list_units()
+        .await?
+        .into_iter()
+        .filter(|u| u.3 == "failed")
+        .map(|u| u.0)
+        .collect())
+}
+
 pub struct SystemdUser {
     presence: Presence,
 }

@@ -325,3 +325,43 @@ async fn systemd_user_is_hidden_without_a_user_manager() {
         ["systemd_user"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_precheck_finds_failed_user_units_and_hands_them_to_the_model() {
+    let bus = TestBus::start();
+    let (_systemd, _) = fake_systemd(&bus).await;
+    let server =
+        crate::common::llm_server::LlmServer::start(vec![text_reply("broken.service failed")])
+            .await;
+    let home = crate::common::TestHome::new();
+    home.write_config(
+        "config.toml",
+        &format!(
+            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"m\"\nmax_retries = 0\n",
+            server.base
+        ),
+    );
+    home.write_config(
+        "souls/checkup.toml",
+        "prompt = \"Check the machine.\"\ntools = [\"read_file\"]\n[precheck]\n\
+         journal_errors = false\ndisk_percent = 100\n",
+    );
+    let mut cmd = home.familiar_process();
+    cmd.env("DBUS_SESSION_BUS_ADDRESS", &bus.address).args([
+        "run",
+        "--soul",
+        "checkup",
+        "weekly check-up",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = server.requests()[0].body["messages"].to_string();
+    assert!(sent.contains("failed user units: broken.service"), "{sent}");
+}
