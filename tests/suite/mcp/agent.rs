@@ -374,3 +374,47 @@ async fn a_killed_run_takes_its_mcp_server_along() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_keeps_an_mcp_server_across_tasks_and_stops_it_when_it_stops() {
+    use crate::suite::daemon::{Fixture, Watch};
+    if !landlock_available() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let mut f = Fixture::custom(
+        vec![
+            tools_reply(&[("c1", "files__echo", json!({"text": "first"}))]),
+            text_reply("one"),
+            tools_reply(&[("c2", "files__echo", json!({"text": "second"}))]),
+            text_reply("two"),
+        ],
+        &mcp_table("ok", scratch.path()),
+        OPEN_POLICY,
+        familiar::daemon::DaemonOptions::default(),
+        &[(
+            "mcp",
+            "id = \"mcp\"\nprompt = \"You use MCP tools.\"\ntools = [\"mcp:files\"]\n",
+        )],
+        Vec::new(),
+    )
+    .await;
+    let mut watch = Watch::new(&f.proxy).await;
+    let pid_file = f.harness.store.data_dir().join("mcp/files/server.pid");
+    let mut pids = Vec::new();
+    for prompt in ["echo first", "echo second"] {
+        let (task, _) = f.submit("mcp", prompt).await.unwrap();
+        let (status, result) = watch.finished(&task).await;
+        assert_eq!(status, "completed", "{result}");
+        pids.push(std::fs::read_to_string(&pid_file).unwrap());
+    }
+    assert_eq!(pids[0], pids[1], "one server for both tasks");
+    assert!(alive(&pids[0]));
+    f.daemon.take().unwrap().shutdown().await;
+    // Stopped and reaped by the helper before the daemon's shutdown returned.
+    assert!(
+        !alive(&pids[0]),
+        "the server {} outlived the daemon",
+        pids[0]
+    );
+}
