@@ -94,6 +94,15 @@ impl McpTools {
                 if !catalog::allowlist_allows(allowlist, &name) {
                     continue;
                 }
+                if !callable(&name) {
+                    tracing::warn!(
+                        "MCP tool `{name}` left out: providers take only 1-64 letters, digits, `_` and `-` in a tool name"
+                    );
+                    notes.push(format!(
+                        "The MCP tool `{name}` is not available: its name has characters models cannot call."
+                    ));
+                    continue;
+                }
                 out.defs.push(ToolDef {
                     name: name.clone(),
                     description: t.description,
@@ -149,6 +158,15 @@ impl McpTools {
     }
 }
 
+/// Whether providers accept `name` as a function name (OpenAI's and Anthropic's rule:
+/// 1 to 64 ASCII letters, digits, `_` and `-`).
+fn callable(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// One call of an MCP tool, for the dispatcher.
 struct McpCall {
     hub: Arc<McpHub>,
@@ -196,5 +214,18 @@ impl Tool for McpCall {
                 ))),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_providers_accept_are_offered() {
+        assert!(callable("notes__search-all_2"));
+        assert!(!callable("notes__search.all"));
+        assert!(!callable("notes__recherche_é"));
+        assert!(!callable(&format!("notes__{}", "x".repeat(60))));
     }
 }
