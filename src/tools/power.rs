@@ -10,7 +10,7 @@
 
 use futures::FutureExt;
 use serde_json::{Value, json};
-use zbus_systemd::login1::ManagerProxy as Login1Proxy;
+use zbus::proxy;
 
 use super::bus::{Bus, Presence};
 use super::util::{not_one_of, object_schema, str_arg};
@@ -19,6 +19,20 @@ use crate::catalog::{self, ToolInfo};
 
 /// logind's bus name.
 pub const SERVICE: &str = "org.freedesktop.login1";
+
+#[proxy(
+    interface = "org.freedesktop.login1.Manager",
+    default_service = "org.freedesktop.login1",
+    default_path = "/org/freedesktop/login1"
+)]
+trait Login1 {
+    fn can_suspend(&self) -> zbus::Result<String>;
+    fn can_reboot(&self) -> zbus::Result<String>;
+    fn can_power_off(&self) -> zbus::Result<String>;
+    fn suspend(&self, interactive: bool) -> zbus::Result<()>;
+    fn reboot(&self, interactive: bool) -> zbus::Result<()>;
+    fn power_off(&self, interactive: bool) -> zbus::Result<()>;
+}
 
 /// What the model asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use zbus::OwnedObjectPath;
-use zbus_systemd::systemd1::{ManagerProxy, UnitProxy};
+use zbus::proxy;
 
 use super::bus::{Bus, Presence};
 use super::util::{not_one_of, object_schema, str_arg};
@@ -30,8 +30,6 @@ pub const MAX_UNIT_NAME: usize = 256;
 /// How long a start/stop/restart/reload job is waited for before the tool reports it
 /// as still running (the job goes on in the manager either way).
 pub const JOB_WAIT: Duration = Duration::from_secs(60);
-/// The job mode of every start, stop, restart and reload (`systemctl`'s default).
-const REPLACE: &str = "replace";
 /// Unit types systemd knows; a name without one of them gets `.service`.
 const UNIT_TYPES: &[&str] = &[
     "service",
@@ -61,6 +59,44 @@ pub type UnitRow = (
     String,
     OwnedObjectPath,
 );
+
+#[proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1"
+)]
+trait Manager {
+    fn list_units(&self) -> zbus::Result<Vec<UnitRow>>;
+    fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
+    fn start_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    fn reload_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+
+    #[zbus(signal)]
+    fn job_removed(
+        &self,
+        id: u32,
+        job: OwnedObjectPath,
+        unit: String,
+        result: String,
+    ) -> zbus::Result<()>;
+}
+
+#[proxy(
+    interface = "org.freedesktop.systemd1.Unit",
+    default_service = "org.freedesktop.systemd1"
+)]
+trait Unit {
+    #[zbus(property)]
+    fn description(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn load_state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn active_state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn sub_state(&self) -> zbus::Result<String>;
+}
 
 /// What the model asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +350,7 @@ async fn unit_proxy<'a>(
     unit: &str,
 ) -> Result<UnitProxy<'a>, ToolError> {
     let path = manager
-        .load_unit(unit.to_owned())
+        .load_unit(unit)
         .await
         .map_err(|e| call_error(&format!("loading {unit}"), e))?;
     UnitProxy::builder(conn)
@@ -367,22 +403,10 @@ async fn job(
         .await
         .map_err(|e| call_error(&what, e))?;
     let queued = match action {
-        Action::Start => {
-            manager
-                .start_unit(unit.to_owned(), REPLACE.to_owned())
-                .await
-        }
-        Action::Stop => manager.stop_unit(unit.to_owned(), REPLACE.to_owned()).await,
-        Action::Restart => {
-            manager
-                .restart_unit(unit.to_owned(), REPLACE.to_owned())
-                .await
-        }
-        Action::Reload => {
-            manager
-                .reload_unit(unit.to_owned(), REPLACE.to_owned())
-                .await
-        }
+        Action::Start => manager.start_unit(unit, "replace").await,
+        Action::Stop => manager.stop_unit(unit, "replace").await,
+        Action::Restart => manager.restart_unit(unit, "replace").await,
+        Action::Reload => manager.reload_unit(unit, "replace").await,
         Action::Status | Action::List => {
             return Err(ToolError::Fatal(format!("{what} is not a job")));
         }
