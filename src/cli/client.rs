@@ -9,6 +9,7 @@ use std::io::Write;
 
 use zbus::Connection;
 
+use super::output::Table;
 use super::{Exit, Out};
 use crate::dbus::proxy::{Agent1Proxy, method_error};
 use crate::sandbox::status::{Enforcement, EnforcementStatus};
@@ -329,14 +330,21 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         writeln!(out, "no tasks since the daemon started")?;
         return Ok(Exit::Completed);
     }
-    writeln!(out, "{:<18} {:<18} {:<16} PROMPT", "ID", "SOUL", "STATUS")?;
-    for ((id, soul, status, prompt), parent, pending) in &list {
-        let prompt = prompt.replace('\n', " ");
+    let mut table = Table::new(["ID", "SOUL", "STATUS", "PROMPT"]);
+    for ((id, soul, status, prompt), parent, _) in &list {
         let id = match parent {
             Some(_) => format!("└ {id}"),
             None => id.clone(),
         };
-        writeln!(out, "{id:<18} {soul:<18} {status:<16} {prompt}")?;
+        table.row([&id, soul, status, prompt]);
+    }
+    // One line per row after the header, so each task's approvals go right below it.
+    let mut lines = out.table_lines(table).into_iter();
+    if let Some(header) = lines.next() {
+        writeln!(out, "{header}")?;
+    }
+    for (line, (_, _, pending)) in lines.zip(&list) {
+        writeln!(out, "{line}")?;
         for a in pending {
             writeln!(
                 out,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+use super::output::Table;
 use super::{Exit, Out, SessionsAction, SoulsAction};
 use crate::config::{Config, ProcessEnv};
 use crate::policy::{self, Call, Decision, PathContext, Policy};
@@ -52,23 +53,20 @@ pub fn souls(
                 }
                 return Ok(Exit::Completed);
             }
-            writeln!(
-                out,
-                "{:<18} {:>5}  {:<28} DESCRIPTION",
-                "ID", "ITERS", "MODEL"
-            )?;
+            let mut table = Table::new(["ID", "ITERS", "MODEL", "DESCRIPTION"]).right_aligned(1);
             for soul in l.souls.souls.values() {
-                let model = model_of(&l.config, soul);
                 let marker = match soul.origin {
                     SoulOrigin::BuiltIn => "",
                     SoulOrigin::File(_) => " (user file)",
                 };
-                writeln!(
-                    out,
-                    "{:<18} {:>5}  {:<28} {}{marker}",
-                    soul.id, soul.max_iterations, model, soul.description
-                )?;
+                table.row([
+                    soul.id.as_str(),
+                    &soul.max_iterations.to_string(),
+                    &model_of(&l.config, soul),
+                    &format!("{}{marker}", soul.description),
+                ]);
             }
+            out.table(table, "")?;
             Ok(Exit::Completed)
         }
         Some(SoulsAction::Show { id }) => {
@@ -146,17 +144,13 @@ fn show_soul(l: &Loaded, soul: &Soul, out: &mut Out) -> anyhow::Result<()> {
         "  tools (mode in force under policy `{}`):",
         l.policy.name
     )?;
+    let mut table = Table::new(["TOOL", "TIER", "MODE"]);
     for tool in &soul.grant.tools {
         if let Some(info) = crate::catalog::info(tool) {
-            writeln!(
-                out,
-                "    {:<16} {:<16} {}",
-                tool,
-                info.tier.as_str(),
-                modes.get(info.tier)
-            )?;
+            table.row([tool, info.tier.as_str(), &modes.get(info.tier).to_string()]);
         }
     }
+    out.table(table, "    ")?;
     let list = |v: &[PathBuf]| {
         if v.is_empty() {
             "(none)".to_owned()
@@ -296,17 +290,16 @@ pub fn sessions(
                 )?;
                 return Ok(Exit::Completed);
             }
-            writeln!(out, "{:<16} {:<18} {:<20} TITLE", "ID", "SOUL", "UPDATED")?;
+            let mut table = Table::new(["ID", "SOUL", "UPDATED", "TITLE"]);
             for s in &sessions {
-                writeln!(
-                    out,
-                    "{:<16} {:<18} {:<20} {}",
-                    s.id,
-                    s.soul,
-                    format_time(s.updated_at),
-                    s.title
-                )?;
+                table.row([
+                    s.id.as_str(),
+                    s.soul.as_str(),
+                    &format_time(s.updated_at),
+                    &s.title,
+                ]);
             }
+            out.table(table, "")?;
             Ok(Exit::Completed)
         }
         Some(SessionsAction::Show { id, no_reminders }) => {

@@ -1,16 +1,22 @@
 //! Retry policy: which waits to use between attempts, and how to wait.
 //!
-//! Exponential backoff with jitter (base 1 s, cap 30 s) unless the server said how long
-//! to wait (`Retry-After`, `retry-after-ms`), which is honoured as given. The wait
-//! itself goes through a [`Sleeper`] so tests run with no delay and still see every
-//! delay that would have been used (each is reported in a `Retry` event).
+//! Exponential backoff with jitter (base 1 s, cap 30 s, `backon`'s schedule) unless the
+//! server said how long to wait (`Retry-After`, `retry-after-ms`), which is honoured as
+//! given. The wait itself goes through a [`Sleeper`] so tests run with no delay and
+//! still see every delay that would have been used (each is reported in a `Retry`
+//! event).
+//!
+//! Only the schedule is `backon`'s: its retry loop (`Retryable`) retries a future that
+//! either succeeds or fails, while ours retries a stream that may fail after it emitted
+//! events, reports each retry as an event, falls back to another model with retries of
+//! its own, and waits under the task's cancellation token (`llm::client`).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::future::BoxFuture;
-use rand::Rng;
 
 use super::LlmError;
 use crate::config::{DEFAULT_MAX_RETRIES, ProviderConfig};
@@ -85,15 +91,28 @@ impl RetryPolicy {
         if let Some(d) = err.retry_after() {
             return d;
         }
-        let exp = 2u32.saturating_pow(retry.saturating_sub(1));
-        let d = self.base.saturating_mul(exp).min(self.cap);
-        if !self.jitter || d.is_zero() {
-            return d;
+        let nth = usize::try_from(retry.saturating_sub(1)).unwrap_or(usize::MAX);
+        self.backoff().nth(nth).unwrap_or(self.cap)
+    }
+
+    /// The waits for retries 1, 2, …, with no end: the client counts the retries (a
+    /// refused local connection gets fewer, and a fallback starts over).
+    fn backoff(&self) -> impl Iterator<Item = Duration> {
+        let builder = ExponentialBuilder::new().without_max_times();
+        if self.jitter {
+            // backon's jitter adds up to the whole delay again, [d, 2d); from half the
+            // base and half the cap that is our [d/2, d], and no wait passes the cap.
+            builder
+                .with_min_delay(self.base / 2)
+                .with_max_delay(self.cap / 2)
+                .with_jitter()
+                .build()
+        } else {
+            builder
+                .with_min_delay(self.base)
+                .with_max_delay(self.cap)
+                .build()
         }
-        let half = d / 2;
-        let half_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX);
-        let extra = rand::rng().random_range(0..=half_ms);
-        half + Duration::from_millis(extra)
     }
 }
 

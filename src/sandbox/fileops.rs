@@ -241,11 +241,10 @@ fn write(path: &Path, content: &[u8]) -> FileReply {
     }
 }
 
-/// Hand-written rather than `tempfile`'s `persist` (issue 15, evaluated): the temp
-/// file must carry the target's mode before any byte is written, must not follow a
-/// symlink planted at its name (`O_NOFOLLOW | O_EXCL`), and the helper is short-lived
-/// and single-purpose, so a random name buys nothing over the pid; the library would
-/// replace four lines and add a dependency to the one binary the sandbox runs.
+/// Through a `tempfile` temp file beside `path`, opened by us: `O_EXCL | O_NOFOLLOW`
+/// (never through a symlink planted at its name) and with the target's mode before any
+/// byte is written. `tempfile` picks a fresh name, removes the file when anything fails,
+/// and `persist` renames it over `path`, which replaces a name and never follows one.
 fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
     let mode = match path.symlink_metadata() {
         Ok(m) if m.is_symlink() => {
@@ -259,26 +258,21 @@ fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
         .file_name()
         .ok_or_else(|| std::io::Error::other("not a file name"))?;
     let parent = path.parent().unwrap_or(Path::new("."));
-    let tmp = parent.join(format!(
-        ".{}.familiar-{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(mode)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(content).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err()
-        && let Err(e) = std::fs::remove_file(&tmp)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::debug!("removing {}: {e}", tmp.display());
-    }
-    written
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.familiar-", name.to_string_lossy()))
+        .suffix(".tmp")
+        .make_in(parent, |tmp| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(mode)
+                .open(tmp)
+        })?;
+    tmp.as_file_mut().write_all(content)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 fn edit(path: &Path, old: &str, new: &str) -> FileReply {

@@ -140,7 +140,9 @@ impl Search<'_> {
     }
 
     /// Depth-first: in each directory its files in name order, then its
-    /// subdirectories in name order (walkdir, never following a symlink).
+    /// subdirectories in name order (walkdir, never following a symlink). Not the
+    /// `ignore` crate's walker: it skips hidden and git-ignored files by default, and a
+    /// search of `~/.config` or a build tree must see them.
     fn walk(&mut self, root: &Path) {
         let walk = walkdir::WalkDir::new(root)
             .follow_links(false)

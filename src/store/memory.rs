@@ -301,12 +301,12 @@ impl Memory {
 
     /// Replaces the file atomically. Call only under the lock.
     fn save(&self, file: &MemoryFile) -> Result<(), MemoryError> {
-        // `.memory.json.tmp-PID-N` in context/: the store's stale-temp sweep knows the
+        // `.memory.json.tmp-PID-RANDOM` in context/: the store's stale-temp sweep knows the
         // pattern, and tools never see it.
         let temp = atomic::write_temp(&self.private_dir, "memory", |w| {
             serde_json::to_writer_pretty(w, file).map_err(StoreError::Serialize)
         })?;
-        atomic::commit(&temp, &self.path)?;
+        atomic::commit(temp, &self.path)?;
         Ok(())
     }
 }

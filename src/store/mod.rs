@@ -44,7 +44,7 @@ const CONTEXT_DIR: &str = "context";
 const TRANSCRIPT_DIR: &str = "transcripts";
 const WORKSPACE_DIR: &str = "workspaces";
 const AUDIT_FILE: &str = "audit.jsonl";
-/// Temp files are `.SESSION_ID.json.tmp-PID-N`: ids never start with a dot, so a temp
+/// Temp files are `.SESSION_ID.json.tmp-PID-RANDOM`: ids never start with a dot, so a temp
 /// file can never be mistaken for a session.
 
 #[derive(Debug, thiserror::Error)]
@@ -233,7 +233,7 @@ impl Store {
         ctx.revision += 1;
         let written = self
             .write_temp(ctx)
-            .and_then(|temp| self.commit(&temp, &self.context_path(&ctx.session_id)));
+            .and_then(|temp| atomic::commit(temp, &self.context_path(&ctx.session_id)));
         if written.is_err() {
             ctx.revision -= 1;
             return written;
@@ -253,7 +253,7 @@ impl Store {
 
     /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
     /// [`Store::save_context`], split so tests can stop between the halves.
-    fn write_temp(&self, ctx: &Context) -> Result<PathBuf, StoreError> {
+    fn write_temp(&self, ctx: &Context) -> Result<tempfile::TempPath, StoreError> {
         if ctx.version != CONTEXT_VERSION {
             return Err(StoreError::UnsupportedVersion(ctx.version));
         }
@@ -261,10 +261,6 @@ impl Store {
         atomic::write_temp(&dir, ctx.session_id.as_str(), |w| {
             serde_json::to_writer(w, ctx).map_err(StoreError::Serialize)
         })
-    }
-
-    fn commit(&self, temp: &Path, target: &Path) -> Result<(), StoreError> {
-        atomic::commit(temp, target)
     }
 
     /// The session's context, `None` when it has none. A file that does not parse or
@@ -415,7 +411,7 @@ impl Store {
     }
 }
 
-/// The writer's pid in a temp file name `.ID.json.tmp-PID-N`.
+/// The writer's pid in a temp file name `.ID.json.tmp-PID-RANDOM`.
 fn temp_file_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix('.')?;
     let (_, tail) = rest.split_once(TEMP_MARKER)?;

@@ -171,6 +171,28 @@ fn crash_between_write_and_rename_keeps_the_old_file() {
 }
 
 #[test]
+fn a_failed_or_uncommitted_write_leaves_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let failed =
+        super::atomic::write_temp(dir.path(), "s1", |_| Err(StoreError::UnsupportedVersion(0)));
+    assert!(failed.is_err());
+    let uncommitted = super::atomic::write_temp(dir.path(), "s1", |_| Ok(())).unwrap();
+    let name = uncommitted
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        super::temp_file_pid(&name),
+        Some(std::process::id()),
+        "{name}"
+    );
+    drop(uncommitted);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
 fn open_removes_temp_files_of_dead_writers_only() {
     let (_dir, store) = store();
     let ctx_dir = store.data_dir().join("context");

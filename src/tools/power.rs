@@ -20,6 +20,7 @@ use crate::catalog::{self, ToolInfo};
 /// logind's bus name.
 pub const SERVICE: &str = "org.freedesktop.login1";
 
+// Ours rather than `zbus_systemd`'s `login1` (issue 15): see `tools::systemd`.
 #[proxy(
     interface = "org.freedesktop.login1.Manager",
     default_service = "org.freedesktop.login1",
