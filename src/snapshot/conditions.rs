@@ -311,19 +311,16 @@ impl Checker {
     }
 
     async fn logind_user(&self) -> Result<OwnedObjectPath, String> {
-        let bus = self.bus()?;
-        let args = (nix::unistd::getuid().as_raw(),);
-        let call = bus.call_method(
-            Some(LOGIND),
-            LOGIND_PATH,
-            Some("org.freedesktop.login1.Manager"),
-            "GetUser",
-            &args,
-        );
-        let reply = tokio::time::timeout(READ_TIMEOUT, call)
-            .await
-            .map_err(|_| "logind did not answer".to_owned())?
-            .map_err(|e| format!("logind: {e}"))?;
+        let uid = nix::unistd::getuid().as_raw();
+        let reply = self
+            .call(
+                LOGIND,
+                LOGIND_PATH,
+                "org.freedesktop.login1.Manager",
+                "GetUser",
+                &(uid,),
+            )
+            .await?;
         reply
             .body()
             .deserialize::<OwnedObjectPath>()
@@ -336,24 +333,36 @@ impl Checker {
         T: TryFrom<OwnedValue>,
         <T as TryFrom<OwnedValue>>::Error: fmt::Display,
     {
-        let bus = self.bus()?;
-        let args = (iface, name);
-        let call = bus.call_method(
-            Some(dest),
-            path,
-            Some("org.freedesktop.DBus.Properties"),
-            "Get",
-            &args,
-        );
-        let reply = tokio::time::timeout(READ_TIMEOUT, call)
-            .await
-            .map_err(|_| format!("{dest} did not answer"))?
-            .map_err(|e| format!("{dest}: {e}"))?;
+        let properties = "org.freedesktop.DBus.Properties";
+        let reply = self
+            .call(dest, path, properties, "Get", &(iface, name))
+            .await?;
         let value: OwnedValue = reply
             .body()
             .deserialize()
             .map_err(|e| format!("{dest} {name}: {e}"))?;
         T::try_from(value).map_err(|e| format!("{dest} {name}: {e}"))
+    }
+
+    /// One method call on the system bus, bounded by [`READ_TIMEOUT`].
+    async fn call<B>(
+        &self,
+        dest: &str,
+        path: &str,
+        iface: &str,
+        method: &str,
+        args: &B,
+    ) -> Result<zbus::Message, String>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+    {
+        let call = self
+            .bus()?
+            .call_method(Some(dest), path, Some(iface), method, args);
+        tokio::time::timeout(READ_TIMEOUT, call)
+            .await
+            .map_err(|_| format!("{dest} did not answer"))?
+            .map_err(|e| format!("{dest}: {e}"))
     }
 
     /// Waits until every condition holds, `wait` passes, or `cancel` fires; what still
