@@ -342,7 +342,8 @@ impl Task {
         caller_cancel: CancellationToken,
     ) -> Result<(Task, Option<String>), TaskError> {
         let store = Arc::clone(&rt.store);
-        let (mut ctx, lock, mut transcript) = open_session(&store, &spec)?;
+        let (mut ctx, lock, mut transcript) =
+            crate::store::off_runtime(|| open_session(&store, &spec))?;
         let workspace = match &spec.workspace {
             Some(w) => w.clone(),
             None => store.ensure_workspace(&ctx.session_id)?,
@@ -495,21 +496,24 @@ impl Task {
         ctx.touch();
         let journal = &mut self.session.journal;
         let store = &self.rt.store;
-        let saved = match whole {
-            // A whole file that cannot be written (a full disk) may still fit as a line.
-            true => store.save_context(ctx).or_else(|e| {
-                tracing::warn!(session_id = %ctx.session_id, "cannot rewrite the session file ({e}); appending to its journal");
-                journal.persist(store, ctx)
-            }),
-            false => journal.persist(store, ctx),
-        };
-        if let Err(e) = &saved {
-            tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
-        }
-        if let Err(e) = self.session.transcript.sync() {
-            tracing::error!(session_id = %ctx.session_id, "cannot sync the transcript: {e}");
-        }
-        saved
+        let transcript = &mut self.session.transcript;
+        crate::store::off_runtime(|| {
+            let saved = match whole {
+                // A whole file that cannot be written (a full disk) may still fit as a line.
+                true => store.save_context(ctx).or_else(|e| {
+                    tracing::warn!(session_id = %ctx.session_id, "cannot rewrite the session file ({e}); appending to its journal");
+                    journal.persist(store, ctx)
+                }),
+                false => journal.persist(store, ctx),
+            };
+            if let Err(e) = &saved {
+                tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
+            }
+            if let Err(e) = transcript.sync() {
+                tracing::error!(session_id = %ctx.session_id, "cannot sync the transcript: {e}");
+            }
+            saved
+        })
     }
 
     /// The finish status of a task whose token was cancelled.

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, TERM_GRACE_SECS, frame};
@@ -36,6 +36,19 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// not going to say anything useful in the part we would keep.
 pub const OVERFLOW_KILL_FACTOR: u64 = 8;
 const READ_CHUNK: usize = 64 * 1024;
+
+/// Helpers starting up at once, across the whole process: a start (exec of our binary,
+/// the ruleset, rlimits) is a burst of CPU, and fifty tasks' parallel reads would
+/// otherwise start a hundred at once, starving the daemon's own threads (its D-Bus
+/// answers took 400 ms under that load) and the user's desktop. A permit is held from
+/// spawn until the helper reports; a long-running command holds none.
+fn start_permits() -> &'static Semaphore {
+    static PERMITS: OnceLock<Semaphore> = OnceLock::new();
+    PERMITS.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        Semaphore::new(cpus)
+    })
+}
 
 /// What one sandboxed command did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -135,6 +148,10 @@ impl SandboxLauncher {
             .await
             .map_err(|e| SandboxError::Setup(format!("making the sandbox plan: {e}")))??;
         let input = frame(&spec, stdin.as_deref().unwrap_or_default());
+        let permit = tokio::select! {
+            permit = start_permits().acquire() => permit.ok(),
+            () = cancel.cancelled() => return Err(SandboxError::Cancelled),
+        };
         let mut cmd = Command::new(&self.helper);
         cmd.arg("sandbox-exec")
             .args(helper_args)
@@ -172,7 +189,7 @@ impl SandboxLauncher {
         let err_task = child
             .stderr
             .take()
-            .map(|pipe| tokio::spawn(drain_stderr(pipe, stderr.clone(), overflow.clone())));
+            .map(|pipe| tokio::spawn(drain_stderr(pipe, stderr.clone(), overflow.clone(), permit)));
 
         let mut timed_out = false;
         let mut cancelled = false;
@@ -279,17 +296,20 @@ async fn remove_cgroup(cgroup: PathBuf) {
     }
 }
 
-/// Reads the helper's report line, then drains the rest like stdout.
+/// Reads the helper's report line, then drains the rest like stdout. The start permit
+/// goes back once the report is in (the helper is set up, or gone).
 async fn drain_stderr(
     pipe: impl AsyncRead + Unpin,
     buf: Arc<Mutex<Capped>>,
     overflow: Arc<Notify>,
+    permit: Option<SemaphorePermit<'static>>,
 ) -> Option<HelperReport> {
     let mut reader = BufReader::new(pipe);
     let mut first = Vec::new();
     if let Err(e) = reader.read_until(b'\n', &mut first).await {
         tracing::debug!("sandbox stderr: {e}");
     }
+    drop(permit);
     let report = std::str::from_utf8(&first)
         .ok()
         .and_then(|l| l.strip_prefix(REPORT_PREFIX))

@@ -47,6 +47,19 @@ const AUDIT_FILE: &str = "audit.jsonl";
 /// Temp files are `.SESSION_ID.json.tmp-PID-RANDOM`: ids never start with a dot, so a temp
 /// file can never be mistaken for a session.
 
+/// Runs `f`, which blocks on the disk (a synced write, a context load), without
+/// holding up the async tasks that share its runtime thread: on a multi-threaded
+/// runtime they move to another worker while `f` runs. Under load (50 tasks syncing
+/// at once on a slow disk) the daemon's two workers would otherwise both sit in
+/// `fsync` and its D-Bus answers wait behind them.
+pub fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     // The OS error is part of the message and deliberately not a `#[source]`: anyhow's

@@ -469,11 +469,13 @@ fn create_session(
     let Some(id) = spec.session.as_ref().filter(|_| new_session) else {
         return Ok(());
     };
-    rt.store.save_context(&mut Context::new(
-        id.clone(),
-        spec.soul.id.clone(),
-        &spec.prompt,
-    ))
+    crate::store::off_runtime(|| {
+        rt.store.save_context(&mut Context::new(
+            id.clone(),
+            spec.soul.id.clone(),
+            &spec.prompt,
+        ))
+    })
 }
 
 fn unknown_task(id: &TaskId) -> Error {

@@ -198,7 +198,7 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
         .await
         .unwrap();
     idle(&bus).await;
-    let idle_rss = daemon.rss_kib();
+    let (idle_rss, idle_anon) = (daemon.rss_kib(), daemon.anon_kib());
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
     let mut handles = Vec::new();
@@ -235,9 +235,9 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
     idle(&bus).await;
     stop.store(true, Ordering::Release);
     let lat = prober.await.unwrap();
-    let after_rss = daemon.rss_kib();
+    let (after_rss, after_anon) = (daemon.rss_kib(), daemon.anon_kib());
     eprintln!(
-        "burst: {total} submits from {clients} clients: {ok} accepted, {limited} refused with typed errors; RSS idle {idle_rss} KiB, after {after_rss} KiB"
+        "burst: {total} submits from {clients} clients: {ok} accepted, {limited} refused with typed errors; RSS idle {idle_rss} KiB, after {after_rss} KiB; anonymous idle {idle_anon} KiB, after {after_anon} KiB"
     );
     report_latency("burst", lat);
     assert_eq!(ok + limited, total);
@@ -249,7 +249,14 @@ async fn many_tasks_with_many_tool_calls_all_finish() {
     let (tasks, calls): (usize, usize) = if full_load() { (50, 10) } else { (8, 4) };
     let (_server, _home, bus, daemon) = loaded_daemon(calls, 8).await;
     let mut finished = finished_signals(&bus).await;
-    let idle_rss = daemon.rss_kib();
+    // Warm up (the first task touches code and lazy state once), then take idle.
+    client(&bus)
+        .await
+        .submit("load", "list warm-up", Default::default())
+        .await
+        .unwrap();
+    idle(&bus).await;
+    let (idle_rss, idle_anon) = (daemon.rss_kib(), daemon.anon_kib());
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
     // 25 per client stays under the per-caller submit limit.
@@ -279,9 +286,11 @@ async fn many_tasks_with_many_tool_calls_all_finish() {
     .expect("every task finished");
     stop.store(true, Ordering::Release);
     let lat = prober.await.unwrap();
+    idle(&bus).await;
     eprintln!(
-        "{tasks} tasks × {calls} calls: {statuses:?}; RSS idle {idle_rss} KiB, after {} KiB",
-        daemon.rss_kib()
+        "{tasks} tasks × {calls} calls: {statuses:?}; RSS idle {idle_rss} KiB, after {} KiB; anonymous idle {idle_anon} KiB, after {} KiB",
+        daemon.rss_kib(),
+        daemon.anon_kib(),
     );
     report_latency("tool calls", lat);
     assert_eq!(statuses.get("completed"), Some(&tasks), "{statuses:?}");

@@ -108,6 +108,11 @@ impl RealDaemon {
         rss_kib(self.pid())
     }
 
+    /// Anonymous resident memory (the heap and stacks, not the binary's pages).
+    pub fn anon_kib(&self) -> u64 {
+        status_kib(self.pid(), "RssAnon:")
+    }
+
     /// Open file descriptors.
     pub fn fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
@@ -148,10 +153,15 @@ impl Drop for RealDaemon {
 }
 
 pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `kB` figure of /proc/PID/status.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
