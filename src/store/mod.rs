@@ -44,8 +44,8 @@ const CONTEXT_DIR: &str = "context";
 const TRANSCRIPT_DIR: &str = "transcripts";
 const WORKSPACE_DIR: &str = "workspaces";
 const AUDIT_FILE: &str = "audit.jsonl";
-/// Temp files are `.SESSION_ID.json.tmp-PID-RANDOM`: ids never start with a dot, so a temp
-/// file can never be mistaken for a session.
+// Temp files are `.SESSION_ID.json.tmp-PID-RANDOM`: ids never start with a dot, so a temp
+// file can never be mistaken for a session.
 
 /// Runs `f`, which blocks on the disk (a synced write, a context load), without
 /// holding up the async tasks that share its runtime thread: on a multi-threaded
