@@ -19,7 +19,7 @@ use crate::config::Paths;
 use crate::error::{ConfigError, FileError, parse_toml};
 use crate::ids::SoulId;
 use crate::policy::{Grant, Policy, RateLimits, TierModes};
-use crate::sandbox::SandboxSpec;
+use crate::sandbox::{Resources, SandboxSpec};
 
 mod sections;
 
@@ -67,6 +67,9 @@ pub struct Soul {
     /// Local probes run before the first model call: the model is called only when one
     /// finds something worth reporting (`[precheck]`).
     pub precheck: Option<Precheck>,
+    /// Memory, CPU share and processes of its tool processes together (`[resources]`).
+    #[serde(skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
     pub origin: SoulOrigin,
 }
 
@@ -94,7 +97,8 @@ impl Soul {
     /// looser than `parent` in anything, so delegating can never do what the parent
     /// could not. Tools: the intersection (in `self`'s order). Tier modes: the stricter
     /// of both, tier by tier. Sandbox: only the trees both grant, network only if both
-    /// allow it, enforcement required if either requires it. Budgets: the smaller.
+    /// allow it, enforcement required if either requires it. Budgets and resource
+    /// limits: the smaller.
     /// Rate limits stay `self`'s: the parent's are applied to the child's calls at run
     /// time, counted under the parent's session.
     pub fn restricted_to(&self, parent: &Soul) -> Soul {
@@ -112,6 +116,7 @@ impl Soul {
             max_iterations: self.max_iterations.min(parent.max_iterations),
             max_tokens: self.max_tokens.min(parent.max_tokens),
             max_wall_clock: self.max_wall_clock.min(parent.max_wall_clock),
+            resources: self.resources.tighten(&parent.resources),
             ..self.clone()
         }
     }
@@ -187,6 +192,7 @@ pub fn parse(
         delegates,
         memory: raw.memory.unwrap_or(false),
         precheck: f.precheck(raw.precheck)?,
+        resources: f.resources(raw.resources)?,
         origin,
     })
 }

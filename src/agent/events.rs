@@ -71,6 +71,9 @@ pub enum EventPayload {
         max_iterations: u32,
         /// What the kernel enforces for this task's tools: `abi`, `status`, `missing`.
         sandbox: serde_json::Value,
+        /// The soul's `[resources]` and what enforces them (absent when it sets none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resources: Option<serde_json::Value>,
     },
     IterationStarted {
         iteration: u32,

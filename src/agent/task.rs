@@ -24,7 +24,7 @@ use crate::agent::runtime::Runtime;
 use crate::agent::steering::{self, Steering};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Usage};
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy};
+use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, TaskResources};
 use crate::snapshot::conditions::{Checker, Conditions};
 use crate::soul::Soul;
 use crate::store::{
@@ -355,6 +355,13 @@ impl Task {
             &rt.config.paths.home,
         )?
         .with_plans(rt.plans.clone());
+        let sandbox = match spec.soul.resources.is_empty() {
+            true => sandbox,
+            false => sandbox.with_resources(Arc::new(
+                TaskResources::open(spec.soul.resources, &spec.task_id, spec.soul.id.as_str())
+                    .await,
+            )),
+        };
         let refusal = refusal(&rt, &spec.soul);
         let limits = Limits::for_spec(&spec);
         let model = Model::for_soul(&rt, &spec.soul);
@@ -426,6 +433,12 @@ impl Task {
             workspace: task.place.workspace.display().to_string(),
             max_iterations: task.limits.max_iterations,
             sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
+            resources: task
+                .place
+                .sandbox
+                .resources
+                .as_ref()
+                .and_then(|r| serde_json::to_value(r.report()).ok()),
         })
         .await;
         Ok((task, refusal))
@@ -536,6 +549,10 @@ impl Task {
     pub(super) async fn finish(mut self, status: TaskStatus, result: String) -> TaskOutcome {
         self.clock.cancel.cancel(); // stops the deadline timer
         self.plan.close();
+        // Nothing of the task runs any more: its slice goes (with anything left in it).
+        if let Some(resources) = &self.place.sandbox.resources {
+            resources.close().await;
+        }
         let iterations = self.progress.iteration;
         let usage = self.progress.usage;
         // Closed in the same step that takes the unread: a later Steer is refused, so

@@ -211,6 +211,15 @@ fn status_line(payload: &EventPayload) -> Option<String> {
             steps(*iterations),
             usage.total()
         ),
+        // Limits the soul asked for that do not all hold as asked: said once, up front.
+        EventPayload::TaskStarted {
+            resources: Some(r), ..
+        } if r.get("note").is_some_and(|n| n.is_string()) => {
+            format!(
+                "resource limits: {}",
+                r["note"].as_str().unwrap_or_default()
+            )
+        }
         EventPayload::TaskStarted { .. }
         | EventPayload::IterationStarted { .. }
         | EventPayload::TextDelta { .. }

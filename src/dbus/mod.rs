@@ -10,6 +10,7 @@
 
 pub mod notifications;
 pub mod proxy;
+pub mod systemd;
 
 /// The well-known bus name.
 pub const NAME: &str = "dev.familiar.Agent1";

@@ -169,6 +169,10 @@ impl SandboxLauncher {
             source,
         })?;
         let pid = child.id().and_then(|p| i32::try_from(p).ok());
+        // The helper waits for its spec on stdin: in the task's slice before it gets it.
+        if let (Some(resources), Some(raw)) = (&policy.resources, child.id()) {
+            resources.place(raw).await?;
+        }
 
         if let Some(mut pipe) = child.stdin.take() {
             tokio::spawn(async move {

@@ -30,7 +30,7 @@ pub enum LimitsError {
 }
 
 /// Sets `RLIMIT_FSIZE`, `RLIMIT_CPU`, `RLIMIT_CORE` (0: a crashing tool must not leave
-/// a core dump of what it read) and, unless `in_pids_cgroup` already bounds the
+/// a core dump of what it read), `RLIMIT_DATA` when the limits have one, and, unless `in_pids_cgroup` already bounds the
 /// processes exactly, `RLIMIT_NPROC` on the calling process.
 pub fn apply_rlimits(limits: &Limits, in_pids_cgroup: bool) -> Result<(), LimitsError> {
     let set = |resource: Resource, name: &'static str, soft: u64, hard: u64| {
@@ -57,6 +57,9 @@ pub fn apply_rlimits(limits: &Limits, in_pids_cgroup: bool) -> Result<(), Limits
         limits.cpu_seconds,
         limits.cpu_seconds.saturating_add(1),
     )?;
+    if let Some(data) = limits.max_data {
+        set(Resource::RLIMIT_DATA, "RLIMIT_DATA", data, data)?;
+    }
     set(Resource::RLIMIT_CORE, "RLIMIT_CORE", 0, 0)
 }
 

@@ -15,6 +15,7 @@
 //! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
 //! - [`search`]: the bounded tree walk behind `search_files`.
 //! - [`limits`]: rlimits and the pids cgroup.
+//! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
 //! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
 //! - [`status`]: what the kernel enforces ([`probe`]).
 
@@ -23,6 +24,7 @@ pub mod fileops;
 pub mod launcher;
 pub mod limits;
 pub mod plan;
+pub mod resources;
 pub mod ruleset;
 pub mod search;
 pub mod spec;
@@ -32,6 +34,7 @@ use std::path::PathBuf;
 
 pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
+pub use resources::{ResourceReport, Resources, TaskResources};
 pub use search::{SearchMatch, SearchReply, SearchStop};
 pub use spec::{Limits, SandboxPolicy, SandboxSpec};
 pub use status::{Enforcement, EnforcementStatus, probe};

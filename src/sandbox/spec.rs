@@ -32,12 +32,14 @@
 //! and `/dev/null`. `TMPDIR` points into the workspace, since `/tmp` is not writable.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 use super::plan::{Plan, PlanCache};
+use super::resources::TaskResources;
 
 /// What a soul's tools may touch, as the soul's `[sandbox]` table says it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +114,10 @@ pub struct Limits {
     pub max_file_size: u64,
     /// `RLIMIT_CPU`, seconds of CPU time per process.
     pub cpu_seconds: u64,
+    /// `RLIMIT_DATA`, bytes per process: a soul's `memory_max` where no systemd slice
+    /// bounds the task's memory ([`super::resources`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_data: Option<u64>,
 }
 
 impl Default for Limits {
@@ -122,6 +128,7 @@ impl Default for Limits {
             max_processes: DEFAULT_MAX_PROCESSES,
             max_file_size: DEFAULT_MAX_FILE_SIZE,
             cpu_seconds: DEFAULT_CPU_SECONDS,
+            max_data: None,
         }
     }
 }
@@ -150,6 +157,8 @@ pub struct SandboxPolicy {
     /// Shared by clones (one task's calls reuse one plan) and, through
     /// [`SandboxPolicy::with_plans`], by the tasks of one daemon.
     plan: PlanCache,
+    /// The task's `[resources]`: each call's helper goes into its slice.
+    pub resources: Option<Arc<TaskResources>>,
 }
 
 /// Everything the helper needs to restrict itself and run one command.
@@ -200,7 +209,21 @@ impl SandboxPolicy {
             env: allowed_env(std::env::vars(), home, workspace),
             cwd: workspace.to_owned(),
             plan: PlanCache::default(),
+            resources: None,
         })
+    }
+
+    /// Bounds every call by the task's `resources`: in its slice, or by the rlimits
+    /// standing in where the slice does not bound memory or processes.
+    pub fn with_resources(mut self, resources: Arc<TaskResources>) -> SandboxPolicy {
+        if let Some(data) = resources.rlimit_data() {
+            self.limits.max_data = Some(data);
+        }
+        if let Some(tasks) = resources.rlimit_tasks() {
+            self.limits.max_processes = self.limits.max_processes.min(tasks);
+        }
+        self.resources = Some(resources);
+        self
     }
 
     /// Keeps this policy's plan in `plans`, a cache shared with other policies.

@@ -17,7 +17,7 @@ use crate::config::{expand_home, parse_duration};
 use crate::error::FileError;
 use crate::ids::SoulId;
 use crate::policy::{Mode, Policy, RateLimits, TierModes};
-use crate::sandbox::SandboxSpec;
+use crate::sandbox::{Resources, SandboxSpec};
 
 /// A soul file as written.
 #[derive(Debug, Deserialize)]
@@ -39,6 +39,23 @@ pub(super) struct SoulToml {
     pub(super) delegates: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) memory: Option<bool>,
     pub(super) precheck: Option<PrecheckToml>,
+    pub(super) resources: Option<ResourcesToml>,
+}
+
+/// `[resources]` as written: sizes and percentages as systemd spells them, or numbers.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResourcesToml {
+    pub(super) memory_max: Option<Spanned<NumberOrText>>,
+    pub(super) cpu_quota: Option<Spanned<NumberOrText>>,
+    pub(super) tasks_max: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum NumberOrText {
+    Number(i64),
+    Text(String),
 }
 
 /// `[precheck]` as written: every key optional.
@@ -103,6 +120,77 @@ impl Fields<'_> {
             disk_percent,
             journal_errors: raw.journal_errors.unwrap_or(true),
         }))
+    }
+
+    /// `[resources]`: `memory_max` in bytes or with a K/M/G/T suffix (powers of 1024,
+    /// as systemd reads them; at least 1M), `cpu_quota` as `"50%"` of one CPU (1 to
+    /// 100 per CPU, up to 10000%), `tasks_max` at least 1.
+    pub(super) fn resources(&self, raw: Option<ResourcesToml>) -> Result<Resources, FileError> {
+        let Some(raw) = raw else {
+            return Ok(Resources::default());
+        };
+        let memory_max = match raw.memory_max {
+            None => None,
+            Some(m) => {
+                let bytes = match m.get_ref() {
+                    NumberOrText::Number(n) => u64::try_from(*n).ok(),
+                    NumberOrText::Text(t) => parse_bytes(t),
+                };
+                match bytes {
+                    Some(b) if b >= MIN_MEMORY_MAX => Some(b),
+                    Some(_) => {
+                        return Err(
+                            self.at(m.span(), "below 1M: no program runs in less".to_owned())
+                        );
+                    }
+                    None => {
+                        return Err(self.at(
+                            m.span(),
+                            "not a size: write bytes, or a number with K, M, G or T (\"512M\")"
+                                .to_owned(),
+                        ));
+                    }
+                }
+            }
+        };
+        let cpu_quota = match raw.cpu_quota {
+            None => None,
+            Some(q) => {
+                let percent = match q.get_ref() {
+                    NumberOrText::Number(n) => u32::try_from(*n).ok(),
+                    NumberOrText::Text(t) => t
+                        .trim()
+                        .strip_suffix('%')
+                        .and_then(|p| p.trim().parse().ok()),
+                };
+                match percent {
+                    Some(p) if (1..=MAX_CPU_QUOTA).contains(&p) => Some(p),
+                    _ => {
+                        return Err(self.at(
+                            q.span(),
+                            format!("not a CPU quota: write a percentage of one CPU from \"1%\" to \"{MAX_CPU_QUOTA}%\" (\"200%\" is two CPUs)"),
+                        ));
+                    }
+                }
+            }
+        };
+        let tasks_max = match raw.tasks_max {
+            None => None,
+            Some(t) => match u64::try_from(*t.get_ref()) {
+                Ok(n) if n >= 1 => Some(n),
+                _ => {
+                    return Err(self.at(
+                        t.span(),
+                        format!("{} is not a number of processes (at least 1)", t.get_ref()),
+                    ));
+                }
+            },
+        };
+        Ok(Resources {
+            memory_max,
+            cpu_quota,
+            tasks_max,
+        })
     }
 
     fn at(&self, span: Range<usize>, msg: String) -> FileError {
@@ -353,5 +441,42 @@ fn allowed_modes(ceiling: Mode) -> &'static str {
         Mode::Allow => "allow, ask, deny",
         Mode::Ask => "ask, deny",
         Mode::Deny => "deny",
+    }
+}
+
+/// Smallest `memory_max`.
+const MIN_MEMORY_MAX: u64 = 1 << 20;
+/// Largest `cpu_quota`, percent (a hundred CPUs).
+const MAX_CPU_QUOTA: u32 = 10_000;
+
+/// Bytes from `"512M"`, `"2G"`, `"1048576"`: a whole number with an optional K, M, G or
+/// T suffix, powers of 1024 as systemd reads `MemoryMax=` (a dozen lines do not need a
+/// dependency; the crates for it read `M` as 10^6).
+fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last()? {
+        (i, 'K' | 'k') => (&text[..i], 10),
+        (i, 'M' | 'm') => (&text[..i], 20),
+        (i, 'G' | 'g') => (&text[..i], 30),
+        (i, 'T' | 't') => (&text[..i], 40),
+        _ => (text, 0),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_are_powers_of_1024_as_in_systemd() {
+        assert_eq!(parse_bytes("512M"), Some(512 << 20));
+        assert_eq!(parse_bytes("2g"), Some(2 << 30));
+        assert_eq!(parse_bytes(" 1048576 "), Some(1 << 20));
+        assert_eq!(parse_bytes("1T"), Some(1 << 40));
+        assert_eq!(parse_bytes("M"), None);
+        assert_eq!(parse_bytes("1.5G"), None);
+        assert_eq!(parse_bytes("99999999999T"), None);
     }
 }

@@ -4,6 +4,7 @@ use super::*;
 use crate::catalog::Tier;
 use crate::policy::Mode;
 use crate::policy::{Policy, TierModes};
+use crate::sandbox::Resources;
 
 fn policy(write: Mode, execute: Mode) -> Policy {
     let mut p = Policy::from_toml("default.toml", "", Path::new("/home/user")).unwrap();
@@ -329,4 +330,37 @@ fn mcp_entries_are_kept_and_allow_their_servers_tools() {
     assert!(soul.grant.allows_tool("notes__search"));
     assert!(soul.grant.allows_tool("git__log"));
     assert!(!soul.grant.allows_tool("git__push"));
+}
+
+#[test]
+fn resources_parse_as_systemd_spells_them_and_a_delegate_gets_the_smaller() {
+    let parent = parse_str(
+        "prompt = \"p\"\n[resources]\nmemory_max = \"1G\"\ncpu_quota = \"150%\"\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        parent.resources,
+        Resources {
+            memory_max: Some(1 << 30),
+            cpu_quota: Some(150),
+            tasks_max: None,
+        }
+    );
+    let child = parse_str(
+        "prompt = \"c\"\n[resources]\nmemory_max = 268435456\ntasks_max = 32\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        child.restricted_to(&parent).resources,
+        Resources {
+            memory_max: Some(256 << 20),
+            cpu_quota: Some(150),
+            tasks_max: Some(32),
+        }
+    );
+    // None set: nothing in `souls show`, nothing for the task to set up.
+    let plain = parse_str("prompt = \"p\"\n", None).unwrap();
+    assert!(plain.resources.is_empty());
 }

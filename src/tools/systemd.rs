@@ -13,16 +13,13 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
-use zbus::OwnedObjectPath;
-use zbus::proxy;
 
 use super::bus::{Bus, Presence};
 use super::util::{not_one_of, object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
+use crate::dbus::systemd::{ManagerProxy, SERVICE, UnitProxy, UnitRow};
 
-/// The user manager's bus name.
-pub const SERVICE: &str = "org.freedesktop.systemd1";
 /// Most units `list` shows.
 pub const MAX_LISTED: usize = 100;
 /// systemd's `UNIT_NAME_MAX`.
@@ -44,63 +41,6 @@ const UNIT_TYPES: &[&str] = &[
     "slice",
     "scope",
 ];
-
-/// One row of `ListUnits`: name, description, load state, active state, sub state,
-/// followed unit, object path, job id, job type, job path.
-pub type UnitRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    OwnedObjectPath,
-    u32,
-    String,
-    OwnedObjectPath,
-);
-
-// Our declarations rather than `zbus_systemd` 0.26201 (issue 15, evaluated: it is on
-// zbus 6 and passed the tests): +33 KB of release binary, which every sandboxed call
-// execs, and ~10,000 lines of generated proxies to compile, with `String` arguments,
-// for these dozen calls of a stable interface (the same goes for `tools::power`).
-#[proxy(
-    interface = "org.freedesktop.systemd1.Manager",
-    default_service = "org.freedesktop.systemd1",
-    default_path = "/org/freedesktop/systemd1"
-)]
-trait Manager {
-    fn list_units(&self) -> zbus::Result<Vec<UnitRow>>;
-    fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
-    fn start_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
-    fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
-    fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
-    fn reload_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
-
-    #[zbus(signal)]
-    fn job_removed(
-        &self,
-        id: u32,
-        job: OwnedObjectPath,
-        unit: String,
-        result: String,
-    ) -> zbus::Result<()>;
-}
-
-#[proxy(
-    interface = "org.freedesktop.systemd1.Unit",
-    default_service = "org.freedesktop.systemd1"
-)]
-trait Unit {
-    #[zbus(property)]
-    fn description(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn load_state(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn active_state(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn sub_state(&self) -> zbus::Result<String>;
-}
 
 /// What the model asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,10 +7,12 @@ mod cli;
 mod doctor;
 mod name;
 mod notifications;
+mod resources;
 mod service;
 mod steering;
 mod systemd;
 mod unit_hardening;
+mod user_manager;
 mod when;
 
 use std::io::{BufRead, BufReader};

@@ -7,115 +7,17 @@
 //! CI creates that directory (.ci/run) and sets FAMILIAR_TEST_USER_MANAGER=1, which
 //! makes a manager that cannot start a failure instead of a skip.
 
-use std::io::Write as _;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+use super::user_manager::{UserManager, text};
 use super::*;
 use crate::common::TestHome;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, oa_tool_call, sse};
 
-const SYSTEMD: &str = "/usr/lib/systemd/systemd";
-
 /// The highest exposure `systemd-analyze --user security` may rate the unit (10 is
 /// the worst; the unit before issue 15 rated 8.9).
 const MAX_EXPOSURE: f64 = 7.0;
-
-/// A private `systemd --user` for `home`, on `bus`; stopped on drop.
-struct UserManager {
-    child: Child,
-    runtime_dir: PathBuf,
-}
-
-impl UserManager {
-    /// None (with the reason on stderr) where no user manager can run here.
-    fn start(home: &TestHome, bus: &TestBus) -> Option<UserManager> {
-        let required = std::env::var_os("FAMILIAR_TEST_USER_MANAGER").is_some();
-        let skip = |why: &str| {
-            assert!(!required, "FAMILIAR_TEST_USER_MANAGER is set, but {why}");
-            // A skip says so where `cargo test -- --nocapture` shows it.
-            writeln!(std::io::stderr().lock(), "skipped: {why}").ok();
-        };
-        if !Path::new("/run/systemd/system").is_dir() || !Path::new(SYSTEMD).exists() {
-            skip("this machine was not booted with systemd: no user manager can run");
-            return None;
-        }
-        let runtime_dir = home.path().join("run");
-        std::fs::create_dir_all(&runtime_dir).unwrap();
-        std::fs::set_permissions(
-            &runtime_dir,
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .unwrap();
-        // The manager says READY=1 on this socket once it has started up.
-        let sock_path = runtime_dir.join("manager-notify");
-        let sock = UnixDatagram::bind(&sock_path).unwrap();
-        sock.set_read_timeout(Some(PATIENCE)).unwrap();
-        let child = Command::new(SYSTEMD)
-            .arg("--user")
-            .env_clear()
-            .env("HOME", home.path())
-            .env("XDG_RUNTIME_DIR", &runtime_dir)
-            .env("XDG_CONFIG_HOME", home.path().join(".config"))
-            .env("XDG_DATA_HOME", home.path().join(".local/share"))
-            .env("XDG_STATE_HOME", home.path().join(".local/state"))
-            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("NOTIFY_SOCKET", &sock_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut manager = UserManager { child, runtime_dir };
-        let mut buf = [0u8; 1024];
-        loop {
-            match sock.recv(&mut buf) {
-                Ok(n)
-                    if String::from_utf8_lossy(&buf[..n])
-                        .lines()
-                        .any(|l| l == "READY=1") =>
-                {
-                    return Some(manager);
-                }
-                Ok(_) => continue,
-                Err(e) => {
-                    let exited = manager.child.try_wait().ok().flatten();
-                    skip(&format!(
-                        "the user manager did not start ({e}; exited: {exited:?})"
-                    ));
-                    return None;
-                }
-            }
-        }
-    }
-
-    fn systemctl(&self, args: &[&str]) -> std::process::Output {
-        Command::new("systemctl")
-            .arg("--user")
-            .args(args)
-            .env("XDG_RUNTIME_DIR", &self.runtime_dir)
-            .output()
-            .unwrap()
-    }
-
-    fn show(&self, unit: &str, property: &str) -> String {
-        let out = self.systemctl(&["show", unit, "-p", property, "--value"]);
-        text(&out.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for UserManager {
-    fn drop(&mut self) {
-        // Stops its units (the daemon) on the way out.
-        sigterm(self.child.id());
-        self.child.wait().ok();
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// `Name: value` from /proc/PID/status.
 fn proc_status(pid: &str, name: &str) -> String {

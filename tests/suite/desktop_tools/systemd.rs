@@ -1,6 +1,6 @@
 //! `systemd_user` against a fake systemd user manager on the private bus.
 
-use familiar::tools::systemd::UnitRow;
+use familiar::dbus::systemd::UnitRow;
 
 use super::*;
 
