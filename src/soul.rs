@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -277,7 +278,9 @@ fn builtin_prompt(name: &str) -> Option<&'static str> {
 /// Every soul available: built-ins, replaced by user files of the same id.
 #[derive(Debug, Default)]
 pub struct SoulSet {
-    pub souls: BTreeMap<String, Soul>,
+    /// Shared: a task holds its soul as an `Arc` of this one (unless it overrides the
+    /// model), not a copy of the persona prompt per task.
+    pub souls: BTreeMap<String, Arc<Soul>>,
     /// User soul files that failed to load; they do not hide the others.
     pub errors: Vec<FileError>,
 }
@@ -297,7 +300,7 @@ impl SoulSet {
                 None,
                 SoulOrigin::BuiltIn,
             )?;
-            set.souls.insert((*id).to_owned(), soul);
+            set.souls.insert((*id).to_owned(), Arc::new(soul));
         }
         let dir = paths.souls_dir();
         let entries = match std::fs::read_dir(&dir) {
@@ -314,7 +317,7 @@ impl SoulSet {
         for path in files {
             match load_file(&path, &paths.home, Some(policy)) {
                 Ok(soul) => {
-                    set.souls.insert(soul.id.to_string(), soul);
+                    set.souls.insert(soul.id.to_string(), Arc::new(soul));
                 }
                 Err(ConfigError::File(e)) => set.errors.push(e),
                 Err(e) => set.errors.push(FileError::whole_file(
@@ -327,7 +330,7 @@ impl SoulSet {
     }
 
     /// One soul by id, with the known ids in the error.
-    pub fn get(&self, id: &str) -> Result<&Soul, ConfigError> {
+    pub fn get(&self, id: &str) -> Result<&Arc<Soul>, ConfigError> {
         self.souls.get(id).ok_or_else(|| {
             let mut msg = self.souls.keys().cloned().collect::<Vec<_>>().join(", ");
             if let Some(err) = self

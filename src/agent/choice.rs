@@ -76,7 +76,11 @@ pub fn choose(
         (None, Some(asked)) => asked.to_owned(),
         (None, None) => config.default_soul.to_string(),
     };
-    let mut soul = souls.get(&id).map_err(ChoiceError::UnknownSoul)?.clone();
+    let shared = souls.get(&id).map_err(ChoiceError::UnknownSoul)?;
+    if c.provider.is_none() && c.model.is_none() {
+        return Ok(Arc::clone(shared));
+    }
+    let mut soul = Soul::clone(shared);
     if let Some(p) = c.provider {
         config
             .provider(Some(p))

@@ -318,7 +318,9 @@ async fn start_daemon(
         SoulOrigin::BuiltIn,
     )
     .unwrap();
-    souls.souls.insert("keeper".to_owned(), keeper);
+    souls
+        .souls
+        .insert("keeper".to_owned(), std::sync::Arc::new(keeper));
     familiar::daemon::Daemon::start(
         rt,
         std::sync::Arc::new(souls),

@@ -37,8 +37,12 @@ fn soul(h: &Harness, id: &str, src: &str) -> Soul {
 
 fn souls(h: &Harness, boss: &str) -> SoulSet {
     let mut set = SoulSet::default();
-    set.souls.insert("boss".into(), soul(h, "boss", boss));
-    set.souls.insert("helper".into(), soul(h, "helper", HELPER));
+    set.souls
+        .insert("boss".into(), std::sync::Arc::new(soul(h, "boss", boss)));
+    set.souls.insert(
+        "helper".into(),
+        std::sync::Arc::new(soul(h, "helper", HELPER)),
+    );
     set
 }
 
@@ -80,7 +84,7 @@ async fn a_child_runs_under_the_stricter_rules_and_reports_under_its_own_id() {
     )
     .await;
     let set = souls(&h, BOSS);
-    let boss = Arc::new(set.souls["boss"].clone());
+    let boss = Arc::clone(&set.souls["boss"]);
     let rt = h.runtime_with_souls(tools(), set);
     let spec = h.spec(boss, "get the notes written", None);
     let parent = spec.task_id.clone();
@@ -168,7 +172,7 @@ async fn a_childs_iterations_come_out_of_the_parents_budget() {
     let h = Harness::with(script, "", OPEN_POLICY).await;
     let boss = BOSS.replace("max_iterations = 6", "max_iterations = 3");
     let set = souls(&h, &boss);
-    let boss = Arc::new(set.souls["boss"].clone());
+    let boss = Arc::clone(&set.souls["boss"]);
     let rt = h.runtime_with_souls(tools(), set);
     let (out, events) = h.run(rt, h.spec(boss, "go", None)).await;
     // The child got the 2 calls the parent had left, then the parent was out too.
@@ -200,7 +204,7 @@ async fn cancelling_the_parent_cancels_the_child() {
     ]);
     let h = Harness::with(vec![delegate("wait"), hang], "", OPEN_POLICY).await;
     let set = souls(&h, BOSS);
-    let boss = Arc::new(set.souls["boss"].clone());
+    let boss = Arc::clone(&set.souls["boss"]);
     let rt = h.runtime_with_souls(tools(), set);
     let spec = h.spec(boss, "go", None);
     let parent = spec.task_id.clone();

@@ -56,7 +56,7 @@ impl Supervisor {
                 let entry = Entry {
                     session_id,
                     new_session: false,
-                    soul: Arc::new(soul.clone()),
+                    soul: Arc::clone(soul),
                     prompt,
                     origin: format!("delegate:{parent}"),
                     workspace: None,

@@ -187,7 +187,7 @@ impl Fixture {
                 SoulOrigin::BuiltIn,
             )
             .unwrap();
-            souls.souls.insert(id.to_owned(), soul);
+            souls.souls.insert(id.to_owned(), std::sync::Arc::new(soul));
         }
         for (id, toml) in extra_souls {
             let soul = familiar::soul::parse(
@@ -200,7 +200,9 @@ impl Fixture {
                 SoulOrigin::BuiltIn,
             )
             .unwrap();
-            souls.souls.insert(soul.id.to_string(), soul);
+            souls
+                .souls
+                .insert(soul.id.to_string(), std::sync::Arc::new(soul));
         }
         let mut extra: Vec<Arc<dyn Tool>> = vec![Arc::new(WriteFile)];
         extra.extend(extra_tools);
