@@ -45,6 +45,9 @@ use service::Service;
 pub const OP_BUFFER: usize = 64;
 /// Finished tasks the daemon remembers for `GetTask` and `ListTasks`.
 pub const MAX_FINISHED: usize = 256;
+/// How long an idle blocking thread of the daemon's runtime waits for work before it
+/// exits (tokio's default is 10 s).
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
 /// `Submit`s one caller may make (the governor `Scope::Submit` limit).
 pub const DEFAULT_SUBMIT_RATE: &str = "30/min";
 /// How long shutdown waits for cancelled tasks to persist before exiting anyway
@@ -314,8 +317,12 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         sd_notify: std::env::var_os("NOTIFY_SOCKET").is_some(),
         ..DaemonOptions::default()
     };
+    trim::limit_arenas();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Blocking threads left over from a burst go (and are trimmed) soon after it.
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .on_thread_stop(trim::thread_stopping)
         .enable_all()
         .build()?;
     tokio.block_on(async move {

@@ -4,7 +4,28 @@
 //! daemon would idle at its peak heap (BENCHMARKS.md, "Idle memory": 4.7 MiB of
 //! anonymous memory after 120 tasks without this, against 2.1 MiB fresh).
 //! `malloc_trim(0)` walks the arenas and returns their free pages. It briefly locks
-//! every arena, so it runs only when no task is running or queued.
+//! every arena, so it runs only when no task is running or queued: when the last task
+//! ends, and when a runtime thread exits while the daemon is idle.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set while no task runs or waits (the supervisor keeps it).
+static IDLE: AtomicBool = AtomicBool::new(true);
+
+/// The supervisor's word on whether any task runs or waits.
+pub(super) fn set_idle(idle: bool) {
+    IDLE.store(idle, Ordering::Release);
+}
+
+/// A runtime thread is about to exit (an idle blocking thread, after its keep-alive):
+/// what it freed goes back too, when the daemon is idle. The blocking threads of a
+/// burst of tasks outlive the last task by their keep-alive, so the trim at the end of
+/// that task could not return what they held.
+pub(super) fn thread_stopping() {
+    if IDLE.load(Ordering::Acquire) {
+        release_freed_memory();
+    }
+}
 
 /// Returns the allocator's free pages to the kernel (glibc); elsewhere nothing.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -19,3 +40,18 @@ pub(super) fn release_freed_memory() {
 /// musl and other allocators do not keep freed pages the way glibc does.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(super) fn release_freed_memory() {}
+
+/// Caps glibc's malloc arenas at two (its default is eight per core): every thread that
+/// allocates while the others hold theirs gets an arena of its own, and each one a
+/// burst's blocking threads leave behind keeps part-used pages no trim can return.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(unsafe_code, reason = "mallopt is a C function")]
+pub(super) fn limit_arenas() {
+    // SAFETY: mallopt takes two plain integers; called before any other thread exists.
+    if unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) } != 1 {
+        tracing::debug!("mallopt(M_ARENA_MAX) refused");
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(super) fn limit_arenas() {}

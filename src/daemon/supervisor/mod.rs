@@ -148,6 +148,7 @@ impl Supervisor {
                 self.schedule();
                 self.publish_counts().await;
                 if self.running == 0 && self.queue.is_empty() {
+                    super::trim::set_idle(true);
                     super::trim::release_freed_memory();
                 }
             }
@@ -249,6 +250,7 @@ impl Supervisor {
         let Some(e) = self.tasks.get_mut(&task_id) else {
             return;
         };
+        super::trim::set_idle(false);
         e.status = TaskStatus::Running;
         self.running += 1;
         let spec = TaskSpec {

@@ -80,6 +80,21 @@ async fn loaded_daemon(
     (server, home, bus, daemon)
 }
 
+/// Waits until the daemon is back to `threads` threads (the blocking threads of a burst
+/// exit after their keep-alive, trimming the heap as they go), then reads its anonymous
+/// memory: what the load left behind.
+async fn settled_anon_kib(daemon: &RealDaemon, threads: u64) -> u64 {
+    tokio::time::timeout(PATIENCE, async {
+        while daemon.threads() > threads {
+            // Nothing to wait on but /proc: a thread's exit sends no event.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the daemon's extra threads exited");
+    daemon.anon_kib()
+}
+
 /// Times `ActiveTasks` reads until `stop`: the latencies, in order.
 fn probe(
     proxy: Agent1Proxy<'static>,
@@ -198,7 +213,9 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
         .await
         .unwrap();
     idle(&bus).await;
-    let (idle_rss, idle_anon) = (daemon.rss_kib(), daemon.anon_kib());
+    let idle_threads = 3;
+    let idle_rss = daemon.rss_kib();
+    let idle_anon = settled_anon_kib(&daemon, idle_threads).await;
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
     let mut handles = Vec::new();
@@ -236,8 +253,9 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
     stop.store(true, Ordering::Release);
     let lat = prober.await.unwrap();
     let (after_rss, after_anon) = (daemon.rss_kib(), daemon.anon_kib());
+    let settled = settled_anon_kib(&daemon, idle_threads).await;
     eprintln!(
-        "burst: {total} submits from {clients} clients: {ok} accepted, {limited} refused with typed errors; RSS idle {idle_rss} KiB, after {after_rss} KiB; anonymous idle {idle_anon} KiB, after {after_anon} KiB"
+        "burst: {total} submits from {clients} clients: {ok} accepted, {limited} refused with typed errors; RSS idle {idle_rss} KiB, after {after_rss} KiB; anonymous idle {idle_anon} KiB, right after {after_anon} KiB, settled {settled} KiB"
     );
     report_latency("burst", lat);
     assert_eq!(ok + limited, total);
@@ -256,7 +274,9 @@ async fn many_tasks_with_many_tool_calls_all_finish() {
         .await
         .unwrap();
     idle(&bus).await;
-    let (idle_rss, idle_anon) = (daemon.rss_kib(), daemon.anon_kib());
+    let idle_threads = 3;
+    let idle_rss = daemon.rss_kib();
+    let idle_anon = settled_anon_kib(&daemon, idle_threads).await;
     let stop = Arc::new(AtomicBool::new(false));
     let prober = probe(client(&bus).await, Arc::clone(&stop));
     // 25 per client stays under the per-caller submit limit.
@@ -287,10 +307,10 @@ async fn many_tasks_with_many_tool_calls_all_finish() {
     stop.store(true, Ordering::Release);
     let lat = prober.await.unwrap();
     idle(&bus).await;
+    let (after_rss, after_anon) = (daemon.rss_kib(), daemon.anon_kib());
+    let settled = settled_anon_kib(&daemon, idle_threads).await;
     eprintln!(
-        "{tasks} tasks × {calls} calls: {statuses:?}; RSS idle {idle_rss} KiB, after {} KiB; anonymous idle {idle_anon} KiB, after {} KiB",
-        daemon.rss_kib(),
-        daemon.anon_kib(),
+        "{tasks} tasks × {calls} calls: {statuses:?}; RSS idle {idle_rss} KiB, after {after_rss} KiB; anonymous idle {idle_anon} KiB, right after {after_anon} KiB, settled {settled} KiB"
     );
     report_latency("tool calls", lat);
     assert_eq!(statuses.get("completed"), Some(&tasks), "{statuses:?}");

@@ -113,6 +113,11 @@ impl RealDaemon {
         status_kib(self.pid(), "RssAnon:")
     }
 
+    /// Threads of the process.
+    pub fn threads(&self) -> u64 {
+        status_kib(self.pid(), "Threads:")
+    }
+
     /// Open file descriptors.
     pub fn fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
