@@ -317,7 +317,6 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         sd_notify: std::env::var_os("NOTIFY_SOCKET").is_some(),
         ..DaemonOptions::default()
     };
-    trim::limit_arenas();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // Blocking threads left over from a burst go (and are trimmed) soon after it.

@@ -40,18 +40,3 @@ pub(super) fn release_freed_memory() {
 /// musl and other allocators do not keep freed pages the way glibc does.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(super) fn release_freed_memory() {}
-
-/// Caps glibc's malloc arenas at two (its default is eight per core): every thread that
-/// allocates while the others hold theirs gets an arena of its own, and each one a
-/// burst's blocking threads leave behind keeps part-used pages no trim can return.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[expect(unsafe_code, reason = "mallopt is a C function")]
-pub(super) fn limit_arenas() {
-    // SAFETY: mallopt takes two plain integers; called before any other thread exists.
-    if unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) } != 1 {
-        tracing::debug!("mallopt(M_ARENA_MAX) refused");
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(super) fn limit_arenas() {}
