@@ -17,7 +17,7 @@ pub(super) fn set_idle(idle: bool) {
     IDLE.store(idle, Ordering::Release);
 }
 
-/// A runtime thread is about to exit (an idle blocking thread, after its keep-alive):
+/// A runtime thread is about to exit (an idle blocking thread, 10 s after its last job):
 /// what it freed goes back too, when the daemon is idle. The blocking threads of a
 /// burst of tasks outlive the last task by their keep-alive, so the trim at the end of
 /// that task could not return what they held.
