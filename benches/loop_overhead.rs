@@ -161,7 +161,12 @@ async fn bench() {
     let (it_med, it_p95) = stats(per_iteration);
     let (rt_med, rt_p95) = stats(round_trips);
     let parts = parts_alone(home.path(), &work, &policy, &soul);
-    let (true_times, read_times) = sandboxed_calls(home.path(), &work, &policy, &soul).await;
+    let helper = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox"));
+    let (true_times, read_times) =
+        sandboxed_calls(&helper, home.path(), &work, &policy, &soul).await;
+    let fallback = familiar::sandbox::SandboxLauncher::subcommand(env!("CARGO_BIN_EXE_familiar"));
+    let (fallback_true, fallback_read) =
+        sandboxed_calls(&fallback, home.path(), &work, &policy, &soul).await;
     println!(
         "loop overhead ({ITERATIONS} read_file iterations + answer, {RUNS} runs, median / p95)"
     );
@@ -187,8 +192,10 @@ async fn bench() {
         row(name, times);
     }
     println!("sandboxed tool call (spawn + Landlock rules + exec + reap, 100 runs)");
-    row("/bin/true through sandbox-exec", true_times);
-    row("read_file file op through sandbox-exec", read_times);
+    row("/bin/true through familiar-sandbox", true_times);
+    row("read_file file op through familiar-sandbox", read_times);
+    row("/bin/true through familiar sandbox-exec", fallback_true);
+    row("read_file through familiar sandbox-exec", fallback_read);
 }
 
 /// The whole loop against an instant loopback model, and the model round trip alone:
@@ -232,7 +239,7 @@ async fn whole_loop(
             ],
             llm: Arc::new(Llm(Arc::clone(&config), env.clone())),
             launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
-                "CARGO_BIN_EXE_familiar"
+                "CARGO_BIN_EXE_familiar-sandbox"
             ))),
             plans: familiar::sandbox::plan::PlanCache::default(),
             enforcement: familiar::sandbox::probe(),
@@ -240,7 +247,7 @@ async fn whole_loop(
             memory: familiar::store::Memory::new(store.data_dir(), 100),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &config.mcp,
-                familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar")),
+                familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),
                 Vec::new(),
                 store.data_dir().join("mcp"),
                 home.to_owned(),
@@ -395,6 +402,7 @@ fn parts_alone(
 /// One sandboxed call: `/bin/true`, then a read_file file op, 100 times each after a
 /// warm-up of 20.
 async fn sandboxed_calls(
+    launcher: &familiar::sandbox::SandboxLauncher,
     home: &Path,
     work: &Path,
     policy: &Policy,
@@ -402,7 +410,6 @@ async fn sandboxed_calls(
 ) -> (Vec<Duration>, Vec<Duration>) {
     // One sandboxed call: spawn the helper, build and apply the Landlock rules, exec,
     // reap. With this home's protected paths carved out of the readable tree.
-    let launcher = familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"));
     let sb =
         familiar::sandbox::SandboxPolicy::new(&soul.sandbox, &policy.protected_paths, work, home)
             .unwrap();

@@ -8,20 +8,17 @@ use clap::Parser;
 use familiar::cli::{self, Cli, Command, Exit};
 
 fn main() -> ExitCode {
+    // The sandbox helper, for when `familiar-sandbox` is not installed beside us: the
+    // same entry point and arguments, before anything else. It must stay
+    // single-threaded and quiet until it has restricted itself and exec'd the command:
+    // no logging, no runtime, no shell completion whatever its environment holds.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "sandbox-exec") {
+        return familiar::sandbox::exec::main(args);
+    }
     // `COMPLETE=bash familiar …`: the shell asks for completions; answered and exited.
-    // Never in the sandbox helper, whatever its environment holds.
-    if std::env::args_os()
-        .nth(1)
-        .is_none_or(|a| a != "sandbox-exec")
-    {
-        cli::answer_shell();
-    }
+    cli::answer_shell();
     let cli = Cli::parse();
-    // The sandbox helper must stay single-threaded and quiet until it has restricted
-    // itself and exec'd the command: no logging, no runtime.
-    if let Command::SandboxExec { op, argv } = cli.command {
-        return familiar::sandbox::exec::main(op, &argv);
-    }
     // The daemon logs what it does; clients only what went wrong.
     let base = match cli.command {
         Command::Daemon => "info",

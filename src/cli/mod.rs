@@ -167,17 +167,6 @@ pub enum Command {
     /// Check config, souls, provider and model, Landlock, the bus, the daemon, the
     /// units, notifications, Hyprland and the data dir; say the fix for each problem
     Doctor(JsonFlag),
-    /// Internal: restrict this process with Landlock, then run a command or a file
-    /// operation (the tools' helper; the spec comes in FAMILIAR_SANDBOX_SPEC).
-    #[command(hide = true)]
-    SandboxExec {
-        /// Perform this file operation (request as JSON on stdin) instead of a command.
-        #[arg(long, value_enum)]
-        op: Option<crate::sandbox::FileOpKind>,
-        /// The command to run, with its arguments
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        argv: Vec<String>,
-    },
 }
 
 #[derive(Debug, Args)]
@@ -385,8 +374,6 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             dry_run, uninstall, ..
         } => setup::setup(dry_run, uninstall, &mut out),
         Command::Doctor(JsonFlag { json }) => doctor::doctor(&cli.config, json, &mut out),
-        // main.rs runs the helper before logging is set up; reaching here is a bug.
-        Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec is handled before dispatch"),
     }
 }
 

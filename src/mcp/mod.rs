@@ -5,10 +5,10 @@
 //! ([`stdio`]), keeping it while souls use it and restarting it a bounded number of
 //! times ([`hub`]), and turning its tools and results into ours ([`client`]).
 //!
-//! Invariants: a stdio server only ever runs under `familiar sandbox-exec` with the
-//! system directories, its `read` paths readable, only its `write` paths (and its own
-//! state directory) writable, TCP only if declared, in its own session, with a
-//! scrubbed environment plus its `env`; a server's tools are named `NAME__TOOL`
+//! Invariants: a stdio server only ever runs under the sandbox helper
+//! (`familiar-sandbox`) with the system directories, its `read` paths readable, only
+//! its `write` paths (and its own state directory) writable, TCP only if declared, in
+//! its own session, with a scrubbed environment plus its `env`; a server's tools are named `NAME__TOOL`
 //! ([`tool_name`]), which no built-in tool can be; a server that crashes, hangs at
 //! start or sends garbage fails calls with an [`McpError`], never the daemon.
 

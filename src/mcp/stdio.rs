@@ -1,6 +1,7 @@
 //! Starting a stdio MCP server inside the Landlock helper.
 //!
-//! The helper (`familiar sandbox-exec -- COMMAND ARGS`) reads its framed spec from
+//! The helper (`familiar-sandbox -- COMMAND ARGS`, or its fallback `familiar
+//! sandbox-exec -- COMMAND ARGS`; see [`SandboxLauncher::current`]) reads its framed spec from
 //! stdin, restricts itself, reports on its first stderr line and then runs the server
 //! with stdin and stdout left to it: after the spec, stdin and stdout carry the
 //! JSON-RPC lines. The helper puts itself in a new session (its own process group),
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::McpError;
 use crate::sandbox::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, frame};
@@ -60,9 +61,8 @@ pub async fn spawn(
     let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
         .await
         .map_err(|e| start(format!("making the sandbox plan: {e}")))??;
-    let mut cmd = Command::new(&launcher.helper);
-    cmd.arg("sandbox-exec")
-        .arg("--")
+    let mut cmd = launcher.command();
+    cmd.arg("--")
         .args(argv)
         .env_clear()
         .stdin(Stdio::piped())

@@ -1,8 +1,11 @@
-//! `familiar sandbox-exec`: the helper that restricts itself and then runs the command
-//! (or performs a file operation) under the restriction.
+//! The sandbox helper: restricts itself and then runs the command (or performs a file
+//! operation) under the restriction. Installed as its own small binary,
+//! `familiar-sandbox [--op KIND] [-- ARGV...]` (src/bin/familiar-sandbox.rs), and
+//! reachable as `familiar sandbox-exec` with the same arguments when only `familiar` is
+//! installed; both call [`main`], which parses the arguments by hand ([`HelperArgs`]).
 //!
-//! The daemon is multi-threaded and must never be restricted, so it re-executes our
-//! binary as this helper, which does everything on its one thread: `setsid()`,
+//! The daemon is multi-threaded and must never be restricted, so it starts this
+//! helper, which does everything on its one thread: `setsid()`,
 //! `PR_SET_NO_NEW_PRIVS`, pids cgroup, rlimits, Landlock. It then reports what is
 //! enforced as the first line of its stderr ([`REPORT_PREFIX`] + JSON, written before
 //! the command exists, so it cannot be forged or reordered by it) and either refuses
@@ -24,6 +27,7 @@
 //! (an environment variable has 128 KiB, less than a carved home's plan may need), and
 //! the spec never reaches the command, whose environment is the spec's.
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
@@ -72,31 +76,95 @@ pub enum ReportOutcome {
     SetupFailed(String),
 }
 
-/// The helper's entry point: `familiar sandbox-exec [--op KIND] [-- ARGV...]`.
-pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
-    let report = |r: &HelperReport| {
-        let line = serde_json::to_string(r).unwrap_or_default();
-        let mut err = std::io::stderr().lock();
-        if let Err(e) = writeln!(err, "{REPORT_PREFIX}{line}") {
-            // Nobody to tell if stderr is gone; the exit code still says it.
-            tracing::debug!("stderr: {e}");
-        }
-    };
-    let fail = |msg: String| {
-        report(&HelperReport {
-            enforcement: None,
-            cgroup: None,
-            outcome: ReportOutcome::SetupFailed(msg),
-        });
-        ExitCode::from(EXIT_SETUP_FAILED)
-    };
+/// How the helper is called, after its name (`familiar-sandbox`) or subcommand
+/// (`familiar sandbox-exec`).
+pub const USAGE: &str = "[--op read|list|write|edit|search] [--] [COMMAND ARGS...]";
 
+/// The helper's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelperArgs {
+    /// Perform this file operation (request as JSON on stdin) instead of a command.
+    pub op: Option<FileOpKind>,
+    /// The command to run, with its arguments.
+    pub argv: Vec<String>,
+}
+
+impl HelperArgs {
+    /// Parses `[--op KIND | --op=KIND] [--] [ARGV...]`: the first argument that is not
+    /// an option, or everything after `--`, starts the command, whose own arguments
+    /// are never read as ours. By hand, so the helper binary carries no clap.
+    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<HelperArgs, String> {
+        let mut args = args.into_iter().map(|a| {
+            a.into_string()
+                .map_err(|a| format!("argument {a:?} is not valid UTF-8"))
+        });
+        let mut op = None;
+        let mut argv = Vec::new();
+        while let Some(arg) = args.next() {
+            let arg = arg?;
+            let kind = match arg.as_str() {
+                "--" => break,
+                "--op" => args.next().ok_or("--op needs a value")??,
+                a if a.starts_with("--op=") => a["--op=".len()..].to_owned(),
+                a if a.starts_with('-') => return Err(format!("unexpected argument {a:?}")),
+                _ => {
+                    argv.push(arg);
+                    break;
+                }
+            };
+            if op.is_some() {
+                return Err("--op given twice".to_owned());
+            }
+            op = Some(
+                serde_json::from_value(serde_json::Value::String(kind.clone()))
+                    .map_err(|_| format!("unknown --op {kind:?}"))?,
+            );
+        }
+        for arg in args {
+            argv.push(arg?);
+        }
+        Ok(HelperArgs { op, argv })
+    }
+}
+
+/// The helper's entry point, given its arguments (without the program name or the
+/// `sandbox-exec` subcommand). A malformed command line is reported like any other
+/// setup failure, before the spec is read.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    match HelperArgs::parse(args) {
+        Ok(HelperArgs { op, argv }) => run(op, &argv),
+        Err(e) => setup_failed(format!("{e} (usage: familiar-sandbox {USAGE})")),
+    }
+}
+
+/// Writes the report line to stderr.
+fn report(r: &HelperReport) {
+    let line = serde_json::to_string(r).unwrap_or_default();
+    let mut err = std::io::stderr().lock();
+    if let Err(e) = writeln!(err, "{REPORT_PREFIX}{line}") {
+        // Nobody to tell if stderr is gone; the exit code still says it.
+        tracing::debug!("stderr: {e}");
+    }
+}
+
+/// Reports that the sandbox could not be set up, and exits saying so.
+fn setup_failed(msg: String) -> ExitCode {
+    report(&HelperReport {
+        enforcement: None,
+        cgroup: None,
+        outcome: ReportOutcome::SetupFailed(msg),
+    });
+    ExitCode::from(EXIT_SETUP_FAILED)
+}
+
+/// Reads the spec, restricts itself, reports, then runs `argv` or performs `op`.
+fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     let policy = match read_spec() {
         Ok(p) => p,
-        Err(e) => return fail(format!("reading the spec from stdin: {e}")),
+        Err(e) => return setup_failed(format!("reading the spec from stdin: {e}")),
     };
     if op.is_none() && argv.is_empty() {
-        return fail("no command given".to_owned());
+        return setup_failed("no command given".to_owned());
     }
     let forced = std::env::var(TEST_ABI_ENV)
         .ok()
@@ -112,15 +180,15 @@ pub fn main(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
         tracing::debug!("PR_SET_PDEATHSIG: {e}");
     }
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
-        return fail(format!("PR_SET_NO_NEW_PRIVS: {e}"));
+        return setup_failed(format!("PR_SET_NO_NEW_PRIVS: {e}"));
     }
     let cgroup = limits::enter_pids_cgroup(policy.limits.max_processes);
     if let Err(e) = limits::apply_rlimits(&policy.limits, cgroup.is_some()) {
-        return fail(e.to_string());
+        return setup_failed(e.to_string());
     }
     let enforcement = match restrict_self(&policy, effective_abi(forced)) {
         Ok(e) => e,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return setup_failed(e.to_string()),
     };
     let refused = policy.require_full && enforcement.status != EnforcementStatus::Full;
     report(&HelperReport {
@@ -305,7 +373,7 @@ fn descendants(root: Pid) -> Vec<Pid> {
 
 fn spawn_failed(msg: &str) -> ExitCode {
     let mut err = std::io::stderr().lock();
-    if let Err(e) = writeln!(err, "familiar sandbox-exec: {msg}") {
+    if let Err(e) = writeln!(err, "familiar-sandbox: {msg}") {
         tracing::debug!("stderr: {e}");
     }
     ExitCode::from(EXIT_SPAWN_FAILED)
@@ -332,4 +400,79 @@ fn exit_like(status: Option<WaitStatus>) -> ExitCode {
 /// The command's exit as the launcher sees it through the helper: `(code, signal)`.
 pub fn split_status(status: std::process::ExitStatus) -> (Option<i32>, Option<i32>) {
     (status.code(), status.signal())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<HelperArgs, String> {
+        HelperArgs::parse(args.iter().map(OsString::from))
+    }
+
+    fn command(argv: &[&str]) -> HelperArgs {
+        HelperArgs {
+            op: None,
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn helper_args_take_a_command_after_the_double_dash() {
+        assert_eq!(parse(&["--", "ls", "-l"]), Ok(command(&["ls", "-l"])));
+    }
+
+    #[test]
+    fn helper_args_leave_the_commands_own_options_alone() {
+        assert_eq!(
+            parse(&["--", "sh", "-c", "x", "--", "--op"]),
+            Ok(command(&["sh", "-c", "x", "--", "--op"]))
+        );
+        assert_eq!(
+            parse(&["env", "--op", "read"]),
+            Ok(command(&["env", "--op", "read"]))
+        );
+    }
+
+    #[test]
+    fn helper_args_take_an_op_in_both_spellings() {
+        let read = HelperArgs {
+            op: Some(FileOpKind::Read),
+            argv: Vec::new(),
+        };
+        assert_eq!(parse(&["--op", "read"]), Ok(read.clone()));
+        assert_eq!(parse(&["--op=read"]), Ok(read));
+        assert_eq!(
+            parse(&["--op", "search"]).map(|a| a.op),
+            Ok(Some(FileOpKind::Search))
+        );
+    }
+
+    #[test]
+    fn helper_args_refuse_anything_else() {
+        for bad in [
+            &["--help"][..],
+            &["-x", "--", "ls"],
+            &["--op"],
+            &["--op", "delete"],
+            &["--op", "read", "--op", "list"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn helper_args_name_every_op_the_launcher_sends() {
+        for kind in [
+            FileOpKind::Read,
+            FileOpKind::List,
+            FileOpKind::Write,
+            FileOpKind::Edit,
+            FileOpKind::Search,
+        ] {
+            let name = serde_json::to_value(kind).unwrap();
+            let name = name.as_str().unwrap();
+            assert_eq!(parse(&["--op", name]).map(|a| a.op), Ok(Some(kind)));
+        }
+    }
 }

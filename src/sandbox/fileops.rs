@@ -1,5 +1,5 @@
 //! File operations performed by the helper itself, after it has restricted itself:
-//! `sandbox-exec --op read|list|write|edit|search` with the request as JSON on stdin and the
+//! `familiar-sandbox --op read|list|write|edit|search` with the request as JSON on stdin and the
 //! reply as JSON on stdout.
 //!
 //! The invariant: these run under the same Landlock domain as a command would, so a
@@ -26,7 +26,7 @@ use super::search::{SearchReply, search};
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
 /// Entries `list` returns at most.
 pub const MAX_LIST_ENTRIES: usize = 10_000;
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileOpKind {
     Read,

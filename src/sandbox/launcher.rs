@@ -9,7 +9,7 @@
 //! pipes past the cap, so the command never blocks on a full pipe.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -64,11 +64,21 @@ pub struct SandboxOutput {
     pub enforcement: Enforcement,
 }
 
+/// The helper binary, looked for beside the running `familiar`.
+pub const HELPER_NAME: &str = "familiar-sandbox";
+/// `familiar`'s own entry to the helper, for when [`HELPER_NAME`] is not installed.
+pub const HELPER_SUBCOMMAND: &str = "sandbox-exec";
+
 /// Starts sandboxed calls through a given helper binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxLauncher {
-    /// Our own binary (`std::env::current_exe()`); tests pass `CARGO_BIN_EXE_familiar`.
+    /// `familiar-sandbox` beside the running binary, else the running `familiar`
+    /// itself (see [`SandboxLauncher::current`]); tests pass
+    /// `CARGO_BIN_EXE_familiar-sandbox`.
     pub helper: PathBuf,
+    /// `helper` is `familiar`, run as `familiar sandbox-exec`: same arguments and
+    /// protocol, but an exec of the whole 16 MB binary per call (BENCHMARKS.md).
+    pub subcommand: bool,
     /// Makes the helper act as if the kernel had this Landlock ABI (tests only; it can
     /// only lower enforcement, and the reported status says so).
     #[doc(hidden)]
@@ -88,18 +98,62 @@ pub async fn run(
 }
 
 impl SandboxLauncher {
+    /// The `familiar-sandbox` binary at `helper`.
     pub fn new(helper: impl Into<PathBuf>) -> SandboxLauncher {
         SandboxLauncher {
             helper: helper.into(),
+            subcommand: false,
             abi_override: None,
         }
     }
 
-    /// The running binary as helper.
+    /// `familiar sandbox-exec`, with `familiar` at `exe`.
+    pub fn subcommand(exe: impl Into<PathBuf>) -> SandboxLauncher {
+        SandboxLauncher {
+            subcommand: true,
+            ..SandboxLauncher::new(exe)
+        }
+    }
+
+    /// The helper for the running binary ([`SandboxLauncher::beside`] it), looked up
+    /// once per process.
     pub fn current() -> Result<SandboxLauncher, SandboxError> {
-        std::env::current_exe()
-            .map(SandboxLauncher::new)
-            .map_err(SandboxError::CurrentExe)
+        static CURRENT: OnceLock<SandboxLauncher> = OnceLock::new();
+        if let Some(launcher) = CURRENT.get() {
+            return Ok(launcher.clone());
+        }
+        let exe = std::env::current_exe().map_err(SandboxError::CurrentExe)?;
+        Ok(CURRENT
+            .get_or_init(|| SandboxLauncher::beside(&exe))
+            .clone())
+    }
+
+    /// `familiar-sandbox` in the directory of `exe` (the `familiar` binary) when it is
+    /// an executable file there, else `exe sandbox-exec` (someone copied only
+    /// `familiar`), which works the same and costs more per call.
+    pub fn beside(exe: &Path) -> SandboxLauncher {
+        let helper = exe.with_file_name(HELPER_NAME);
+        let executable = helper.metadata().is_ok_and(|m| m.is_file())
+            && nix::unistd::access(&helper, nix::unistd::AccessFlags::X_OK).is_ok();
+        if executable {
+            return SandboxLauncher::new(helper);
+        }
+        tracing::info!(
+            "no {} beside {}: sandboxed calls run as `{} {HELPER_SUBCOMMAND}`, slower (install both binaries, docs/sandbox.md)",
+            HELPER_NAME,
+            exe.display(),
+            exe.display()
+        );
+        SandboxLauncher::subcommand(exe)
+    }
+
+    /// The helper's command line, up to its own arguments.
+    pub(crate) fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.helper);
+        if self.subcommand {
+            cmd.arg(HELPER_SUBCOMMAND);
+        }
+        cmd
     }
 
     /// Runs `argv` in the sandbox `policy` describes. Errors when the helper could not
@@ -152,9 +206,8 @@ impl SandboxLauncher {
             permit = start_permits().acquire() => permit.ok(),
             () = cancel.cancelled() => return Err(SandboxError::Cancelled),
         };
-        let mut cmd = Command::new(&self.helper);
-        cmd.arg("sandbox-exec")
-            .args(helper_args)
+        let mut cmd = self.command();
+        cmd.args(helper_args)
             .env_clear()
             // The spec comes first on stdin; then the command's input, or end of file.
             .stdin(Stdio::piped())
@@ -402,6 +455,57 @@ impl Capped {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn the_helper_binary_beside_familiar_is_preferred() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("familiar");
+        file(&exe, 0o755);
+        file(&dir.path().join(HELPER_NAME), 0o755);
+        let launcher = SandboxLauncher::beside(&exe);
+        assert_eq!(launcher, SandboxLauncher::new(dir.path().join(HELPER_NAME)));
+        let cmd = launcher.command();
+        assert_eq!(cmd.as_std().get_args().count(), 0);
+    }
+
+    #[test]
+    fn without_the_helper_binary_familiar_runs_its_own_subcommand() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("familiar");
+        file(&exe, 0o755);
+        let launcher = SandboxLauncher::beside(&exe);
+        assert_eq!(launcher, SandboxLauncher::subcommand(&exe));
+        let cmd = launcher.command();
+        assert_eq!(cmd.as_std().get_program(), exe.as_os_str());
+        assert_eq!(
+            cmd.as_std().get_args().collect::<Vec<_>>(),
+            [HELPER_SUBCOMMAND]
+        );
+    }
+
+    #[test]
+    fn a_helper_that_cannot_be_executed_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("familiar");
+        file(&exe, 0o755);
+        file(&dir.path().join(HELPER_NAME), 0o644);
+        assert_eq!(
+            SandboxLauncher::beside(&exe),
+            SandboxLauncher::subcommand(&exe)
+        );
+        std::fs::remove_file(dir.path().join(HELPER_NAME)).unwrap();
+        std::fs::create_dir(dir.path().join(HELPER_NAME)).unwrap();
+        assert_eq!(
+            SandboxLauncher::beside(&exe),
+            SandboxLauncher::subcommand(&exe)
+        );
+    }
 
     #[test]
     fn capped_keeps_head_and_tail_and_counts_the_middle() {

@@ -1,9 +1,10 @@
 //! The Landlock sandbox every file-touching or program-running tool goes through.
 //!
-//! The daemon never restricts itself. A call runs in our own binary re-executed as the
-//! hidden `familiar sandbox-exec` helper, which restricts itself on its single thread
-//! and then runs the command or performs the file operation; whatever a path check
-//! upstream missed, the kernel refuses. The invariant: a sandboxed call reaches only
+//! The daemon never restricts itself. A call runs in the helper binary
+//! `familiar-sandbox` (or `familiar sandbox-exec` where only `familiar` is installed;
+//! [`launcher`] picks), which restricts itself on its single thread and then runs the
+//! command or performs the file operation; whatever a path check upstream missed, the
+//! kernel refuses. The invariant: a sandboxed call reaches only
 //! what its [`SandboxPolicy`] grants, minus the protected paths, and leaves no process
 //! behind.
 //!
@@ -11,7 +12,7 @@
 //!   sandbox) and [`Limits`]; [`spec::HelperSpec`] is what the helper gets.
 //! - [`plan`]: protected-path carving, done once in the daemon and kept while current.
 //! - [`ruleset`]: the helper applies the plan as a Landlock ruleset.
-//! - [`exec`]: the helper (`sandbox-exec`): setup, report, supervision.
+//! - [`exec`]: the helper (`familiar-sandbox`): arguments, setup, report, supervision.
 //! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
 //! - [`search`]: the bounded tree walk behind `search_files`.
 //! - [`limits`]: rlimits and the pids cgroup.

@@ -1,5 +1,5 @@
 //! The sandbox spec: what one sandboxed call may touch ([`SandboxPolicy`], the daemon's
-//! side) and what the daemon hands the `familiar sandbox-exec` helper ([`HelperSpec`]:
+//! side) and what the daemon hands the `familiar-sandbox` helper ([`HelperSpec`]:
 //! the ready rules of the [`Plan`], the limits and the environment).
 //!
 //! The invariant: a [`SandboxPolicy`] only ever grants what the [`SandboxSpec`] (the

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// The ABI that provides every restriction familiar asks for.
 pub const TARGET_ABI: u8 = 6;
 
-/// The variable that makes `sandbox-exec` act as if the kernel had a lower ABI, so
+/// The variable that makes the helper act as if the kernel had a lower ABI, so
 /// tests can see a partial enforcement. Only the helper reads it, and it can only
 /// lower what is enforced, which the report then says.
 pub const TEST_ABI_ENV: &str = "FAMILIAR_TEST_LANDLOCK_ABI";

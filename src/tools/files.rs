@@ -1,6 +1,6 @@
 //! File tools: `read_file`, `list_dir`, `write_file`, `edit_file`.
 //!
-//! Every file access happens in the sandboxed helper (`familiar sandbox-exec --op`),
+//! Every file access happens in the sandboxed helper (`familiar-sandbox --op`),
 //! under the task's Landlock rules: the policy check before it gives the model a clear
 //! reason, but what keeps a tool inside the soul's paths is the kernel, even if a path
 //! check had a bug. Writes are atomic and never follow a final symlink. Output is

@@ -68,7 +68,13 @@ impl TestHome {
 
     /// The same as [`TestHome::familiar`], to spawn and keep running.
     pub fn familiar_process(&self) -> std::process::Command {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_familiar"));
+        self.familiar_at(Path::new(env!("CARGO_BIN_EXE_familiar")))
+    }
+
+    /// The same as [`TestHome::familiar_process`], with the binary at `program` (see
+    /// [`familiar_alone`]).
+    pub fn familiar_at(&self, program: &Path) -> std::process::Command {
+        let mut cmd = std::process::Command::new(program);
         cmd.env_clear()
             .env("HOME", self.path())
             .env("XDG_CONFIG_HOME", self.path().join(".config"))
@@ -77,4 +83,18 @@ impl TestHome {
             .current_dir(self.path().join("work"));
         cmd
     }
+}
+
+/// `familiar` in a directory of its own, without `familiar-sandbox` beside it: what a
+/// hand install that copied one binary has. A hard link when the test's scratch
+/// directory is on the same filesystem as the build (a debug `familiar` is large), else
+/// a copy. Returns the directory (removed on drop) and the binary's path.
+pub fn familiar_alone() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let exe = dir.path().join("familiar");
+    let built = Path::new(env!("CARGO_BIN_EXE_familiar"));
+    if std::fs::hard_link(built, &exe).is_err() {
+        std::fs::copy(built, &exe).expect("copying familiar");
+    }
+    (dir, exe)
 }

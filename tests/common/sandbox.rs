@@ -77,7 +77,7 @@ impl SandboxHome {
 }
 
 pub fn launcher() -> SandboxLauncher {
-    SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"))
+    SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox"))
 }
 
 /// False (and a loud message) when the kernel has no Landlock: the test must not

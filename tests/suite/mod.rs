@@ -10,6 +10,7 @@ mod mcp;
 mod memory;
 mod reliability;
 mod sandbox;
+mod sandbox_helper;
 mod sandbox_plan;
 mod secrets;
 mod snapshot;

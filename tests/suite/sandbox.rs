@@ -329,22 +329,31 @@ async fn the_daemons_environment_does_not_reach_the_command() {
     }
     let h = SandboxHome::new();
     let p = h.policy(false, false);
-    // The helper's own environment (here with a key in it) is never passed on.
+    // The helper's own environment (here with a key in it) is never passed on, by
+    // either entry to the helper.
     let input = familiar::sandbox::exec::frame(&p.helper_spec_json().unwrap(), b"");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_familiar"))
-        .args(["sandbox-exec", "--", "env"])
-        .env("OPENAI_API_KEY", "secret")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    remove_reported_cgroup(&out.stderr);
-    assert!(out.status.success() && stdout.contains("HOME="), "{out:?}");
-    assert!(!stdout.contains("OPENAI_API_KEY"), "{stdout}");
+    for helper in [
+        &[env!("CARGO_BIN_EXE_familiar-sandbox"), "--", "env"][..],
+        &[env!("CARGO_BIN_EXE_familiar"), "sandbox-exec", "--", "env"],
+    ] {
+        let mut child = std::process::Command::new(helper[0])
+            .args(&helper[1..])
+            .env("OPENAI_API_KEY", "secret")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        remove_reported_cgroup(&out.stderr);
+        assert!(
+            out.status.success() && stdout.contains("HOME="),
+            "{helper:?}: {out:?}"
+        );
+        assert!(!stdout.contains("OPENAI_API_KEY"), "{helper:?}: {stdout}");
+    }
     // Through the launcher, only allowlisted names appear.
     let out = run(&p, &["env"]).await;
     for line in out.stdout.lines() {

@@ -8,6 +8,7 @@ use zbus::Connection;
 
 use super::Check;
 use crate::config::ProcessEnv;
+use crate::sandbox::launcher::{HELPER_NAME, HELPER_SUBCOMMAND};
 use crate::sandbox::{
     EnforcementStatus, FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec,
 };
@@ -17,9 +18,10 @@ const MIN_FREE_BYTES: u64 = 50 * 1024 * 1024;
 /// Below this much free space a long session may run out.
 const LOW_FREE_BYTES: u64 = 1024 * 1024 * 1024;
 
-/// The Landlock ABI, and a sandboxed read outside the granted paths that the kernel
-/// must refuse.
+/// Which helper binary sandboxed calls start, the Landlock ABI, and a sandboxed read
+/// outside the granted paths that the kernel must refuse.
 pub(super) async fn sandbox_checks() -> Vec<Check> {
+    let helper = helper_check();
     let enforcement = crate::sandbox::probe();
     let abi = enforcement
         .abi
@@ -35,14 +37,42 @@ pub(super) async fn sandbox_checks() -> Vec<Check> {
             "a newer kernel (6.10+) enforces everything; souls with `sandbox.require = true` refuse to run until then",
         ),
         EnforcementStatus::None => {
-            return vec![Check::fail(
-                "landlock",
-                "this kernel has no Landlock: tools would run unconfined",
-                "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the `lsm=` list",
-            )];
+            return vec![
+                helper,
+                Check::fail(
+                    "landlock",
+                    "this kernel has no Landlock: tools would run unconfined",
+                    "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the `lsm=` list",
+                ),
+            ];
         }
     };
-    vec![landlock, enforcement_check().await]
+    vec![helper, landlock, enforcement_check().await]
+}
+
+/// `familiar-sandbox` beside this binary (ok), or the slower `familiar sandbox-exec`.
+fn helper_check() -> Check {
+    match SandboxLauncher::current() {
+        Ok(l) if !l.subcommand => Check::ok(
+            "sandbox_helper",
+            format!("tools run in {}", l.helper.display()),
+        ),
+        Ok(l) => Check::warn(
+            "sandbox_helper",
+            format!(
+                "no {HELPER_NAME} beside {}: tools run through `familiar {HELPER_SUBCOMMAND}`, which works but is slower per call",
+                l.helper.display()
+            ),
+            format!(
+                "copy {HELPER_NAME} from the same build into the directory of familiar (`cargo install --path .` installs both), then restart the daemon"
+            ),
+        ),
+        Err(e) => Check::fail(
+            "sandbox_helper",
+            e.to_string(),
+            "run familiar from a path it can read back (/proc/self/exe)",
+        ),
+    }
 }
 
 async fn enforcement_check() -> Check {

@@ -175,7 +175,7 @@ impl Harness {
                 config: Arc::clone(&self.config),
                 env: self.env.clone(),
             }),
-            launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar"))),
+            launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox"))),
             plans: familiar::sandbox::plan::PlanCache::default(),
             enforcement: familiar::sandbox::probe(),
             souls: Arc::new(souls),
@@ -185,7 +185,7 @@ impl Harness {
             ),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &self.config.mcp,
-                SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar")),
+                SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),
                 self.policy.protected_paths.clone(),
                 self.store.data_dir().join("mcp"),
                 self.config.paths.home.clone(),

@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 
 use super::harness::*;
-use crate::common::TestHome;
 use crate::common::llm_server::*;
+use crate::common::{TestHome, familiar_alone};
 
 fn config(home: &TestHome, server: &LlmServer) {
     home.write_config(
@@ -163,4 +163,37 @@ async fn familiar_run_says_what_to_do_when_no_model_answers() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+}
+
+/// A `familiar` installed without `familiar-sandbox` beside it (someone copied one
+/// binary) still runs its sandboxed tools, through its own `familiar sandbox-exec`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_copied_alone_runs_sandboxed_tools_through_its_own_subcommand() {
+    let home = TestHome::new();
+    let marker = home.path().join("work/marker.txt");
+    std::fs::write(&marker, "read through the fallback helper\n").unwrap();
+    let server = LlmServer::start(vec![
+        tools_reply(&[("c1", "read_file", json!({"path": marker}))]),
+        text_reply("done"),
+    ])
+    .await;
+    config(&home, &server);
+    let (_dir, alone) = familiar_alone();
+    let mut cmd = home.familiar_at(&alone);
+    cmd.args(["-v", "run", "--soul", "safe_assistant", "read the marker"]);
+    let out = run(assert_cmd::Command::from(cmd)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Said once (at info, shown with -v), and the call went through the fallback.
+    assert_eq!(
+        stderr.matches("no familiar-sandbox beside").count(),
+        1,
+        "{stderr}"
+    );
+    let tool = tool_messages(&server, 1);
+    let content = tool[0]["content"].as_str().unwrap();
+    assert!(
+        content.contains("read through the fallback helper"),
+        "{content}"
+    );
 }

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::cli::familiar;
 use super::*;
-use crate::common::TestHome;
 use crate::common::llm_server::LlmServer;
+use crate::common::{TestHome, familiar_alone};
 
 fn config_for(server: &LlmServer) -> String {
     format!(
@@ -53,6 +53,7 @@ async fn doctor_passes_a_working_setup_and_warns_about_the_rest() {
         "souls",
         "provider",
         "model",
+        "sandbox_helper",
         "landlock",
         "sandbox",
         "session_bus",
@@ -177,4 +178,29 @@ async fn doctor_sees_the_running_daemon() {
     let c = checks(&out.stdout);
     assert_eq!(status(&c, "daemon"), "ok", "{c:#?}");
     assert_eq!(c["daemon"][0]["detail"], "dev.familiar.Agent1 is running");
+}
+
+/// A `familiar` copied without `familiar-sandbox`: the sandbox still holds (through
+/// `familiar sandbox-exec`), and doctor says what is missing and how to fix it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_warns_when_familiar_sandbox_is_not_installed_beside_familiar() {
+    let home = TestHome::new();
+    let (_dir, alone) = familiar_alone();
+    let mut cmd = home.familiar_at(&alone);
+    cmd.args(["doctor", "--json"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let c = checks(&out.stdout);
+    assert_eq!(status(&c, "sandbox_helper"), "warn", "{c:#?}");
+    assert!(
+        c["sandbox_helper"][0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("familiar-sandbox"),
+        "{c:#?}"
+    );
+    if familiar::sandbox::probe().abi.is_some() {
+        assert_eq!(status(&c, "sandbox"), "ok", "{c:#?}");
+    }
 }

@@ -74,7 +74,7 @@ fn direct_ctx(h: &Harness) -> ToolContext {
         snapshotter: Arc::new(Mutex::new(Snapshotter::with_hyprland(None).unwrap())),
         cancel: CancellationToken::new(),
         launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
-            "CARGO_BIN_EXE_familiar"
+            "CARGO_BIN_EXE_familiar-sandbox"
         ))),
         soul: soul.id.clone(),
         session: familiar::ids::SessionId::new("s-direct").unwrap(),
