@@ -7,10 +7,12 @@ Run: `cargo build --release && python3 benches/run_overhead.py [target/release/f
 The same loopback model, soul (reads the workspace and `/etc`, default policy) and
 throwaway HOME as benches/concurrency.py. Each run is a fresh process; RUNS runs of each
 kind, alternated. Reported: the medians and spreads, and (median with 20 - median
-with 0) / 20.
+with 0) / 20, for wall time and for the CPU time of the process tree (`familiar run`
+and its sandbox helpers: getrusage(RUSAGE_CHILDREN) around each run).
 """
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -48,16 +50,22 @@ def main():
         "XDG_STATE_HOME": f"{home}/.local/state",
     }
     times = {0: [], N: []}
+    cpu = {0: [], N: []}
     try:
         for i in range(RUNS + 1):
             for n in (0, N):
                 c.ITERATIONS = n
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 subprocess.run([BIN, "run", "--soul", "bench", "--workspace", workspace, "x"],
                                env=env, check=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
+                elapsed = time.perf_counter() - t
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if i > 0:  # the first round warms the page cache
-                    times[n].append((time.perf_counter() - t) * 1000)
+                    times[n].append(elapsed * 1000)
+                    cpu[n].append((after.ru_utime - before.ru_utime
+                                   + after.ru_stime - before.ru_stime) * 1000)
     finally:
         model.shutdown()
     med = {n: statistics.median(v) for n, v in times.items()}
@@ -66,6 +74,11 @@ def main():
         print(f"  {n:>2} sandboxed read_file iterations   median {med[n]:.1f} ms "
               f"(min {min(v):.1f}, max {max(v):.1f})")
     print(f"  per iteration                       {(med[N] - med[0]) / N:.2f} ms")
+    cmed = {n: statistics.median(v) for n, v in cpu.items()}
+    for n, v in cpu.items():
+        print(f"  CPU, {n:>2} iterations                  median {cmed[n]:.1f} ms "
+              f"(min {min(v):.1f}, max {max(v):.1f})")
+    print(f"  CPU per iteration                   {(cmed[N] - cmed[0]) / N:.2f} ms")
 
 
 if __name__ == "__main__":

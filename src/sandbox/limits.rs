@@ -9,7 +9,8 @@
 //! moves itself into a fresh one with `pids.max`, which bounds exactly the command's
 //! processes, root's included, and lets the launcher kill whatever is left in it.
 //! Counting the user's tasks walks all of `/proc` (~140 processes on a desktop: the
-//! largest part of a call's syscalls), so it is done only when the count is what bounds
+//! largest part of a call's syscalls; one `lstat` per process, and one more per process
+//! of the user for its thread count), so it is done only when the count is what bounds
 //! the command: not in a pids cgroup, and not as root, whom `RLIMIT_NPROC` does not
 //! bind anyway.
 
@@ -77,8 +78,21 @@ fn user_task_count(uid: Uid) -> u64 {
                 .is_some_and(|n| n.parse::<u32>().is_ok())
         })
         .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid.as_raw()))
-        .map(|e| std::fs::read_dir(e.path().join("task")).map_or(1, |t| t.count() as u64))
+        .map(|e| threads(&e.path().join("task")))
         .sum()
+}
+
+/// The threads of a process, from its `/proc/PID/task`: the kernel gives that directory
+/// a link count of two plus the number of threads (`proc_task_getattr`), so one `lstat`
+/// answers what listing it would (a listing makes a dentry per thread: a browser has
+/// hundreds). A count outside that rule is listed instead; a process gone meanwhile
+/// counts as one, as before.
+fn threads(task_dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    match task_dir.symlink_metadata() {
+        Ok(m) if m.is_dir() && m.nlink() > 2 => m.nlink() - 2,
+        Ok(_) | Err(_) => std::fs::read_dir(task_dir).map_or(1, |t| t.count() as u64),
+    }
 }
 
 /// Moves the calling process into a new pids cgroup capped at `max`, when the
@@ -167,5 +181,25 @@ mod tests {
     #[test]
     fn user_task_count_counts_at_least_this_thread() {
         assert!(user_task_count(Uid::current()) >= 1);
+    }
+
+    #[test]
+    fn threads_come_from_the_task_directorys_link_count() {
+        let mut sleep = std::process::Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .unwrap();
+        let task = PathBuf::from(format!("/proc/{}/task", sleep.id()));
+        assert_eq!(threads(&task), 1);
+        sleep.kill().unwrap();
+        sleep.wait().unwrap();
+        // The rule is two plus one per subdirectory; outside it, the entries are listed.
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(threads(dir.path()), 0);
+        for t in ["1", "2", "3"] {
+            std::fs::create_dir(dir.path().join(t)).unwrap();
+        }
+        assert_eq!(threads(dir.path()), 3);
+        assert_eq!(threads(&dir.path().join("gone")), 1);
     }
 }
