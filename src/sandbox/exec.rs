@@ -332,7 +332,7 @@ fn reap_exited(main: Pid) -> Reaped {
     }
 }
 
-/// Sends `signal` to every process below the helper, found by walking `/proc`.
+/// Sends `signal` to every process below the helper ([`descendants`]).
 fn signal_descendants(signal: Signal) {
     for pid in descendants(getpid()) {
         if let Err(e) = kill(pid, signal) {
@@ -342,7 +342,49 @@ fn signal_descendants(signal: Signal) {
     }
 }
 
+/// Every process below `root`, down the kernel's own child lists
+/// (`/proc/PID/task/TID/children`, one per thread): a few reads for the subtree instead
+/// of reading every process's `stat` on the machine. A kernel without those files
+/// (`CONFIG_PROC_CHILDREN`) gets the walk of all of `/proc`. Either way a child forked
+/// while we look may be missed; the caller looks again after each child it reaps, and
+/// an orphan comes back to the helper, its subreaper.
 fn descendants(root: Pid) -> Vec<Pid> {
+    let root = root.as_raw();
+    if !std::path::Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
+        return descendants_by_walk(root);
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while let Some(&pid) = found.get(i) {
+        for child in children(pid) {
+            // A pid reused while we look must not send us round in a circle.
+            if !found.contains(&child) {
+                found.push(child);
+            }
+        }
+        i += 1;
+    }
+    found.into_iter().skip(1).map(Pid::from_raw).collect()
+}
+
+/// The children of every thread of `pid` (none when it is gone).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// [`descendants`] by reading the parent of every process in `/proc`.
+fn descendants_by_walk(root: i32) -> Vec<Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -357,7 +399,7 @@ fn descendants(root: Pid) -> Vec<Pid> {
             Some((pid, ppid))
         })
         .collect();
-    let mut found = vec![root.as_raw()];
+    let mut found = vec![root];
     let mut i = 0;
     while let Some(&parent) = found.get(i) {
         found.extend(
@@ -459,6 +501,37 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn descendants_are_found_down_the_child_lists_as_by_the_walk() {
+        use std::io::BufRead;
+        // A shell with two background children, and a grandchild under one of them.
+        let mut sh = Command::new("sh")
+            .args([
+                "-c",
+                "sleep 1000 & sh -c 'sleep 1000 & echo $!; wait' & wait",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut grandchild = String::new();
+        std::io::BufReader::new(sh.stdout.take().unwrap())
+            .read_line(&mut grandchild)
+            .unwrap();
+        let grandchild = Pid::from_raw(grandchild.trim().parse().unwrap());
+        let root = Pid::from_raw(sh.id().cast_signed());
+        let mut below = descendants(root);
+        let mut walked = descendants_by_walk(root.as_raw());
+        below.sort();
+        walked.sort();
+        assert_eq!(below.len(), 3, "{below:?}");
+        assert!(below.contains(&grandchild), "{below:?}");
+        assert_eq!(below, walked);
+        for pid in below {
+            kill(pid, Signal::SIGKILL).unwrap();
+        }
+        sh.wait().unwrap();
     }
 
     #[test]
