@@ -125,7 +125,8 @@ pub struct TaskResources {
 
 #[derive(Debug)]
 struct TaskSlice {
-    conn: Connection,
+    /// The user manager on the task's own connection, subscribed to its signals.
+    manager: ManagerProxy<'static>,
     name: String,
     /// The limits each call's scope carries as well.
     limits: Resources,
@@ -263,14 +264,14 @@ impl TaskSlice {
         manager.subscribe().await.map_err(|e| e.to_string())?;
         run_job(&manager, &name, &props).await?;
         let slice = TaskSlice {
-            conn,
+            manager,
             name,
             limits,
             stem,
             calls: AtomicU64::new(0),
             open: AtomicBool::new(true),
         };
-        let held = match slice.control_group(&manager).await {
+        let held = match slice.control_group().await {
             Ok(cg) => held_by(&limits, &cg),
             Err(e) => {
                 tracing::warn!("reading the cgroup of {}: {e}", slice.name);
@@ -280,9 +281,9 @@ impl TaskSlice {
         Ok((slice, held))
     }
 
-    async fn control_group(&self, manager: &ManagerProxy<'_>) -> zbus::Result<String> {
-        let path = manager.get_unit(&self.name).await?;
-        SliceProxy::builder(&self.conn)
+    async fn control_group(&self) -> zbus::Result<String> {
+        let path = self.manager.get_unit(&self.name).await?;
+        SliceProxy::builder(self.manager.inner().connection())
             .path(path)
             .build()
             .await?
@@ -304,10 +305,7 @@ impl TaskSlice {
             ("CollectMode", Variant::from("inactive-or-failed")),
         ];
         props.extend(self.limits.properties());
-        let manager = ManagerProxy::new(&self.conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        run_job(&manager, &name, &props).await
+        run_job(&self.manager, &name, &props).await
     }
 
     fn is_open(&self) -> bool {
@@ -318,12 +316,7 @@ impl TaskSlice {
         if !self.open.swap(false, Ordering::AcqRel) {
             return;
         }
-        let stopped = async {
-            ManagerProxy::new(&self.conn)
-                .await?
-                .stop_unit(&self.name, "replace")
-                .await
-        };
+        let stopped = self.manager.stop_unit(&self.name, "replace");
         match tokio::time::timeout(MANAGER_TIMEOUT, stopped).await {
             Ok(Ok(_)) => tracing::debug!("stopped {}", self.name),
             Ok(Err(e)) => tracing::warn!("stopping {}: {e}", self.name),
