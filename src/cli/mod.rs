@@ -378,6 +378,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 }
 
 fn daemon(config: &Option<PathBuf>) -> anyhow::Result<Exit> {
+    // First, while this is the only thread: it may re-execute the daemon.
+    crate::daemon::tune_allocator();
     match crate::daemon::run(config.as_deref()) {
         Ok(()) => Ok(Exit::Completed),
         // Not a configuration problem: exit 1 (systemd restarts on any failure).

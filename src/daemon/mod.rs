@@ -19,6 +19,7 @@ mod supervisor;
 mod trim;
 
 pub use reload::{Loaded, ReloadError};
+pub use trim::tune_allocator;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -132,10 +132,21 @@ fn resolved_entry(entry: &Path) -> PathBuf {
         return real.clone();
     }
     let real = resolve_existing_prefix(entry);
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(entry.to_owned(), (Instant::now(), real.clone()));
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    match cache.get_mut(entry) {
+        // Refreshed in place: the entry keeps the memory it was first given. New
+        // strings every second, made while tasks run, would end up spread over the
+        // heap and keep its pages from going back to the kernel after a busy spell.
+        Some((at, old)) => {
+            *at = Instant::now();
+            if *old != real {
+                old.clone_from(&real);
+            }
+        }
+        None => {
+            cache.insert(entry.to_owned(), (Instant::now(), real.clone()));
+        }
+    }
     real
 }
 

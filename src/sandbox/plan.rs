@@ -408,8 +408,9 @@ struct Cached {
 pub const PLAN_CACHE_ENTRIES: usize = 16;
 
 /// Plans of recent sandboxes, each kept while its witnesses hold. The daemon shares one
-/// between tasks, so a task of a soul and workspace used before starts with its plan
-/// made (checked, not computed). Cheap to share: clones see the same cache.
+/// between tasks, so a task of a soul and workspace in use by another task starts with
+/// its plan made (checked, not computed); it empties the cache when it goes idle
+/// ([`PlanCache::clear`]). Cheap to share: clones see the same cache.
 #[derive(Debug, Default, Clone)]
 pub struct PlanCache {
     /// Most recently used last.
@@ -417,6 +418,16 @@ pub struct PlanCache {
 }
 
 impl PlanCache {
+    /// Drops every plan. The daemon does this when its last task ends: a plan holds a
+    /// few thousand small paths (its witnesses), and the plans made during a busy spell
+    /// would otherwise sit spread over the heap and keep its pages from going back to
+    /// the kernel (BENCHMARKS.md, "Idle memory"). The next task's first call makes its
+    /// plan again (a few milliseconds, once per task).
+    pub fn clear(&self) {
+        let mut entries = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        *entries = Vec::new();
+    }
+
     /// The plan for these trees, reused when nothing it depends on changed. Blocking:
     /// a few hundred `lstat`s when reused, a fresh [`compute`] otherwise.
     pub fn get(&self, read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> Arc<Plan> {

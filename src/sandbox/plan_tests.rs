@@ -215,3 +215,17 @@ fn the_cache_keeps_several_sandboxes_and_drops_the_least_recently_used() {
     assert!(!Arc::ptr_eq(&first, &again));
     assert_eq!(*first, *again);
 }
+
+#[test]
+fn a_cleared_cache_makes_the_same_plan_again() {
+    let t = tree();
+    let h = t.path().canonicalize().unwrap();
+    let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
+    let cache = PlanCache::default();
+    let first = cache.get(&read, &[], &protected);
+    // Cleared through a clone: the daemon's tasks and its supervisor share one cache.
+    cache.clone().clear();
+    let again = cache.get(&read, &[], &protected);
+    assert!(!Arc::ptr_eq(&first, &again));
+    assert_eq!(*first, *again);
+}

@@ -149,6 +149,7 @@ impl Supervisor {
                 self.publish_counts().await;
                 if self.running == 0 && self.queue.is_empty() {
                     super::trim::set_idle(true);
+                    self.shared.rt.plans.clear();
                     super::trim::release_freed_memory();
                 }
             }

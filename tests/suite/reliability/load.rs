@@ -460,3 +460,39 @@ async fn soak_of_mixed_tasks() {
     let samples = run_series(&bus, &server, &daemon, Some(deadline), u64::MAX, 1000).await;
     report_series(&format!("soak of {secs}s"), &samples);
 }
+
+/// `/proc/PID/environ`: what the process was executed with, NULs shown as spaces (glibc
+/// writes a NUL after each tunable it parsed into that memory).
+fn environ(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_runs_with_one_malloc_arena_and_no_thread_caches() {
+    let server = LlmServer::start(vec![]).await;
+    let home = TestHome::new();
+    write_config(&home, &server, "");
+    let bus = TestBus::start();
+    // Started as systemd would: it re-executes itself (same pid) with glibc's settings.
+    let daemon = RealDaemon::start(&bus, &home).await;
+    let env = environ(daemon.pid());
+    let ours = ["glibc.malloc.arena_max=1", "glibc.malloc.tcache_count=0"];
+    assert!(env.contains(" FAMILIAR_MALLOC_TUNED= "), "{env}");
+    let at = |word: &str| env.find(word).unwrap_or_else(|| panic!("{word} in {env}"));
+    assert!(at("GLIBC_TUNABLES=") < at(ours[0]) && at(ours[0]) < at(ours[1]));
+    drop(daemon);
+    // A user's own tunables come after ours, so they win where both set one; the
+    // re-executed daemon knows them, to give them back to what it starts.
+    let mine = "glibc.malloc.arena_max=4";
+    let daemon = RealDaemon::start_with(&bus, &home, &[("GLIBC_TUNABLES", mine)]).await;
+    let env = environ(daemon.pid());
+    let at = |word: &str| env.find(word).unwrap_or_else(|| panic!("{word} in {env}"));
+    assert!(env.rfind(mine).is_some_and(|m| at(ours[1]) < m), "{env}");
+    assert!(
+        env.contains(&format!("FAMILIAR_MALLOC_TUNED={mine}")),
+        "{env}"
+    );
+    // It still answers.
+    assert!(client(&bus).await.list_tasks().await.unwrap().is_empty());
+}

@@ -56,6 +56,11 @@ pub struct RealDaemon {
 
 impl RealDaemon {
     pub async fn start(bus: &TestBus, home: &TestHome) -> RealDaemon {
+        RealDaemon::start_with(bus, home, &[]).await
+    }
+
+    /// [`RealDaemon::start`] with `env` added to its (otherwise minimal) environment.
+    pub async fn start_with(bus: &TestBus, home: &TestHome, env: &[(&str, &str)]) -> RealDaemon {
         let notify_dir = tempfile::tempdir().unwrap();
         let sock_path = notify_dir.path().join("notify");
         let sock = UnixDatagram::bind(&sock_path).unwrap();
@@ -69,6 +74,7 @@ impl RealDaemon {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
             .env("NOTIFY_SOCKET", &sock_path)
+            .envs(env.iter().copied())
             .arg("daemon")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap())
