@@ -16,6 +16,7 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, interface};
 
+use super::callers::Callers;
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
@@ -32,6 +33,8 @@ pub struct Service {
     /// The bus driver, made once: a proxy per call would add a match rule and a
     /// property-cache task per call.
     bus_driver: tokio::sync::OnceCell<zbus::fdo::DBusProxy<'static>>,
+    /// What the bus said of recent callers (a lookup per call waited behind the bus).
+    callers: Callers,
 }
 
 impl Service {
@@ -40,6 +43,7 @@ impl Service {
             tx,
             shared,
             bus_driver: tokio::sync::OnceCell::new(),
+            callers: Callers::default(),
         }
     }
 
@@ -55,19 +59,26 @@ impl Service {
         let Some(sender) = hdr.sender() else {
             return Ok("p2p".to_owned());
         };
-        let dbus = self
-            .bus_driver
-            .get_or_try_init(|| async {
-                zbus::fdo::DBusProxy::builder(conn)
-                    .cache_properties(zbus::proxy::CacheProperties::No)
-                    .build()
+        let uid = match self.callers.uid(sender.as_str()) {
+            Some(uid) => uid,
+            None => {
+                let dbus = self
+                    .bus_driver
+                    .get_or_try_init(|| async {
+                        zbus::fdo::DBusProxy::builder(conn)
+                            .cache_properties(zbus::proxy::CacheProperties::No)
+                            .build()
+                            .await
+                    })
+                    .await?;
+                let uid = dbus
+                    .get_connection_unix_user(sender.clone().into())
                     .await
-            })
-            .await?;
-        let uid = dbus
-            .get_connection_unix_user(sender.clone().into())
-            .await
-            .map_err(zbus::Error::from)?;
+                    .map_err(zbus::Error::from)?;
+                self.callers.remember(sender.as_str(), uid);
+                uid
+            }
+        };
         if uid != self.shared.uid {
             tracing::warn!(caller = %sender, uid, "refusing a call from another user");
             return Err(Error::access_denied(uid, self.shared.uid));

@@ -75,6 +75,8 @@ impl RealDaemon {
             .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
             .env("NOTIFY_SOCKET", &sock_path)
             .envs(env.iter().copied())
+            // To compare allocator settings: the daemon puts these after its own.
+            .envs(std::env::vars_os().filter(|(k, _)| k == "GLIBC_TUNABLES"))
             .arg("daemon")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap())
