@@ -32,25 +32,24 @@ pub(crate) struct HttpCtx {
     pub(crate) cfg: ProviderConfig,
 }
 
-/// The HTTP client every provider uses. Building one loads the TLS roots (a few
-/// milliseconds and ~150 KiB); a long-lived caller builds it once and shares it, which
-/// also keeps connections to the model server alive across tasks.
+/// The HTTP client every provider uses. Its TLS reads the system's root certificates
+/// at the first `https://` handshake, not here (see [`super::tls`]); a long-lived caller
+/// builds it once and shares it, which keeps connections to the model server alive
+/// across tasks and the roots read once.
 pub fn new_client() -> Result<reqwest::Client, LlmError> {
-    install_tls_provider();
-    reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(10))
+    let tls = super::tls::client_config()
+        .map_err(|e| LlmError::Config(format!("cannot set up TLS for the HTTP client: {e}")))?;
+    client_builder(tls)
         .build()
         .map_err(|e| LlmError::Config(format!("cannot set up the HTTP client: {e}")))
 }
 
-/// Makes `ring` the process's rustls crypto provider (reqwest is built without one, see
-/// Cargo.toml). Every HTTP client is built after this: ours in [`new_client`], and the
-/// ones libraries build for themselves (MCP's streamable HTTP), because `main` calls it
-/// first. Installing twice is harmless: the first provider stays.
-pub fn install_tls_provider() {
-    // Err only when a provider is already installed, which is the state we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// [`new_client`]'s settings over the TLS configuration `tls`.
+pub(super) fn client_builder(tls: rustls::ClientConfig) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .tls_backend_preconfigured(tls)
 }
 
 impl HttpCtx {

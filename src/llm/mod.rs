@@ -12,20 +12,23 @@
 //! call whose arguments were received whole (a cut stream never completes a call).
 //!
 //! Layout: `openai.rs` and `anthropic.rs` are the two wire formats; `http.rs` is the
-//! transport both share; [`sse`] turns bytes into events and knows no provider; what
-//! both formats share (argument parsing, picking a decoder by kind) lives here.
+//! transport both share and `tls.rs` its certificate checks; [`sse`] turns bytes into
+//! events and knows no provider; what both formats share (argument parsing, picking a
+//! decoder by kind) lives here.
 
 mod anthropic;
 mod client;
 mod error;
 mod http;
-pub use http::{install_tls_provider, new_client};
+pub use http::new_client;
 mod keys;
 pub mod models;
 mod openai;
 pub mod overflow;
 pub mod retry;
 pub mod sse;
+mod tls;
+pub use tls::install_tls_provider;
 pub mod tokens;
 
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! Policy files: the raw schema ([`PolicyToml`]), the built-in policies, loading by name.
 //!
-//! Invariant: a [`Policy`] only exists once every regex compiled, every mode, rate and
-//! duration parsed and every protected path is absolute; anything else is a
+//! Invariant: a [`Policy`] only exists once every regex a user wrote compiled (the
+//! built-in policies' are compiled at their first match, see [`Pattern`]), every mode,
+//! rate and duration parsed and every protected path is absolute; anything else is a
 //! [`FileError`] naming the file, the line, the key and what is allowed. A key a file
 //! leaves out keeps the built-in `default` policy's value, so a short user policy never
 //! silently drops the protected paths or the blocked patterns.
@@ -11,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use regex::Regex;
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::paths::lexical_normalize;
+use super::pattern::Pattern;
 use super::{Mode, Policy, RateLimits, RateSpec, TierModes};
 use crate::config::{Paths, expand_home, parse_duration};
 use crate::error::{ConfigError, FileError, parse_toml};
@@ -75,7 +76,7 @@ pub struct PatternToml {
 /// A compiled `[[blocked]]` or `[[ask]]` rule.
 #[derive(Debug, Clone)]
 pub struct PatternRule {
-    pub pattern: Regex,
+    pub pattern: Pattern,
     /// Shown to the model and the user.
     pub reason: String,
 }
@@ -114,14 +115,16 @@ impl Policy {
             file: file_label,
             src,
             home,
+            builtin: BUILTINS.iter().any(|(_, text)| *text == src),
         }
         .resolve(&name, raw, Some(&base))
     }
 }
 
 /// The built-in `default` policy for `home`, the base every policy file inherits
-/// from. Made once per home directory and kept: its regexes are the bulk of the work
-/// (a reload, `familiar policy check` and the fuzzers parse many policies).
+/// from. Made once per home directory and kept, with its patterns: a policy that repeats
+/// one shares its regex, compiled once (a reload, `familiar policy check` and the fuzzers
+/// parse many policies).
 fn builtin_default(home: &Path) -> Result<Policy, FileError> {
     static CACHE: Mutex<Option<(PathBuf, Policy)>> = Mutex::new(None);
     let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
@@ -137,17 +140,20 @@ fn builtin_default(home: &Path) -> Result<Policy, FileError> {
         file: &label,
         src,
         home,
+        builtin: true,
     }
     .resolve("default", raw, None)?;
     *cache = Some((home.to_owned(), policy.clone()));
     Ok(policy)
 }
 
-/// A policy file being resolved: where its errors point, and the home `~` means.
+/// A policy file being resolved: where its errors point, the home `~` means, and
+/// whether it is the text of a built-in policy (whose patterns compile at first use).
 struct Source<'a> {
     file: &'a str,
     src: &'a str,
     home: &'a Path,
+    builtin: bool,
 }
 
 impl Source<'_> {
@@ -186,11 +192,11 @@ impl Source<'_> {
             None => base.map(|b| b.protected_paths.clone()).unwrap_or_default(),
         };
         let blocked = match raw.blocked {
-            Some(rules) => self.patterns(rules)?,
+            Some(rules) => self.patterns(rules, base)?,
             None => base.map(|b| b.blocked.clone()).unwrap_or_default(),
         };
         let ask = match raw.ask {
-            Some(rules) => self.patterns(rules)?,
+            Some(rules) => self.patterns(rules, base)?,
             None => base.map(|b| b.ask.clone()).unwrap_or_default(),
         };
         Ok(Policy {
@@ -275,21 +281,37 @@ impl Source<'_> {
         Ok(out)
     }
 
-    /// `[[blocked]]` or `[[ask]]` rules, compiled.
-    fn patterns(&self, rules: Vec<PatternToml>) -> Result<Vec<PatternRule>, FileError> {
+    /// `[[blocked]]` or `[[ask]]` rules, compiled: a pattern the base has is the base's
+    /// (one regex, compiled once), a built-in's is compiled at its first match, any
+    /// other now.
+    fn patterns(
+        &self,
+        rules: Vec<PatternToml>,
+        base: Option<&Policy>,
+    ) -> Result<Vec<PatternRule>, FileError> {
+        let known: Vec<&Pattern> = base
+            .into_iter()
+            .flat_map(|b| b.blocked.iter().chain(&b.ask))
+            .map(|r| &r.pattern)
+            .collect();
         rules
             .into_iter()
             .map(|r| {
-                let pattern = Regex::new(r.pattern.get_ref()).map_err(|e| {
-                    self.at(
-                        r.pattern.span(),
-                        format!(
-                            "invalid regex `{}`: {} (regex syntax: https://docs.rs/regex)",
-                            r.pattern.get_ref(),
-                            regex_error_summary(&e)
-                        ),
-                    )
-                })?;
+                let source = r.pattern.get_ref();
+                let shared = known.iter().find(|p| p.as_str() == source);
+                let pattern = match shared {
+                    Some(p) => Pattern::clone(p),
+                    None if self.builtin => Pattern::builtin(source),
+                    None => Pattern::compile(source).map_err(|e| {
+                        self.at(
+                            r.pattern.span(),
+                            format!(
+                                "invalid regex `{source}`: {} (regex syntax: https://docs.rs/regex)",
+                                regex_error_summary(&e)
+                            ),
+                        )
+                    })?,
+                };
                 if r.reason.trim().is_empty() {
                     return Err(self.at(
                         r.pattern.span(),

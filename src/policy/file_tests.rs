@@ -239,3 +239,57 @@ fn bad_user_file_names_its_path() {
         "{err}"
     );
 }
+
+/// The built-in policies' patterns are compiled at their first match, not checked at
+/// load: this is the check (see policy/pattern.rs).
+#[test]
+fn builtin_patterns_compile() {
+    for name in builtin_names() {
+        let p = builtin(name);
+        for rule in p.blocked.iter().chain(&p.ask) {
+            let source = rule.pattern.as_str();
+            assert!(regex::Regex::new(source).is_ok(), "{name}: {source}");
+        }
+        assert!(!p.blocked.is_empty(), "{name}");
+    }
+}
+
+/// A policy resolved on `base` without the per-home cache, so no other test can have
+/// matched its patterns.
+fn resolve_fresh(src: &str, builtin: bool, base: Option<&Policy>) -> Policy {
+    let raw: PolicyToml = parse_toml("p.toml", src).unwrap();
+    Source {
+        file: "p.toml",
+        src,
+        home: Path::new(HOME),
+        builtin,
+    }
+    .resolve("p", raw, base)
+    .unwrap()
+}
+
+#[test]
+fn builtin_patterns_compile_at_first_match_and_a_users_at_load() {
+    let base = resolve_fresh(builtin_source("default").unwrap(), true, None);
+    let compiled = |p: &Policy| {
+        p.blocked
+            .iter()
+            .chain(&p.ask)
+            .filter(|r| r.pattern.is_compiled())
+            .count()
+    };
+    assert_eq!(compiled(&base), 0);
+    let repeated = base.blocked[0].pattern.as_str();
+    let src = format!(
+        "[[blocked]]\npattern = '''{repeated}'''\nreason = \"repeated\"\n\n\
+         [[blocked]]\npattern = '^mine( |$)'\nreason = \"new\"\n"
+    );
+    let user = resolve_fresh(&src, false, Some(&base));
+    assert!(user.blocked[1].pattern.is_compiled());
+    assert!(!user.blocked[0].pattern.is_compiled());
+    assert!(user.blocked[0].pattern.is_match("rm -r /"));
+    // One regex behind both: the base's is now compiled too, and only it.
+    assert_eq!(compiled(&base), 1);
+    let strict = resolve_fresh(builtin_source("strict").unwrap(), true, Some(&base));
+    assert_eq!(compiled(&strict), 1);
+}

@@ -15,10 +15,12 @@
 //! - [`decide`](mod@decide): the decision for one call and its audit trail.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.
+//! - [`pattern`]: a rule's regex, and when it is compiled.
 
 pub mod decide;
 pub mod file;
 pub mod paths;
+pub mod pattern;
 pub mod shell;
 #[cfg(test)]
 mod tests;
