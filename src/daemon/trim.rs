@@ -11,7 +11,7 @@
 //!   daemon re-executes itself once with them). Ten arenas each kept a few hundred KiB
 //!   after a burst, and cached chunks of the long-lived runtime threads kept
 //!   neighbouring free memory from merging; measured with the load tests, the daemon
-//!   settled 3–4 MiB above its idle memory with glibc's defaults and 0.5–1.3 MiB above
+//!   settled 3–4 MiB above its idle memory with glibc's defaults and 0.5–1.5 MiB above
 //!   with these, at no cost in CPU time (tests/README.md).
 //! - `malloc_trim(0)` walks the heap and returns its free pages. It briefly locks the
 //!   arena, so it runs only when no task is running or queued: when the last task ends,
