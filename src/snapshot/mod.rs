@@ -74,6 +74,11 @@ pub const PSEUDO_MOUNT_PREFIXES: &[&str] =
 /// are noise (sysinfo's own minimum), and reading /proc/PID/* for every process is
 /// most of a snapshot's cost (benches/snapshot.rs).
 const PROCESS_REFRESH_INTERVAL: Duration = sysinfo::MINIMUM_CPU_UPDATE_INTERVAL;
+/// Disks (the mount table and a `statfs` of each mount) are re-read at most this often:
+/// with a dozen mounts that was a tenth of a millisecond at every step of a task
+/// (BENCHMARKS.md, "Where the loop's own work goes"), and free space does not change
+/// meaningfully within a second.
+const DISK_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the user list is re-read when a process's uid is unknown.
 const USER_LIST_TTL: Duration = Duration::from_secs(60);
 /// How often we look for Hyprland again when it was not running.
@@ -212,6 +217,8 @@ pub struct Snapshotter {
     /// Process refreshes so far; CPU % is meaningful from the second on.
     process_samples: u32,
     disks: Disks,
+    /// The last disk list and when it was read (see [`DISK_REFRESH_INTERVAL`]).
+    disks_read: Option<(Instant, Vec<DiskInfo>)>,
     battery: Option<starship_battery::Manager>,
     hyprland: Option<Hyprland>,
     /// When set, Hyprland is looked for again (from the process environment) at most
@@ -245,6 +252,7 @@ impl Snapshotter {
             processes_refreshed: None,
             process_samples: 0,
             disks: Disks::new_with_refreshed_list_specifics(disk_refresh()).map_err(err)?,
+            disks_read: None,
             battery,
             hyprland,
             hyprland_redetect: None,
@@ -355,9 +363,20 @@ impl Snapshotter {
         }
     }
 
+    /// The real disks, re-read at most every [`DISK_REFRESH_INTERVAL`] (a disk mounted
+    /// meanwhile shows within that).
     fn disks(&mut self) -> Vec<DiskInfo> {
-        // Re-reading the mount table costs ~20 µs (benches/snapshot.rs): cheap enough to
-        // do every time, so a newly mounted disk shows at once.
+        if let Some((at, disks)) = &self.disks_read
+            && at.elapsed() < DISK_REFRESH_INTERVAL
+        {
+            return disks.clone();
+        }
+        let disks = self.read_disks();
+        self.disks_read = Some((Instant::now(), disks.clone()));
+        disks
+    }
+
+    fn read_disks(&mut self) -> Vec<DiskInfo> {
         self.disks.refresh_specifics(true, disk_refresh());
         let mut out: Vec<DiskInfo> = Vec::new();
         for d in &self.disks {
@@ -442,6 +461,26 @@ mod tests {
     fn snapshotter_can_move_between_threads() {
         fn is_send<T: Send>() {}
         is_send::<Snapshotter>();
+    }
+
+    #[test]
+    fn disks_are_read_again_only_once_the_interval_has_passed() {
+        let mut s = Snapshotter::with_hyprland(None).unwrap();
+        let first = s.take(None).disks;
+        let read_at = s.disks_read.as_ref().map(|(at, _)| *at);
+        assert_eq!(s.take(None).disks, first);
+        assert_eq!(s.disks_read.as_ref().map(|(at, _)| *at), read_at, "reused");
+        // As if the interval had passed: the next take reads them again.
+        s.disks_read = s
+            .disks_read
+            .take()
+            .map(|(at, d)| (at.checked_sub(DISK_REFRESH_INTERVAL).unwrap_or(at), d));
+        s.take(None);
+        assert_ne!(
+            s.disks_read.as_ref().map(|(at, _)| *at),
+            read_at,
+            "read again"
+        );
     }
 
     #[test]
