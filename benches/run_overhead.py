@@ -27,10 +27,9 @@ RUNS = int(os.environ.get("RUNS", "11"))
 N = 20
 
 
-def main():
-    model = c.Server(("127.0.0.1", 0), c.Model)
-    threading.Thread(target=model.serve_forever, daemon=True).start()
-    port = model.server_address[1]
+def setup(port):
+    """A throwaway HOME with the bench soul and config for the model on `port`:
+    (environment, workspace). Shared with run_start.py."""
     home = tempfile.mkdtemp(prefix="familiar-run-")
     cfg = f"{home}/.config/familiar"
     os.makedirs(f"{cfg}/souls")
@@ -49,23 +48,36 @@ def main():
         "XDG_CONFIG_HOME": f"{home}/.config",
         "XDG_STATE_HOME": f"{home}/.local/state",
     }
+    return env, workspace
+
+
+def timed_run(argv, env):
+    """Runs `argv` to completion: (wall ms, CPU ms of it and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed * 1000, (after.ru_utime - before.ru_utime
+                            + after.ru_stime - before.ru_stime) * 1000
+
+
+def main():
+    model = c.Server(("127.0.0.1", 0), c.Model)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    env, workspace = setup(model.server_address[1])
     times = {0: [], N: []}
     cpu = {0: [], N: []}
     try:
         for i in range(RUNS + 1):
             for n in (0, N):
                 c.ITERATIONS = n
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                t = time.perf_counter()
-                subprocess.run([BIN, "run", "--soul", "bench", "--workspace", workspace, "x"],
-                               env=env, check=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-                elapsed = time.perf_counter() - t
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                wall_ms, cpu_ms = timed_run(
+                    [BIN, "run", "--soul", "bench", "--workspace", workspace, "x"], env)
                 if i > 0:  # the first round warms the page cache
-                    times[n].append(elapsed * 1000)
-                    cpu[n].append((after.ru_utime - before.ru_utime
-                                   + after.ru_stime - before.ru_stime) * 1000)
+                    times[n].append(wall_ms)
+                    cpu[n].append(cpu_ms)
     finally:
         model.shutdown()
     med = {n: statistics.median(v) for n, v in times.items()}

@@ -14,38 +14,17 @@ own mean and variation.
 """
 
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import concurrency as c
+from run_overhead import setup, timed_run
 
 BINS = [os.path.abspath(b) for b in sys.argv[1:]] or [os.path.abspath("target/release/familiar")]
 RUNS = int(os.environ.get("RUNS", "50"))
-
-
-def setup(port):
-    home = tempfile.mkdtemp(prefix="familiar-start-")
-    cfg = f"{home}/.config/familiar"
-    os.makedirs(f"{cfg}/souls")
-    with open(f"{cfg}/config.toml", "w") as f:
-        f.write(f'[providers.local]\nbase_url = "http://127.0.0.1:{port}/v1"\nmax_retries = 0\n')
-    with open(f"{cfg}/souls/bench.toml", "w") as f:
-        f.write('description = "bench"\nprompt = "bench"\nmax_iterations = 30\n'
-                'tools = ["read_file"]\n[sandbox]\nread = ["/etc"]\n')
-    workspace = f"{home}/work"
-    os.makedirs(workspace)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": home,
-        "XDG_CONFIG_HOME": f"{home}/.config",
-        "XDG_STATE_HOME": f"{home}/.local/state",
-    }
-    return env, workspace
 
 
 def main():
@@ -59,16 +38,10 @@ def main():
     try:
         for i in range(RUNS + 1):
             for b in BINS:
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                t = time.perf_counter()
-                subprocess.run([b, *args], env=env, check=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-                elapsed = time.perf_counter() - t
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                wall_ms, cpu_ms = timed_run([b, *args], env)
                 if i > 0:  # the first round warms the page cache
-                    wall[b].append(elapsed * 1000)
-                    cpu[b].append((after.ru_utime - before.ru_utime
-                                   + after.ru_stime - before.ru_stime) * 1000)
+                    wall[b].append(wall_ms)
+                    cpu[b].append(cpu_ms)
         for b in BINS:
             print(f"familiar run, no tool call, {RUNS} runs ({b})")
             for name, v in (("wall", wall[b]), ("CPU ", cpu[b])):
