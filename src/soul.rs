@@ -113,6 +113,13 @@ impl Soul {
                 write: intersect_trees(&self.sandbox.write, &parent.sandbox.write),
                 network: self.sandbox.network && parent.sandbox.network,
                 require: self.sandbox.require || parent.sandbox.require,
+                sockets: self
+                    .sandbox
+                    .sockets
+                    .iter()
+                    .filter(|s| parent.sandbox.sockets.contains(s))
+                    .cloned()
+                    .collect(),
             },
             max_iterations: self.max_iterations.min(parent.max_iterations),
             max_tokens: self.max_tokens.min(parent.max_tokens),

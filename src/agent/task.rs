@@ -354,7 +354,8 @@ impl Task {
             &workspace,
             &rt.config.paths.home,
         )?
-        .with_plans(rt.plans.clone());
+        .with_plans(rt.plans.clone())
+        .with_owner(format!("task {} of soul {}", spec.task_id, spec.soul.id));
         let sandbox = match spec.soul.resources.is_empty() {
             true => sandbox,
             false => sandbox.with_resources(Arc::new(
@@ -432,7 +433,12 @@ impl Task {
             model: task.model.name.clone(),
             workspace: task.place.workspace.display().to_string(),
             max_iterations: task.limits.max_iterations,
-            sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
+            sandbox: serde_json::to_value(
+                task.rt
+                    .enforcement
+                    .for_sockets(&task.spec.soul.sandbox.sockets),
+            )
+            .unwrap_or_default(),
             resources: task
                 .place
                 .sandbox

@@ -259,6 +259,7 @@ fn describe_sandbox(e: Option<&Enforcement>) -> String {
         Some(abi) => format!("Landlock ABI {abi}, {status}"),
         None => status.to_owned(),
     };
+    let head = format!("{head}, unix sockets {}", e.unix_sockets.as_str());
     match e.status {
         EnforcementStatus::Full => head,
         EnforcementStatus::Partial | EnforcementStatus::None => {
@@ -382,20 +383,26 @@ pub fn respond(request_id: &str, approve: bool) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::UnixSockets;
 
     #[test]
     fn the_sandbox_line_names_the_abi_and_what_is_missing() {
         assert_eq!(
             describe_sandbox(Some(&Enforcement::for_abi(Some(6)))),
-            "Landlock ABI 6, full"
+            "Landlock ABI 6, full, unix sockets blocked"
         );
         assert_eq!(
             describe_sandbox(Some(&Enforcement::for_abi(Some(5)))),
-            "Landlock ABI 5, partial (missing: signal and abstract unix socket scoping (ABI 6))"
+            "Landlock ABI 5, partial, unix sockets blocked (missing: signal and abstract unix socket scoping (ABI 6))"
         );
         assert_eq!(
             describe_sandbox(Some(&Enforcement::for_abi(None))),
-            "none (missing: landlock)"
+            "none, unix sockets blocked (missing: landlock)"
+        );
+        let open = Enforcement::for_abi(Some(6)).with_unix_sockets(UnixSockets::Open);
+        assert_eq!(
+            describe_sandbox(Some(&open)),
+            "Landlock ABI 6, partial, unix sockets open (missing: unix socket block (seccomp))"
         );
         assert!(describe_sandbox(None).starts_with("unknown"));
     }

@@ -311,10 +311,12 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             "marked {repaired} task(s) left running by a previous daemon as interrupted"
         );
     }
+    let defaults = DaemonOptions::default();
     let options = DaemonOptions {
+        submit_rate: rt.policy.submits.unwrap_or(defaults.submit_rate),
         watchdog: sd_notify::watchdog_enabled().map(|d| d / 2),
         sd_notify: std::env::var_os("NOTIFY_SOCKET").is_some(),
-        ..DaemonOptions::default()
+        ..defaults
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -16,14 +16,17 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, interface};
 
-use super::callers::Callers;
+use super::callers::{Caller, Callers};
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
+use crate::catalog::Tier;
 use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
-use crate::ids::{RequestId, SessionId, TaskId};
+use crate::ids::{RequestId, SessionId, SoulId, TaskId};
 use crate::ratelimit::Scope;
+use crate::sandbox::ancestry::Sandboxed;
 use crate::snapshot::conditions::Conditions;
+use crate::store::{AuditDecision, AuditEntry, AuditOutcome};
 use crate::store::{Memory, MemoryError};
 
 /// The served object.
@@ -52,38 +55,104 @@ impl Service {
         self.shared.rt.memory.clone()
     }
 
-    /// The caller's unique name, after checking it runs as our user.
+    /// The caller's unique name, after checking it runs as our user and outside every
+    /// sandbox.
     async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<String, Error> {
         // A peer-to-peer connection has no bus to ask; its peer was authenticated by
         // the socket it came through (only tests build those).
         let Some(sender) = hdr.sender() else {
             return Ok("p2p".to_owned());
         };
-        let uid = match self.callers.uid(sender.as_str()) {
-            Some(uid) => uid,
+        let caller = match self.callers.get(sender.as_str()) {
+            Some(caller) => caller,
             None => {
-                let dbus = self
-                    .bus_driver
-                    .get_or_try_init(|| async {
-                        zbus::fdo::DBusProxy::builder(conn)
-                            .cache_properties(zbus::proxy::CacheProperties::No)
-                            .build()
-                            .await
-                    })
-                    .await?;
-                let uid = dbus
-                    .get_connection_unix_user(sender.clone().into())
-                    .await
-                    .map_err(zbus::Error::from)?;
-                self.callers.remember(sender.as_str(), uid);
-                uid
+                let caller = self.look_up(sender, conn).await?;
+                self.callers.remember(sender.as_str(), caller.clone());
+                caller
             }
         };
-        if uid != self.shared.uid {
-            tracing::warn!(caller = %sender, uid, "refusing a call from another user");
-            return Err(Error::access_denied(uid, self.shared.uid));
+        if caller.uid != self.shared.uid {
+            tracing::warn!(caller = %sender, uid = caller.uid, "refusing a call from another user");
+            return Err(Error::access_denied(caller.uid, self.shared.uid));
+        }
+        if let Some(sandboxed) = &caller.sandboxed {
+            let method = hdr.member().map_or("?", |m| m.as_str());
+            self.refuse_sandboxed(sender.as_str(), method, sandboxed);
+            return Err(Error::SandboxedCaller(format!(
+                "refused: the caller, {sandboxed}, is inside familiar's sandbox; tools may not drive the daemon"
+            )));
         }
         Ok(sender.to_string())
+    }
+
+    /// Asks the bus who `sender` is (its uid and pid) and looks at the pid's process
+    /// tree. A bus that cannot say the pid (a TCP bus) leaves only the uid check.
+    async fn look_up(
+        &self,
+        sender: &zbus::names::UniqueName<'_>,
+        conn: &Connection,
+    ) -> Result<Caller, Error> {
+        let dbus = self
+            .bus_driver
+            .get_or_try_init(|| async {
+                zbus::fdo::DBusProxy::builder(conn)
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
+                    .await
+            })
+            .await?;
+        let uid = dbus
+            .get_connection_unix_user(sender.clone().into())
+            .await
+            .map_err(zbus::Error::from)?;
+        let pid = match dbus
+            .get_connection_unix_process_id(sender.clone().into())
+            .await
+        {
+            Ok(pid) => Some(pid),
+            Err(e) => {
+                tracing::warn!(caller = %sender, "the bus does not say the caller's pid: {e}");
+                None
+            }
+        };
+        // A few small /proc reads per new caller, not per call.
+        let sandboxed = pid.and_then(crate::sandbox::ancestry::sandboxed);
+        Ok(Caller { uid, sandboxed })
+    }
+
+    /// Logs and audits a refused call from a sandbox's process.
+    fn refuse_sandboxed(&self, sender: &str, method: &str, sandboxed: &Sandboxed) {
+        tracing::warn!(caller = %sender, method, "refusing a call from a sandboxed process: {sandboxed}");
+        let soul = sandboxed
+            .owner
+            .as_deref()
+            .and_then(|o| o.rsplit_once(" of soul "))
+            .and_then(|(_, soul)| SoulId::new(soul).ok())
+            .or_else(|| SoulId::new("unknown").ok());
+        let task_id = sandboxed
+            .owner
+            .as_deref()
+            .and_then(|o| o.strip_prefix("task "))
+            .and_then(|o| o.split_whitespace().next())
+            .and_then(|t| TaskId::new(t).ok());
+        let Some(soul) = soul else { return };
+        let entry = AuditEntry {
+            time: crate::store::now_rfc3339(),
+            task_id,
+            session_id: None,
+            soul,
+            tool: format!("dbus:{method}"),
+            tier: Tier::SystemCritical,
+            args_digest: String::new(),
+            decision: AuditDecision::Denied,
+            reason: Some(format!(
+                "bus caller {sender}: {sandboxed}; sandboxed processes may not call the daemon"
+            )),
+            outcome: AuditOutcome::NotRun,
+        };
+        if let Err(e) = self.shared.rt.store.audit(&entry) {
+            tracing::error!("cannot write the audit log: {e}");
+        }
     }
 
     /// [`Service::caller`] for property reads. No header means the daemon itself is
@@ -289,11 +358,14 @@ impl Service {
             return Err(shutting_down());
         }
         let req = self.parse_submit(&soul, prompt, options, caller)?;
+        // Counted per user, not per connection: a client that reconnects (a new unique
+        // name each time) must not get a fresh allowance.
+        let key = format!("uid:{}", self.shared.uid);
         if let Err(limited) =
             self.shared
                 .rt
                 .limiters
-                .check(Scope::Submit, &req.caller, self.shared.submit_rate)
+                .check(Scope::Submit, &key, self.shared.submit_rate)
         {
             for h in &self.shared.rt.hooks {
                 h.submit_limited(&req.caller, &limited);

@@ -48,6 +48,9 @@ pub enum Error {
     ShuttingDown(String),
     /// `Steer` for a task that has already ended.
     TaskNotRunning(String),
+    /// The caller is one of a sandbox's processes (a tool, what it started, an MCP
+    /// server): it may not drive the daemon.
+    SandboxedCaller(String),
 }
 
 impl Error {

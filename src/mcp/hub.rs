@@ -247,9 +247,12 @@ impl McpHub {
             write: config.write.clone(),
             network: config.network,
             require: false,
+            // A server gets no unix socket: it starts before any approval.
+            sockets: vec![],
         };
         let workspace = self.state_dir.join(&config.name);
-        let mut policy = SandboxPolicy::new(&spec, &self.protected, &workspace, &self.home)?;
+        let mut policy = SandboxPolicy::new(&spec, &self.protected, &workspace, &self.home)?
+            .with_owner(format!("mcp server {}", config.name));
         policy.env.retain(|(k, _)| !config.env.contains_key(k));
         policy
             .env

@@ -57,23 +57,19 @@ pub async fn spawn(
         server: server.to_owned(),
         message,
     };
-    let p = policy.clone();
+    let p = launcher.guarding(policy);
     let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
         .await
         .map_err(|e| start(format!("making the sandbox plan: {e}")))??;
-    let mut cmd = launcher.command();
+    let mut cmd = launcher.command(policy).map_err(|e| start(e.to_string()))?;
     cmd.arg("--")
         .args(argv)
-        .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Not SIGKILL on drop: the helper must live to kill what the server started
         // (see [`terminate`]).
         .kill_on_drop(false);
-    if let Some(abi) = launcher.abi_override {
-        cmd.env(crate::sandbox::status::TEST_ABI_ENV, abi.to_string());
-    }
     let mut child = cmd
         .spawn()
         .map_err(|e| start(format!("{}: {e}", launcher.helper.display())))?;

@@ -63,6 +63,7 @@ pub struct RateLimitsToml {
     pub tool_calls: Option<RateSpec>,
     pub llm_calls: Option<RateSpec>,
     pub global_tool_calls: Option<RateSpec>,
+    pub submits: Option<RateSpec>,
     pub tools: Option<BTreeMap<Spanned<String>, RateSpec>>,
 }
 
@@ -180,11 +181,12 @@ impl Source<'_> {
             execute: t.execute.unwrap_or(base_tiers.execute),
             system_critical: t.system_critical.unwrap_or(base_tiers.system_critical),
         };
-        let (rate_limits, global_tool_calls) = match raw.rate_limits {
+        let (rate_limits, global_tool_calls, submits) = match raw.rate_limits {
             Some(r) => self.rate_limits(r, base)?,
             None => (
                 base.map(|b| b.rate_limits.clone()).unwrap_or_default(),
                 base.and_then(|b| b.global_tool_calls),
+                base.and_then(|b| b.submits),
             ),
         };
         let protected_paths = match raw.protected_paths {
@@ -208,6 +210,7 @@ impl Source<'_> {
             tiers,
             rate_limits,
             global_tool_calls,
+            submits,
             approval_timeout,
             protected_paths,
             blocked,
@@ -230,7 +233,7 @@ impl Source<'_> {
         &self,
         r: RateLimitsToml,
         base: Option<&Policy>,
-    ) -> Result<(RateLimits, Option<RateSpec>), FileError> {
+    ) -> Result<(RateLimits, Option<RateSpec>, Option<RateSpec>), FileError> {
         let base_rates = base.map(|b| &b.rate_limits);
         let tools = match r.tools {
             Some(map) => {
@@ -259,7 +262,8 @@ impl Source<'_> {
         let global = r
             .global_tool_calls
             .or(base.and_then(|b| b.global_tool_calls));
-        Ok((limits, global))
+        let submits = r.submits.or(base.and_then(|b| b.submits));
+        Ok((limits, global, submits))
     }
 
     fn protected_paths(&self, list: Vec<Spanned<String>>) -> Result<Vec<PathBuf>, FileError> {

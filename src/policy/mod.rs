@@ -200,6 +200,8 @@ pub struct Policy {
     pub rate_limits: RateLimits,
     /// All tool calls across all sessions (the daemon's global ceiling).
     pub global_tool_calls: Option<RateSpec>,
+    /// `Submit`s to the daemon, per Unix user (the daemon's default: 30/min).
+    pub submits: Option<RateSpec>,
     /// How long an approval waits before the call is denied.
     pub approval_timeout: Duration,
     /// Absolute (`~` expanded), lexically normalised; symlinks are resolved at

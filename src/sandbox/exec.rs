@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use super::fileops::{self, FileOpKind};
 use super::limits;
 use super::ruleset::{effective_abi, restrict_self};
+use super::seccomp::{self, UnixSockets};
 use super::spec::HelperSpec;
 use super::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
 
@@ -131,9 +132,28 @@ impl HelperArgs {
 /// `sandbox-exec` subcommand). A malformed command line is reported like any other
 /// setup failure, before the spec is read.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    name_self();
     match HelperArgs::parse(args) {
         Ok(HelperArgs { op, argv }) => run(op, &argv),
         Err(e) => setup_failed(format!("{e} (usage: familiar-sandbox {USAGE})")),
+    }
+}
+
+/// Takes the name of `argv[0]`: the launcher executes its pinned binary as
+/// `/proc/self/fd/N`, which the kernel would show as `N` in `ps`, `top` and `pgrep`.
+fn name_self() {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(arg0) = std::env::args_os().next() else {
+        return;
+    };
+    let name = std::path::Path::new(&arg0)
+        .file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_default();
+    if let Ok(name) = std::ffi::CString::new(name)
+        && let Err(e) = nix::sys::prctl::set_name(&name)
+    {
+        tracing::debug!("PR_SET_NAME: {e}");
     }
 }
 
@@ -190,6 +210,19 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
         Ok(e) => e,
         Err(e) => return setup_failed(e.to_string()),
     };
+    // After Landlock, before anything runs: no unix socket (the session bus, the
+    // keyring) unless the soul grants one. A kernel without seccomp says so in the
+    // report; `require_full` then refuses.
+    let unix = match seccomp::install(!policy.sockets.is_empty()) {
+        Ok(unix) => unix,
+        Err(e) => {
+            tracing::debug!("{e}");
+            UnixSockets::Open
+        }
+    };
+    let enforcement = enforcement
+        .with_unix_sockets(unix)
+        .for_sockets(&policy.sockets);
     let refused = policy.require_full && enforcement.status != EnforcementStatus::Full;
     report(&HelperReport {
         enforcement: Some(enforcement),

@@ -9,6 +9,7 @@
 //! pipes past the cap, so the command never blocks on a full pipe.
 
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -22,6 +23,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
+use super::ancestry::OWNER_ENV;
 use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, TERM_GRACE_SECS, frame};
 use super::fileops::{FileOp, FileReply};
 use super::status::{Enforcement, TEST_ABI_ENV};
@@ -69,6 +71,83 @@ pub const HELPER_NAME: &str = "familiar-sandbox";
 /// `familiar`'s own entry to the helper, for when [`HELPER_NAME`] is not installed.
 pub const HELPER_SUBCOMMAND: &str = "sandbox-exec";
 
+/// The helper binary, opened once and executed through that descriptor
+/// (`/proc/self/fd/N`): whatever is put at its path later (a tool that may write
+/// `~/.local/bin` replacing `familiar-sandbox`), every call runs the file that was
+/// checked when the launcher was made. The check: a regular file owned by the user or
+/// root and writable by neither its group nor others.
+#[derive(Debug, Clone)]
+pub struct PinnedHelper(Result<Arc<std::fs::File>, String>);
+
+impl PinnedHelper {
+    /// Opens and checks `path`.
+    pub fn open(path: &Path) -> PinnedHelper {
+        PinnedHelper(pin(path).map(Arc::new))
+    }
+
+    /// Why the helper cannot be used, if it cannot.
+    pub fn problem(&self) -> Option<&str> {
+        self.0.as_ref().err().map(String::as_str)
+    }
+}
+
+/// Launchers are the same when they start the same path the same way; the descriptor
+/// is how, not what.
+impl PartialEq for PinnedHelper {
+    fn eq(&self, _: &PinnedHelper) -> bool {
+        true
+    }
+}
+
+impl Eq for PinnedHelper {}
+
+fn pin(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot stat it: {e}"))?;
+    if !meta.is_file() {
+        return Err("it is not a regular file".to_owned());
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(format!(
+            "it belongs to uid {}, neither you (uid {uid}) nor root: another user could replace what runs your tools",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "it is writable by its group or others (mode {:o}): run `chmod go-w {}`",
+            meta.mode() & 0o7777,
+            path.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// familiar's own binaries as this process found them (symlinks resolved): the
+/// running one and its helper. Tools may never write them (see
+/// [`super::SandboxPolicy::new`]), whatever trees a soul may write.
+pub fn own_binaries() -> Vec<PathBuf> {
+    static OWN: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    OWN.get_or_init(|| {
+        let mut own: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
+        if let Ok(l) = SandboxLauncher::current() {
+            own.push(l.helper);
+        }
+        let mut own: Vec<PathBuf> = own
+            .into_iter()
+            .map(|p| p.canonicalize().unwrap_or(p))
+            .collect();
+        own.sort();
+        own.dedup();
+        own
+    })
+    .clone()
+}
+
 /// Starts sandboxed calls through a given helper binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxLauncher {
@@ -83,6 +162,8 @@ pub struct SandboxLauncher {
     /// only lower enforcement, and the reported status says so).
     #[doc(hidden)]
     pub abi_override: Option<u8>,
+    /// `helper`, opened and checked when the launcher was made.
+    pub pinned: PinnedHelper,
 }
 
 /// Runs `argv` under `policy` with the running binary as helper.
@@ -100,8 +181,10 @@ pub async fn run(
 impl SandboxLauncher {
     /// The `familiar-sandbox` binary at `helper`.
     pub fn new(helper: impl Into<PathBuf>) -> SandboxLauncher {
+        let helper = helper.into();
         SandboxLauncher {
-            helper: helper.into(),
+            pinned: PinnedHelper::open(&helper),
+            helper,
             subcommand: false,
             abi_override: None,
         }
@@ -147,13 +230,47 @@ impl SandboxLauncher {
         SandboxLauncher::subcommand(exe)
     }
 
-    /// The helper's command line, up to its own arguments.
-    pub(crate) fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.helper);
+    /// The helper's command line, up to its own arguments, and its own environment:
+    /// nothing of ours but who started it (for the daemon's caller check,
+    /// [`super::ancestry`]) and, in tests, the Landlock ABI to act as if.
+    pub(crate) fn command(&self, policy: &SandboxPolicy) -> Result<Command, SandboxError> {
+        let file = self
+            .pinned
+            .0
+            .as_ref()
+            .map_err(|problem| SandboxError::Helper {
+                status: format!("not started: {}", self.helper.display()),
+                stderr: problem.clone(),
+            })?;
+        // The descriptor is close-on-exec: the kernel opens the file through the link
+        // before it closes the descriptors, so the helper never holds it.
+        let mut cmd = Command::new(format!("/proc/self/fd/{}", file.as_raw_fd()));
         if self.subcommand {
-            cmd.arg(HELPER_SUBCOMMAND);
+            cmd.arg0("familiar").arg(HELPER_SUBCOMMAND);
+        } else {
+            cmd.arg0(HELPER_NAME);
         }
-        cmd
+        cmd.env_clear();
+        if let Some(owner) = &policy.owner {
+            cmd.env(OWNER_ENV, owner);
+        }
+        if let Some(abi) = self.abi_override {
+            cmd.env(TEST_ABI_ENV, abi.to_string());
+        }
+        Ok(cmd)
+    }
+
+    /// `policy`, with this launcher's helper among the paths no tool may write.
+    pub(crate) fn guarding(&self, policy: &SandboxPolicy) -> SandboxPolicy {
+        let mut p = policy.clone();
+        let helper = self
+            .helper
+            .canonicalize()
+            .unwrap_or_else(|_| self.helper.clone());
+        if !p.write_protected.contains(&helper) {
+            p.write_protected.push(helper);
+        }
+        p
     }
 
     /// Runs `argv` in the sandbox `policy` describes. Errors when the helper could not
@@ -197,7 +314,7 @@ impl SandboxLauncher {
         cancel: &CancellationToken,
     ) -> Result<SandboxOutput, SandboxError> {
         // Checking (or remaking) the plan touches the filesystem: off the runtime.
-        let p = policy.clone();
+        let p = self.guarding(policy);
         let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
             .await
             .map_err(|e| SandboxError::Setup(format!("making the sandbox plan: {e}")))??;
@@ -206,17 +323,13 @@ impl SandboxLauncher {
             permit = start_permits().acquire() => permit.ok(),
             () = cancel.cancelled() => return Err(SandboxError::Cancelled),
         };
-        let mut cmd = self.command();
+        let mut cmd = self.command(policy)?;
         cmd.args(helper_args)
-            .env_clear()
             // The spec comes first on stdin; then the command's input, or end of file.
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some(abi) = self.abi_override {
-            cmd.env(TEST_ABI_ENV, abi.to_string());
-        }
         let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
             path: self.helper.clone(),
             source,
@@ -470,7 +583,7 @@ mod tests {
         file(&dir.path().join(HELPER_NAME), 0o755);
         let launcher = SandboxLauncher::beside(&exe);
         assert_eq!(launcher, SandboxLauncher::new(dir.path().join(HELPER_NAME)));
-        let cmd = launcher.command();
+        let cmd = launcher.command(&policy(dir.path())).unwrap();
         assert_eq!(cmd.as_std().get_args().count(), 0);
     }
 
@@ -481,12 +594,46 @@ mod tests {
         file(&exe, 0o755);
         let launcher = SandboxLauncher::beside(&exe);
         assert_eq!(launcher, SandboxLauncher::subcommand(&exe));
-        let cmd = launcher.command();
-        assert_eq!(cmd.as_std().get_program(), exe.as_os_str());
+        let cmd = launcher.command(&policy(dir.path())).unwrap();
+        // Executed through the descriptor opened when the launcher was made.
+        assert!(
+            cmd.as_std()
+                .get_program()
+                .to_string_lossy()
+                .starts_with("/proc/self/fd/")
+        );
         assert_eq!(
             cmd.as_std().get_args().collect::<Vec<_>>(),
             [HELPER_SUBCOMMAND]
         );
+    }
+
+    fn policy(dir: &Path) -> SandboxPolicy {
+        let spec = crate::sandbox::SandboxSpec {
+            read: vec![],
+            write: vec![],
+            network: false,
+            require: false,
+            sockets: vec![],
+        };
+        SandboxPolicy::new(&spec, &[], &dir.join("ws"), dir).unwrap()
+    }
+
+    #[test]
+    fn a_helper_writable_by_others_or_owned_by_another_user_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let helper = dir.path().join(HELPER_NAME);
+        file(&helper, 0o775);
+        let launcher = SandboxLauncher::new(&helper);
+        let problem = launcher.pinned.problem().unwrap();
+        assert!(problem.contains("chmod go-w"), "{problem}");
+        let err = launcher
+            .command(&policy(dir.path()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("writable by its group or others"), "{err}");
+        file(&helper, 0o755);
+        assert_eq!(SandboxLauncher::new(&helper).pinned.problem(), None);
     }
 
     #[test]

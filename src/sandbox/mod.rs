@@ -18,8 +18,11 @@
 //! - [`limits`]: rlimits and the pids cgroup.
 //! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
 //! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
+//! - [`seccomp`]: the helper's filter: no unix sockets (the session bus, the keyring).
+//! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
 //! - [`status`]: what the kernel enforces ([`probe`]).
 
+pub mod ancestry;
 pub mod exec;
 pub mod fileops;
 pub mod launcher;
@@ -28,6 +31,7 @@ pub mod plan;
 pub mod resources;
 pub mod ruleset;
 pub mod search;
+pub mod seccomp;
 pub mod spec;
 pub mod status;
 
@@ -37,6 +41,7 @@ pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
 pub use resources::{ResourceReport, Resources, TaskResources};
 pub use search::{SearchMatch, SearchReply, SearchStop};
+pub use seccomp::UnixSockets;
 pub use spec::{Limits, SandboxPolicy, SandboxSpec};
 pub use status::{Enforcement, EnforcementStatus, probe};
 

@@ -83,10 +83,27 @@ pub struct Expansion {
 
 /// The plan for `read` and `write` trees minus `protected`, and what it depends on.
 pub fn compute(read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> (Plan, Witnesses) {
+    compute_guarded(read, write, protected, &[])
+}
+
+/// [`compute`], with `write_protected` also carved out of the writable trees only
+/// (familiar's own binaries: readable and runnable where a soul reads, never
+/// writable, and their directory gets no new entries).
+pub fn compute_guarded(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    protected: &[PathBuf],
+    write_protected: &[PathBuf],
+) -> (Plan, Witnesses) {
     let mut w = Witnesses::new();
     let resolved = resolve_all(protected, &mut w);
+    let mut resolved_for_write = resolved.clone();
+    resolved_for_write.extend(resolve_all(write_protected, &mut w));
     let mut rules = Vec::new();
-    for (trees, grant) in [(read, Grant::Read), (write, Grant::Write)] {
+    for (trees, grant, resolved) in [
+        (read, Grant::Read, &resolved),
+        (write, Grant::Write, &resolved_for_write),
+    ] {
         for root in trees {
             w.prefixes(root);
             let Ok(real) = root.canonicalize() else {
@@ -94,7 +111,7 @@ pub fn compute(read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> (P
             };
             w.prefixes(&real);
             let mut e = Expansion::default();
-            expand_into(&real, &resolved, &mut e);
+            expand_into(&real, resolved, &mut e);
             for dir in e.list_only {
                 w.push(&dir, true);
                 push_rule(&mut rules, dir, Grant::ListDir);
@@ -399,6 +416,7 @@ struct Cached {
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
     protected: Vec<PathBuf>,
+    write_protected: Vec<PathBuf>,
     plan: Arc<Plan>,
     witnesses: Witnesses,
 }
@@ -430,12 +448,21 @@ impl PlanCache {
 
     /// The plan for these trees, reused when nothing it depends on changed. Blocking:
     /// a few hundred `lstat`s when reused, a fresh [`compute`] otherwise.
-    pub fn get(&self, read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> Arc<Plan> {
+    pub fn get(
+        &self,
+        read: &[PathBuf],
+        write: &[PathBuf],
+        protected: &[PathBuf],
+        write_protected: &[PathBuf],
+    ) -> Arc<Plan> {
         // One caller computes, the others wait and reuse.
         let mut entries = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let found = entries
-            .iter()
-            .position(|c| c.read == read && c.write == write && c.protected == protected);
+        let found = entries.iter().position(|c| {
+            c.read == read
+                && c.write == write
+                && c.protected == protected
+                && c.write_protected == write_protected
+        });
         if let Some(i) = found {
             let c = entries.remove(i);
             match c.witnesses.changed() {
@@ -449,7 +476,7 @@ impl PlanCache {
                 }
             }
         }
-        let (plan, witnesses) = compute(read, write, protected);
+        let (plan, witnesses) = compute_guarded(read, write, protected, write_protected);
         let plan = Arc::new(plan);
         if let Some(path) = witnesses.racy_path() {
             tracing::debug!(
@@ -464,6 +491,7 @@ impl PlanCache {
                 read: read.to_vec(),
                 write: write.to_vec(),
                 protected: protected.to_vec(),
+                write_protected: write_protected.to_vec(),
                 plan: plan.clone(),
                 witnesses,
             });

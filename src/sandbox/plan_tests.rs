@@ -177,13 +177,13 @@ fn the_cache_reuses_a_plan_until_a_witness_changes() {
     // No carved directory: nothing whose change time matters, so nothing racy.
     let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
     let cache = PlanCache::default();
-    let first = cache.get(&read, &[], &protected);
-    assert!(Arc::ptr_eq(&first, &cache.get(&read, &[], &protected)));
+    let first = cache.get(&read, &[], &protected, &[]);
+    assert!(Arc::ptr_eq(&first, &cache.get(&read, &[], &protected, &[])));
     assert_eq!(grants(&first, &h.join("src")), Some(Grant::Read));
     // Different inputs never see another's plan.
-    assert!(!Arc::ptr_eq(&first, &cache.get(&read, &[], &[])));
+    assert!(!Arc::ptr_eq(&first, &cache.get(&read, &[], &[], &[])));
     std::os::unix::fs::symlink(h.join("src"), h.join(".aws")).unwrap();
-    let after = cache.get(&read, &[], &protected);
+    let after = cache.get(&read, &[], &protected, &[]);
     assert_eq!(grants(&after, &h.join("src")), None);
 }
 
@@ -194,24 +194,24 @@ fn the_cache_keeps_several_sandboxes_and_drops_the_least_recently_used() {
     let protected = vec![h.join(".aws")];
     let cache = PlanCache::default();
     let first_read = vec![h.join("src")];
-    let first = cache.get(&first_read, &[], &protected);
+    let first = cache.get(&first_read, &[], &protected, &[]);
     // Another task's sandbox in between does not push the first one out.
-    let other = cache.get(&[h.join("docs")], &[], &protected);
+    let other = cache.get(&[h.join("docs")], &[], &protected, &[]);
     assert!(!Arc::ptr_eq(&first, &other));
     assert!(Arc::ptr_eq(
         &first,
-        &cache.get(&first_read, &[], &protected)
+        &cache.get(&first_read, &[], &protected, &[])
     ));
     // A clone (a policy of another task sharing the daemon's cache) sees it too.
     assert!(Arc::ptr_eq(
         &first,
-        &cache.clone().get(&first_read, &[], &protected)
+        &cache.clone().get(&first_read, &[], &protected, &[])
     ));
     // PLAN_CACHE_ENTRIES other sandboxes later, it has been dropped and is made again.
     for i in 0..PLAN_CACHE_ENTRIES {
-        cache.get(&[h.join(format!("missing-{i}"))], &[], &protected);
+        cache.get(&[h.join(format!("missing-{i}"))], &[], &protected, &[]);
     }
-    let again = cache.get(&first_read, &[], &protected);
+    let again = cache.get(&first_read, &[], &protected, &[]);
     assert!(!Arc::ptr_eq(&first, &again));
     assert_eq!(*first, *again);
 }
@@ -222,10 +222,49 @@ fn a_cleared_cache_makes_the_same_plan_again() {
     let h = t.path().canonicalize().unwrap();
     let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
     let cache = PlanCache::default();
-    let first = cache.get(&read, &[], &protected);
+    let first = cache.get(&read, &[], &protected, &[]);
     // Cleared through a clone: the daemon's tasks and its supervisor share one cache.
     cache.clone().clear();
-    let again = cache.get(&read, &[], &protected);
+    let again = cache.get(&read, &[], &protected, &[]);
     assert!(!Arc::ptr_eq(&first, &again));
     assert_eq!(*first, *again);
+}
+
+#[test]
+fn write_protected_files_stay_readable_and_their_directory_gets_no_new_entries() {
+    let t = tree();
+    let h = t.path().canonicalize().unwrap();
+    let bin = h.join(".local/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("familiar-sandbox"), "helper").unwrap();
+    std::fs::write(bin.join("other"), "x").unwrap();
+    let (plan, _) = compute_guarded(
+        std::slice::from_ref(&h),
+        std::slice::from_ref(&h),
+        &[],
+        &[bin.join("familiar-sandbox")],
+    );
+    // The home is writable, except the helper and its directory's own entries: the
+    // directory is only listable for writes, its other files writable, and the whole
+    // home (helper included) readable.
+    assert!(
+        plan.rules
+            .iter()
+            .any(|r| r.path == h && r.grant == Grant::Read)
+    );
+    assert_eq!(grants(&plan, &bin.join("other")), Some(Grant::Write));
+    assert!(
+        !plan
+            .rules
+            .iter()
+            .any(|r| r.path.starts_with(bin.join("familiar-sandbox")) && r.grant == Grant::Write),
+        "{plan:?}"
+    );
+    assert!(
+        !plan
+            .rules
+            .iter()
+            .any(|r| bin.starts_with(&r.path) && r.grant == Grant::Write),
+        "no write rule on the directory or above it: {plan:?}"
+    );
 }

@@ -52,6 +52,10 @@ pub struct SandboxSpec {
     pub network: bool,
     /// Refuse to run unless Landlock is fully enforced.
     pub require: bool,
+    /// Unix sockets the tools may connect to (`[sandbox] sockets`); none by default,
+    /// and then no unix socket can be opened at all ([`super::seccomp`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sockets: Vec<PathBuf>,
 }
 
 /// Read-only trees every sandboxed program gets (see the module doc for each).
@@ -143,12 +147,18 @@ pub struct SandboxPolicy {
     pub write: Vec<PathBuf>,
     /// Carved out of every tree above, whatever it is named as.
     pub protected: Vec<PathBuf>,
+    /// Carved out of the writable trees only: familiar's own binaries and the
+    /// directories that say what the user manager and the bus start unconfined
+    /// ([`write_protected`]).
+    pub write_protected: Vec<PathBuf>,
     /// TCP connect and bind allowed.
     pub network: bool,
     /// Signals and abstract unix sockets scoped to the sandbox (Landlock ABI 6).
     pub scope_signals: bool,
     /// Refuse to run the command unless every restriction is enforced.
     pub require_full: bool,
+    /// Unix sockets granted: any lifts the helper's unix-socket block.
+    pub sockets: Vec<PathBuf>,
     pub limits: Limits,
     /// The command's whole environment.
     pub env: Vec<(String, String)>,
@@ -159,6 +169,9 @@ pub struct SandboxPolicy {
     plan: PlanCache,
     /// The task's `[resources]`: each call's helper goes into its slice.
     pub resources: Option<Arc<TaskResources>>,
+    /// Who the calls are for (`task t-… of soul S`), set in each helper's own
+    /// environment so the daemon can name it when a sandboxed process calls it.
+    pub owner: Option<String>,
 }
 
 /// Everything the helper needs to restrict itself and run one command.
@@ -168,6 +181,8 @@ pub struct HelperSpec {
     pub network: bool,
     pub scope_signals: bool,
     pub require_full: bool,
+    #[serde(default)]
+    pub sockets: Vec<PathBuf>,
     pub limits: Limits,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
@@ -202,14 +217,17 @@ impl SandboxPolicy {
             read,
             write,
             protected: protected.to_vec(),
+            write_protected: write_protected(home),
             network: spec.network,
             scope_signals: true,
             require_full: spec.require,
+            sockets: spec.sockets.clone(),
             limits: Limits::default(),
             env: allowed_env(std::env::vars(), home, workspace),
             cwd: workspace.to_owned(),
             plan: PlanCache::default(),
             resources: None,
+            owner: None,
         })
     }
 
@@ -226,6 +244,12 @@ impl SandboxPolicy {
         self
     }
 
+    /// Names who the calls are for ([`SandboxPolicy::owner`]).
+    pub fn with_owner(mut self, owner: impl Into<String>) -> SandboxPolicy {
+        self.owner = Some(owner.into());
+        self
+    }
+
     /// Keeps this policy's plan in `plans`, a cache shared with other policies.
     pub fn with_plans(mut self, plans: PlanCache) -> SandboxPolicy {
         self.plan = plans;
@@ -236,12 +260,18 @@ impl SandboxPolicy {
     /// again when something it depends on changed) and the rest of this policy, in the
     /// shape of [`HelperSpec`]. Blocking.
     pub fn helper_spec_json(&self) -> Result<Vec<u8>, SandboxError> {
-        let plan = self.plan.get(&self.read, &self.write, &self.protected);
+        let plan = self.plan.get(
+            &self.read,
+            &self.write,
+            &self.protected,
+            &self.write_protected,
+        );
         serde_json::to_vec(&HelperSpecRef {
             plan: &plan,
             network: self.network,
             scope_signals: self.scope_signals,
             require_full: self.require_full,
+            sockets: &self.sockets,
             limits: &self.limits,
             env: &self.env,
             cwd: &self.cwd,
@@ -257,9 +287,29 @@ struct HelperSpecRef<'a> {
     network: bool,
     scope_signals: bool,
     require_full: bool,
+    sockets: &'a [PathBuf],
     limits: &'a Limits,
     env: &'a [(String, String)],
     cwd: &'a Path,
+}
+
+/// What no tool may write, whatever its soul's `write` trees: familiar's own binaries
+/// (a tool that replaced `familiar-sandbox` in `~/.local/bin` ran the next call
+/// unconfined; the launcher adds the helper it runs, see
+/// [`super::SandboxLauncher::command`]), and the places that decide what runs outside
+/// any sandbox later: the user's systemd units and D-Bus activation files.
+pub fn write_protected(home: &Path) -> Vec<PathBuf> {
+    let mut paths = super::launcher::own_binaries();
+    paths.extend(
+        [
+            ".config/systemd/user",
+            ".local/share/systemd/user",
+            ".local/share/dbus-1/services",
+        ]
+        .iter()
+        .map(|p| home.join(p)),
+    );
+    paths
 }
 
 /// The command's environment: the allowlisted variables of `vars`, `HOME` set to
@@ -340,6 +390,7 @@ mod tests {
             write: vec![],
             network: false,
             require: true,
+            sockets: vec![],
         };
         let ws = t.path().join("w");
         let p = SandboxPolicy::new(&spec, &[t.path().join(".ssh")], &ws, t.path()).unwrap();

@@ -11,6 +11,8 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::seccomp::{self, UnixSockets};
+
 /// The ABI that provides every restriction familiar asks for.
 pub const TARGET_ABI: u8 = 6;
 
@@ -45,6 +47,13 @@ pub struct Enforcement {
     pub status: EnforcementStatus,
     /// Restrictions asked for but not enforced, e.g. `"tcp connect/bind (ABI 4)"`.
     pub missing: Vec<String>,
+    /// Unix sockets (the session bus, the keyring, display servers): blocked by the
+    /// helper's seccomp filter, granted by the soul, or open without seccomp.
+    #[serde(default)]
+    pub unix_sockets: UnixSockets,
+    /// The sockets a soul grants (`[sandbox] sockets`), when it grants any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sockets: Vec<std::path::PathBuf>,
 }
 
 impl Enforcement {
@@ -55,6 +64,8 @@ impl Enforcement {
                 abi: None,
                 status: EnforcementStatus::None,
                 missing: vec!["landlock".to_owned()],
+                unix_sockets: UnixSockets::Blocked,
+                sockets: Vec::new(),
             };
         };
         let missing: Vec<String> = FEATURES
@@ -71,9 +82,37 @@ impl Enforcement {
             abi: Some(v),
             status,
             missing,
+            unix_sockets: UnixSockets::Blocked,
+            sockets: Vec::new(),
         }
     }
+
+    /// Records how unix sockets stand: `Open` (the filter could not be installed)
+    /// makes the enforcement partial.
+    pub fn with_unix_sockets(mut self, unix: UnixSockets) -> Enforcement {
+        if unix == UnixSockets::Open {
+            self.missing.push(UNIX_SOCKET_BLOCK.to_owned());
+            if self.status == EnforcementStatus::Full {
+                self.status = EnforcementStatus::Partial;
+            }
+        }
+        self.unix_sockets = unix;
+        self
+    }
+
+    /// This enforcement for a task whose soul grants `sockets`.
+    pub fn for_sockets(&self, sockets: &[std::path::PathBuf]) -> Enforcement {
+        let mut e = self.clone();
+        if !sockets.is_empty() && e.unix_sockets == UnixSockets::Blocked {
+            e.unix_sockets = UnixSockets::Granted;
+        }
+        e.sockets = sockets.to_vec();
+        e
+    }
 }
+
+/// Named in `missing` when the helper cannot refuse unix sockets.
+pub const UNIX_SOCKET_BLOCK: &str = "unix socket block (seccomp)";
 
 /// Restrictions and the ABI that brought them.
 const FEATURES: &[(u8, &str)] = &[
@@ -108,7 +147,12 @@ fn ruleset_for(abi: ABI) -> Result<(), landlock::RulesetError> {
 
 /// The enforcement a sandboxed call gets on this kernel, without restricting anyone.
 pub fn probe() -> Enforcement {
-    Enforcement::for_abi(kernel_abi())
+    let unix = if seccomp::available() {
+        UnixSockets::Blocked
+    } else {
+        UnixSockets::Open
+    };
+    Enforcement::for_abi(kernel_abi()).with_unix_sockets(unix)
 }
 
 /// The landlock crate's name for ABI `v` (it only converts from integers).

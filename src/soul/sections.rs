@@ -83,6 +83,7 @@ pub(super) struct SandboxToml {
     pub(super) write: Option<Vec<Spanned<String>>>,
     pub(super) network: Option<bool>,
     pub(super) require: Option<bool>,
+    pub(super) sockets: Option<Vec<Spanned<String>>>,
 }
 
 /// The file being validated: where errors point, and the home `~` means.
@@ -405,6 +406,7 @@ impl Fields<'_> {
             write: self.paths(sb.write, &[])?,
             network: sb.network.unwrap_or(false),
             require: sb.require.unwrap_or(false),
+            sockets: self.paths(sb.sockets, &[])?,
         })
     }
 

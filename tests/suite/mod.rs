@@ -12,6 +12,7 @@ mod reliability;
 mod sandbox;
 mod sandbox_helper;
 mod sandbox_plan;
+mod sandbox_sockets;
 mod secrets;
 mod snapshot;
 mod store;

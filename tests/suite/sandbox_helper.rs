@@ -112,3 +112,102 @@ fn a_malformed_helper_command_line_is_a_reported_setup_failure() {
         assert!(message.contains("\"--bogus\""), "{message}");
     }
 }
+
+/// Issue 24 §3: with the binaries in `~/.local/bin` (the README's hand install) and a
+/// soul that may write `~`, a tool overwrote `familiar-sandbox` and the next call ran
+/// unconfined. Now the helper is never writable from inside, and the launcher executes
+/// the file it opened and checked when it was made, whatever is at the path later.
+#[tokio::test]
+async fn a_tool_that_may_write_home_cannot_replace_the_helper_in_local_bin() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let bin = h.home.join(".local/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let helper = bin.join("familiar-sandbox");
+    std::fs::copy(env!("CARGO_BIN_EXE_familiar-sandbox"), &helper).unwrap();
+    let original = std::fs::read(&helper).unwrap();
+    let launcher = SandboxLauncher::new(&helper);
+    let policy = familiar::sandbox::SandboxPolicy::new(
+        &familiar::sandbox::SandboxSpec {
+            read: vec![h.home.clone()],
+            write: vec![h.home.clone()],
+            network: false,
+            require: false,
+            sockets: vec![],
+        },
+        &[h.home.join(".ssh")],
+        &h.workspace,
+        &h.home,
+    )
+    .unwrap();
+    let run = |script: &str| {
+        let argv = ["sh", "-c", script].map(str::to_owned);
+        let launcher = launcher.clone();
+        let policy = policy.clone();
+        async move {
+            launcher
+                .run(&policy, &argv, None, &CancellationToken::new())
+                .await
+                .unwrap()
+        }
+    };
+    for attack in [
+        "cp /bin/true ~/.local/bin/familiar-sandbox",
+        "echo '#!/bin/sh' > ~/.local/bin/familiar-sandbox",
+        "rm -f ~/.local/bin/familiar-sandbox",
+        "mv ~/.local/bin/familiar-sandbox ~/old",
+        "cp /bin/true ~/.local/bin/new && mv ~/.local/bin/new ~/.local/bin/familiar-sandbox",
+        "mv ~/.local/bin ~/.local/bin.old",
+        "mv ~/.local ~/.local.old",
+    ] {
+        let out = run(attack).await;
+        assert_ne!(out.exit_code, Some(0), "{attack}: {out:?}");
+        // Writing the running helper in place is also "Text file busy"; creating,
+        // renaming or removing entries is Landlock's EACCES.
+        assert!(
+            out.stderr.contains("Permission denied")
+                || out.stderr.contains("Operation not permitted")
+                || out.stderr.contains("Text file busy"),
+            "{attack}: {out:?}"
+        );
+        assert_eq!(std::fs::read(&helper).unwrap(), original, "{attack}");
+    }
+    // The rest of the home stays writable (a carved directory like `~` itself takes no
+    // new entries: docs/sandbox.md), and the helper readable and runnable.
+    let out = run("echo ok > ~/.config/nvim/n.txt && cat ~/.config/nvim/n.txt && test -x ~/.local/bin/familiar-sandbox && echo x").await;
+    assert_eq!(out.stdout, "ok\nx\n", "{out:?}");
+
+    // Replaced from outside (say by a process of the user outside any sandbox): this
+    // launcher still runs the file it checked, so the next call is still confined.
+    let fake = bin.join("fake");
+    std::fs::write(&fake, "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&fake, &helper).unwrap();
+    let out = run("echo pwned > ~/.local/bin/x; cat ~/.ssh/id_ed25519").await;
+    assert_permission_denied(&out, "still confined");
+    assert!(!out.stdout.contains("PRIVATE"), "{out:?}");
+    assert!(out.enforcement.abi.is_some(), "{out:?}");
+}
+
+/// A helper that others may write is refused before anything runs, with the fix.
+#[tokio::test]
+async fn a_helper_writable_by_others_is_not_started() {
+    let h = SandboxHome::new();
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("familiar-sandbox");
+    std::fs::copy(env!("CARGO_BIN_EXE_familiar-sandbox"), &helper).unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let err = SandboxLauncher::new(&helper)
+        .run(
+            &h.policy(false, false),
+            &["true".to_owned()],
+            None,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("chmod go-w"), "{err}");
+}

@@ -10,7 +10,7 @@ use super::Check;
 use crate::config::ProcessEnv;
 use crate::sandbox::launcher::{HELPER_NAME, HELPER_SUBCOMMAND};
 use crate::sandbox::{
-    EnforcementStatus, FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec,
+    EnforcementStatus, FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec, UnixSockets,
 };
 
 /// Below this much free space the data dir cannot hold contexts and transcripts.
@@ -47,12 +47,44 @@ pub(super) async fn sandbox_checks() -> Vec<Check> {
             ];
         }
     };
-    vec![helper, landlock, enforcement_check().await]
+    vec![
+        helper,
+        landlock,
+        unix_sockets_check(&enforcement),
+        enforcement_check().await,
+    ]
+}
+
+/// Whether tools are kept off unix sockets (the session bus, the keyring).
+fn unix_sockets_check(enforcement: &crate::sandbox::Enforcement) -> Check {
+    match enforcement.unix_sockets {
+        UnixSockets::Blocked | UnixSockets::Granted => Check::ok(
+            "unix_sockets",
+            "tools cannot open unix sockets (seccomp): the session bus, keyring, user manager and display are out of reach, unless a soul names sockets in [sandbox] sockets",
+        ),
+        UnixSockets::Open => Check::fail(
+            "unix_sockets",
+            "this kernel or architecture has no seccomp filters: tools can connect to the session bus, the keyring and the display (the daemon still refuses their D-Bus calls)",
+            "use a kernel with CONFIG_SECCOMP_FILTER=y on x86_64, aarch64 or riscv64",
+        ),
+    }
 }
 
 /// `familiar-sandbox` beside this binary (ok), or the slower `familiar sandbox-exec`.
 fn helper_check() -> Check {
     match SandboxLauncher::current() {
+        Ok(l) if l.pinned.problem().is_some() => Check::fail(
+            "sandbox_helper",
+            format!(
+                "{} cannot be trusted to run tools: {}",
+                l.helper.display(),
+                l.pinned.problem().unwrap_or_default()
+            ),
+            format!(
+                "make it yours or root's and writable only by its owner (`chmod go-w {}`), then restart the daemon",
+                l.helper.display()
+            ),
+        ),
         Ok(l) if !l.subcommand => Check::ok(
             "sandbox_helper",
             format!("tools run in {}", l.helper.display()),
@@ -96,6 +128,7 @@ async fn enforcement_check() -> Check {
         write: vec![],
         network: false,
         require: false,
+        sockets: vec![],
     };
     let home = std::env::var_os("HOME").map_or_else(|| scratch.clone(), PathBuf::from);
     let policy = match SandboxPolicy::new(&spec, &[], &inside, &home) {

@@ -55,6 +55,7 @@ async fn doctor_passes_a_working_setup_and_warns_about_the_rest() {
         "model",
         "sandbox_helper",
         "landlock",
+        "unix_sockets",
         "sandbox",
         "session_bus",
         "hyprland",

@@ -117,6 +117,12 @@ impl TestBus {
         self.child.wait().ok();
     }
 
+    /// The bus's socket, from its `unix:path=…` address.
+    pub fn socket_path(&self) -> PathBuf {
+        let rest = self.address.strip_prefix("unix:path=").unwrap_or_default();
+        PathBuf::from(rest.split(',').next().unwrap_or_default())
+    }
+
     pub async fn connect(&self) -> Connection {
         zbus::connection::Builder::address(self.address.as_str())
             .build()
@@ -167,13 +173,35 @@ impl Fixture {
         extra_souls: &[(&str, &str)],
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Fixture {
+        let bus = TestBus::start();
+        Fixture::custom_on(
+            bus,
+            script,
+            config_extra,
+            policy,
+            options,
+            extra_souls,
+            extra_tools,
+        )
+        .await
+    }
+
+    /// [`Fixture::custom`] on a bus the test started (to name its socket in a soul).
+    pub async fn custom_on(
+        bus: TestBus,
+        script: Vec<Reply>,
+        config_extra: &str,
+        policy: &str,
+        options: DaemonOptions,
+        extra_souls: &[(&str, &str)],
+        extra_tools: Vec<Arc<dyn Tool>>,
+    ) -> Fixture {
         // The daemon's log goes to the test's captured output (shown when it fails).
         tracing_subscriber::fmt()
             .with_test_writer()
             .with_env_filter("familiar=debug")
             .try_init()
             .ok();
-        let bus = TestBus::start();
         let harness = Harness::with(script, config_extra, policy).await;
         let mut souls = SoulSet::default();
         for id in ["test", "safe_assistant"] {

@@ -39,7 +39,14 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
     };
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let command = "echo in > inside.txt; echo out > ../outside.txt";
+    // The second line is issue 24's attack: the session bus from a tool. Under the
+    // unit's own syscall filter the helper must still be able to install its own.
+    let command = format!(
+        "echo in > inside.txt; echo out > ../outside.txt\n\
+         gdbus call --address '{}' --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus \
+         --method org.freedesktop.DBus.ListNames > bus.txt 2>&1",
+        bus.address
+    );
     let args = serde_json::json!({ "command": command }).to_string();
     let server = LlmServer::start(vec![
         Reply::sse(sse(vec![
@@ -119,6 +126,11 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
         !home.path().join("outside.txt").exists(),
         "the tool wrote outside its workspace"
     );
+    let bus_said = std::fs::read_to_string(ws.join("bus.txt")).unwrap();
+    assert!(
+        bus_said.contains("Permission denied") && !bus_said.contains("org.freedesktop.DBus'"),
+        "the tool reached the session bus: {bus_said}"
+    );
     // The shell said why: the kernel's EACCES, in the task's transcript.
     let pid_env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     let state = pid_env
@@ -136,6 +148,7 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
         "{}",
         text(&out.stderr)
     );
+    assert!(said.contains(r#""unix_sockets":"blocked""#), "{said}");
 }
 
 #[test]

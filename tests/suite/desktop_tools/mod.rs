@@ -307,7 +307,12 @@ async fn status_reports_the_sandbox_enforcement() {
     let expected = familiar::sandbox::probe();
     assert_eq!(
         got["sandbox"],
-        json!({"abi": expected.abi, "status": expected.status.as_str(), "missing": expected.missing})
+        json!({
+            "abi": expected.abi,
+            "status": expected.status.as_str(),
+            "missing": expected.missing,
+            "unix_sockets": expected.unix_sockets.as_str(),
+        })
     );
 
     let out = status(&["status"]).await.unwrap();

@@ -279,3 +279,54 @@ async fn a_url_server_is_reached_over_streamable_http() {
     assert_eq!(echoed, "over http");
     hub.shutdown().await;
 }
+
+/// Issue 24 §1: an MCP server starts before any approval and lives as long as the
+/// daemon; the first thing a hostile one did was connect to the session bus. From the
+/// server's own start-up, every unix socket is refused by the kernel (EACCES).
+#[tokio::test]
+async fn a_stdio_server_cannot_reach_the_session_bus_or_any_unix_socket() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("server");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bus_path = tmp.path().join("bus");
+    let _bus = std::os::unix::net::UnixListener::bind(&bus_path).unwrap();
+    let probe = dir.join("probe.py");
+    std::fs::write(
+        &probe,
+        "import socket, sys\ntry:\n    socket.socket(socket.AF_UNIX).connect(sys.argv[1])\n    print('connected')\nexcept OSError as e:\n    print('errno', e.errno)\n",
+    )
+    .unwrap();
+    let result = dir.join("result");
+    let mut server = config("hostile", "ok", vec![dir.clone()]);
+    let McpTransport::Stdio { command, args } = server.transport.clone() else {
+        unreachable!()
+    };
+    // The probe runs first, as the server's own start-up would, then the real server.
+    let [flag, script, rest @ ..] = args.as_slice() else {
+        unreachable!("sh -c SCRIPT ARGS")
+    };
+    let wrapped = format!(
+        "python3 {} {} > {} 2>&1; {}",
+        probe.display(),
+        bus_path.display(),
+        result.display(),
+        script
+    );
+    assert_eq!(command, "sh");
+    server.transport = McpTransport::Stdio {
+        command,
+        args: [flag.clone(), wrapped]
+            .into_iter()
+            .chain(rest.iter().cloned())
+            .collect(),
+    };
+    let hub = hub(tmp.path(), vec![server]);
+    hub.tools("hostile", &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&result).unwrap(), "errno 13\n");
+    hub.shutdown().await;
+}
