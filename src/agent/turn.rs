@@ -15,21 +15,36 @@
 //! records the status with the partial work.
 //!
 //! The rules live here as plain functions of the task's `Progress` and `Limits`
-//! (`check_limits`, `after_turn`, `after_model_failure`); one model call is built in
-//! [`request`](crate::agent::request), its calls pass the [`gate`](crate::agent::gate),
-//! and the [`collector`](crate::agent::collector) turns its stream into a `Turn`.
+//! (`check_limits`, `after_turn`, `after_model_failure`); one iteration asks the task's
+//! [`ContextKeeper`](crate::agent::context::ContextKeeper) for the request, waits at the
+//! [`CallGate`](crate::agent::calls::gate::CallGate) for the LLM quota, and has a
+//! [`Collector`] turn the stream into a `Turn` (each call through the gate).
+//!
+//! The loop is also what runs a delegated sub-task ([`run_child`]): the family's runner
+//! gets it as a function, since the family sits below the loop.
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::collector::{CallEnd, Turn, model_failure};
+use crate::agent::calls::collector::{CallEnd, Collected, Collector, Turn, model_failure};
+use crate::agent::calls::dispatch::{CallEnv, MAX_PARALLEL};
+use crate::agent::context::Boundary;
+use crate::agent::context::reminder::Budget;
 use crate::agent::events::{EventBus, EventPayload};
+use crate::agent::family::subagent::{Child, ChildEnd, Delegator, delegates};
 use crate::agent::loop_detect::{LoopVerdict, signature};
+use crate::agent::precheck;
 use crate::agent::runtime::Runtime;
+use crate::agent::steering::Steering;
 use crate::agent::task::{Limits, Progress, Stop, Task, TaskError, TaskOutcome, TaskSpec};
-use crate::llm::{FinishReason, LlmClient, LlmError};
+use crate::llm::{FinishReason, LlmClient, LlmError, Request, Usage};
 use crate::store::TaskStatus;
+use crate::tools::ToolContext;
+use crate::tools::delegate::Subagents;
 
 /// Model failures in a row (after the client's own retries) before the task fails.
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 3;
@@ -217,7 +232,7 @@ async fn drive(
     let (mut task, refusal) = Task::start(rt, spec, bus, cancel).await?;
     span.record(
         "session_id",
-        tracing::field::display(&task.session.ctx.session_id),
+        tracing::field::display(&task.context.ctx().session_id),
     );
     let mut state = match refusal {
         Some(why) => State::Finish(TaskStatus::Denied, why),
@@ -241,7 +256,7 @@ async fn drive(
             State::AfterTurn(turn) => {
                 let (next, warning) = after_turn(&mut task.progress, turn);
                 if let Some(note) = warning {
-                    task.emit(EventPayload::LoopWarning { note }).await;
+                    task.emitter.emit(EventPayload::LoopWarning { note }).await;
                 }
                 // Once per iteration, with the turn's messages, plan and usage in it;
                 // `finish` persists the last one. A failure was logged; the next save
@@ -257,6 +272,45 @@ async fn drive(
     Ok(task.finish(status, result).await)
 }
 
+/// Runs a delegated sub-task as a task of its own: the family's [`RunChild`](crate::agent::family::subagent::RunChild).
+fn run_child(
+    rt: Arc<Runtime>,
+    child: Child,
+    bus: EventBus,
+    cancel: CancellationToken,
+) -> BoxFuture<'static, ChildEnd> {
+    async move {
+        let spec = TaskSpec {
+            task_id: child.task_id,
+            prompt: child.prompt,
+            session: Some(child.session_id),
+            workspace: Some(child.workspace),
+            origin: child.origin,
+            max_iterations: Some(child.soul.max_iterations),
+            soul: child.soul,
+            parent: Some(child.parent),
+            // A sub-task is steered through its parent's conversation, not directly.
+            steering: Steering::new(),
+            when: None,
+        };
+        match run_task(rt, spec, bus, cancel).await {
+            Ok(o) => ChildEnd {
+                status: o.status,
+                result: o.result,
+                usage: o.usage,
+                iterations: o.iterations,
+            },
+            Err(e) => ChildEnd {
+                status: TaskStatus::Failed,
+                result: format!("the sub-task could not start: {e}"),
+                usage: Usage::default(),
+                iterations: 0,
+            },
+        }
+    }
+    .boxed()
+}
+
 impl Task {
     /// What runs once before the first model call, cheapest first: the `--when`
     /// conditions, the soul's pre-check, then its MCP servers. A task that should not
@@ -265,7 +319,14 @@ impl Task {
         if let Some(why) = self.unmet_conditions().await {
             return State::Finish(TaskStatus::Skipped, why);
         }
-        if let Some(report) = self.precheck().await {
+        if let Some(p) = &self.spec.soul.precheck {
+            let report = precheck::run(
+                p,
+                &self.spec.soul.id,
+                self.rt.store.data_dir(),
+                &self.rt.snapshotter,
+            )
+            .await;
             if report.findings.is_empty() {
                 let why = format!("nothing to report: {}", report.quiet.join(", "));
                 tracing::info!("{why}");
@@ -282,8 +343,9 @@ impl Task {
     }
 
     async fn call_model(&mut self) -> State {
-        let Some(mut client) = self.model.client.take() else {
+        let Some(mut client) = self.context.model.client.take() else {
             let err = self
+                .context
                 .model
                 .client_error
                 .as_ref()
@@ -291,7 +353,7 @@ impl Task {
             return State::Finish(TaskStatus::Failed, err);
         };
         let state = self.call_model_with(&mut client).await;
-        self.model.client = Some(client);
+        self.context.model.client = Some(client);
         state
     }
 
@@ -299,45 +361,203 @@ impl Task {
     async fn call_model_with(&mut self, client: &mut LlmClient) -> State {
         self.progress.iteration += 1;
         self.family.budget.spend_iteration();
-        self.emit(EventPayload::IterationStarted {
-            iteration: self.progress.iteration,
-            max_iterations: self.limits.max_iterations,
-        })
-        .await;
+        self.emitter
+            .emit(EventPayload::IterationStarted {
+                iteration: self.progress.iteration,
+                max_iterations: self.limits.max_iterations,
+            })
+            .await;
         let (mut request, mut estimate) = self.build_request(client).await;
 
         // The per-session LLM limit slows the task down rather than failing it.
-        if let Err((s, r)) = self.wait_for_llm_quota().await {
+        if !self
+            .gate
+            .wait_for_llm_quota(&mut self.emitter, &self.clock.cancel)
+            .await
+        {
+            let (s, r) = self.cancelled_status();
             return State::Finish(s, r);
-        }
-        for h in &self.rt.hooks {
-            h.before_llm(&self.task_ref(), &request);
         }
         let mut collected = self.collect(client, &request).await;
         // Too long for the server: compact and send it once more (the same iteration).
         if let Some(o) = collected.bare_overflow() {
             self.account(estimate, &collected);
-            match self
-                .recover_overflow(client, &o, &mut request, estimate)
-                .await
-            {
+            let (recovered, usage) = self
+                .context
+                .recover_overflow(
+                    client,
+                    &mut self.emitter,
+                    &o,
+                    &mut request,
+                    estimate,
+                    &self.clock.cancel,
+                )
+                .await;
+            self.spend(&usage);
+            match recovered {
                 Some(e) => estimate = e,
-                None => return State::Finish(TaskStatus::Failed, self.overflow_failure(&o)),
-            }
-            for h in &self.rt.hooks {
-                h.before_llm(&self.task_ref(), &request);
+                None => {
+                    let why = self.context.overflow_failure(&o);
+                    return State::Finish(TaskStatus::Failed, why);
+                }
             }
             collected = self.collect(client, &request).await;
         }
         self.account(estimate, &collected);
-        match self.conclude(collected).await {
+        let parent = self.spec.parent.as_ref().map(|p| &p.task_id);
+        let collector = Collector::new(
+            &self.gate,
+            &mut self.emitter,
+            &mut self.plan,
+            &mut self.context.session.ctx,
+            parent,
+        );
+        match collector.conclude(collected).await {
             CallEnd::Turn(turn) => {
                 self.progress.consecutive_errors = 0;
                 State::AfterTurn(turn)
             }
             CallEnd::Failed(e) => after_model_failure(&mut self.progress, &e),
+            CallEnd::Cancelled => {
+                let (s, r) = self.cancelled_status();
+                State::Finish(s, r)
+            }
+            CallEnd::Overflow(o) => {
+                State::Finish(TaskStatus::Failed, self.context.overflow_failure(&o))
+            }
             CallEnd::Finish(s, r) => State::Finish(s, r),
         }
+    }
+
+    /// The request for this iteration and its estimated input tokens.
+    async fn build_request(&mut self, client: &mut LlmClient) -> (Request, u64) {
+        let budget = Budget {
+            iteration: self.progress.iteration,
+            max_iterations: self.limits.max_iterations,
+            tokens_used: self.progress.usage.total(),
+            max_tokens: self.limits.max_tokens,
+            elapsed: self.clock.elapsed(),
+            max_wall_clock: self.limits.max_wall_clock,
+        };
+        let at = Boundary {
+            tools: self.gate.definitions(),
+            tool_names: self.gate.tool_names(),
+            steering: self.spec.steering.take(),
+            notes: std::mem::take(&mut self.progress.notes),
+            plan: self.plan.plan(),
+            budget,
+            cancel: &self.clock.cancel,
+        };
+        let built = self
+            .context
+            .build_request(client, &mut self.emitter, at)
+            .await;
+        self.spend(&built.usage);
+        (built.request, built.estimate)
+    }
+
+    /// Streams `request` and runs its calls, with this iteration's token and the
+    /// environment its calls share.
+    async fn collect(&mut self, client: &mut LlmClient, request: &Request) -> Collected {
+        for h in self.emitter.hooks() {
+            h.before_llm(&self.emitter.task_ref(), request);
+        }
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let iter_cancel = self.clock.cancel.child_token();
+        let env = self.call_env(events_tx, iter_cancel.clone());
+        let parent = self.spec.parent.as_ref().map(|p| &p.task_id);
+        Collector::new(
+            &self.gate,
+            &mut self.emitter,
+            &mut self.plan,
+            &mut self.context.session.ctx,
+            parent,
+        )
+        .collect(client, request, env, events_rx, iter_cancel)
+        .await
+    }
+
+    /// What every call of this turn shares.
+    fn call_env(
+        &self,
+        events: mpsc::UnboundedSender<EventPayload>,
+        cancel: CancellationToken,
+    ) -> CallEnv {
+        let session_id = self.context.ctx().session_id.clone();
+        CallEnv {
+            task_id: self.spec.task_id.clone(),
+            session_id: session_id.clone(),
+            soul: self.spec.soul.id.clone(),
+            approvals: self.rt.approvals.clone(),
+            tool_ctx: ToolContext {
+                workspace: self.place.workspace.clone(),
+                home: self.rt.config.paths.home.clone(),
+                snapshotter: Arc::clone(&self.rt.snapshotter),
+                cancel,
+                sandbox: Arc::clone(&self.place.sandbox),
+                launcher: Arc::clone(&self.rt.launcher),
+                soul: self.spec.soul.id.clone(),
+                session: session_id,
+                memory: self.rt.memory.clone(),
+                subagents: self.delegator(),
+            },
+            events,
+            parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
+            hooks: self.emitter.shared_hooks(),
+        }
+    }
+
+    /// What runs this task's `delegate` calls: `None` when the soul delegates to nobody
+    /// or the task is a sub-task itself (so the call fails saying why).
+    fn delegator(&self) -> Option<Arc<dyn Subagents>> {
+        let depth = self.spec.depth();
+        if delegates(&self.spec.soul, depth).is_empty() {
+            return None;
+        }
+        Some(Arc::new(Delegator {
+            rt: Arc::clone(&self.rt),
+            task_id: self.spec.task_id.clone(),
+            session_id: self.context.ctx().session_id.clone(),
+            soul: Arc::clone(&self.spec.soul),
+            depth,
+            workspace: self.place.workspace.clone(),
+            budget: Arc::clone(&self.family.budget),
+            deadline: self.clock.deadline(self.limits.max_wall_clock),
+            quota: self
+                .spec
+                .parent
+                .as_ref()
+                .map(|p| p.quota.clone())
+                .unwrap_or_default(),
+            bus: self.emitter.fork_bus(),
+            slots: Arc::clone(&self.family.slots),
+            run_child,
+        }))
+    }
+
+    /// Accounts for the model call: usage, the estimator, the hooks.
+    fn account(&mut self, estimate: u64, c: &Collected) {
+        let usage = c.usage();
+        self.spend(usage);
+        if usage.input_tokens > 0 {
+            self.context
+                .model
+                .estimator
+                .calibrate(estimate, usage.input_tokens);
+        }
+        let llm_result = match &c.error {
+            Some(e) => Err(e),
+            None => Ok(usage),
+        };
+        for h in self.emitter.hooks() {
+            h.after_llm(&self.emitter.task_ref(), llm_result);
+        }
+    }
+
+    /// Counts tokens toward the task and the budget it shares with its family.
+    fn spend(&mut self, usage: &Usage) {
+        self.progress.usage.add(usage);
+        self.family.budget.spend_tokens(usage.total());
     }
 }
 
