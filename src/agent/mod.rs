@@ -1,8 +1,9 @@
 //! The agent loop: one task from prompt to finish status.
 //!
-//! [`turn`] is the state machine and its rules, and runs each iteration; [`task`] starts
-//! a task (opens its session, places it, assembles its parts) and finishes it. A running
-//! task is made of parts that each own one concern:
+//! [`turn`] is the state machine and runs each iteration, by the [`rules`] (plain
+//! functions of what the loop counted and the task's limits); [`task`] starts a task
+//! (opens its session, places it, assembles its parts) and finishes it. A running task
+//! is made of parts that each own one concern:
 //!
 //! - the [`Emitter`](emitter::Emitter) reports: events to the bus and the transcript,
 //!   the [`hooks`] (audit log, [`metrics`]);
@@ -20,8 +21,9 @@
 //! [`precheck`] (a soul's probes before the first call), [`choice`] (which soul and
 //! session a request runs in), [`runtime`] (what the tasks of one process share).
 //!
-//! Imports inside go down this list: `turn` → `task` → `calls` → `context` → `family` →
-//! the rest; the family runs sub-tasks through a function the loop hands it.
+//! Imports inside point down: `turn` → `task` → `rules` → `calls` → `context` and
+//! `family` → `emitter` → the rest. The family runs sub-tasks through a function the loop
+//! hands it (`family::subagent::RunChild`), so it never reaches up into the loop.
 
 pub mod calls;
 pub mod choice;
@@ -34,6 +36,7 @@ pub mod loop_detect;
 pub mod metrics;
 pub mod plan;
 mod precheck;
+mod rules;
 pub mod runtime;
 pub mod steering;
 pub mod task;

@@ -22,8 +22,8 @@ use crate::agent::emitter::Emitter;
 use crate::agent::events::{EventBus, EventPayload};
 use crate::agent::family::subagent::delegates;
 use crate::agent::family::{Family, ParentLink};
-use crate::agent::loop_detect::LoopDetector;
 use crate::agent::plan::PlanTracker;
+use crate::agent::rules::{Limits, Progress, Stop};
 use crate::agent::runtime::Runtime;
 use crate::agent::steering::{self, Steering};
 use crate::ids::{SessionId, TaskId};
@@ -116,69 +116,6 @@ pub(super) struct Clock {
 pub(super) struct Place {
     pub(super) workspace: PathBuf,
     pub(super) sandbox: Arc<SandboxPolicy>,
-}
-
-/// The limits a task runs under: its soul's, `max_iterations` lowered by the spec.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
-    pub(super) max_iterations: u32,
-    pub(super) max_tokens: u64,
-    pub(super) max_wall_clock: Duration,
-}
-
-impl Limits {
-    fn for_spec(spec: &TaskSpec) -> Limits {
-        let soul = &spec.soul;
-        Limits {
-            max_iterations: lowered(soul.max_iterations, spec.max_iterations),
-            max_tokens: soul.max_tokens,
-            max_wall_clock: soul.max_wall_clock,
-        }
-    }
-}
-
-/// A task's `max_iterations`: the request may only lower the soul's, and a task makes at
-/// least one model call.
-fn lowered(souls: u32, requested: Option<u32>) -> u32 {
-    requested.map_or(souls, |m| m.min(souls)).max(1)
-}
-
-/// What the loop counts and remembers from turn to turn; the state machine's rules
-/// (in [`turn`](crate::agent::turn)) read and update it.
-#[derive(Debug, Default)]
-pub(super) struct Progress {
-    /// Model calls made.
-    pub(super) iteration: u32,
-    pub(super) usage: Usage,
-    pub(super) consecutive_errors: u32,
-    pub(super) denied_turns: u32,
-    pub(super) length_continuations: u32,
-    pub(super) loops: LoopDetector,
-    /// Notes for the model's next reminder (loop warnings, continuations).
-    pub(super) notes: Vec<String>,
-}
-
-/// Why a task stops before its work is done, as the clock sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
-    Cancelled,
-    TimedOut,
-}
-
-impl Stop {
-    /// The status and result a task stopped this way finishes with.
-    pub(super) fn status(self, max_wall_clock: Duration) -> (TaskStatus, String) {
-        match self {
-            Stop::TimedOut => (
-                TaskStatus::Timeout,
-                format!(
-                    "stopped: the task ran longer than its wall-clock budget of {}",
-                    humantime::format_duration(max_wall_clock)
-                ),
-            ),
-            Stop::Cancelled => (TaskStatus::Cancelled, "cancelled".to_owned()),
-        }
-    }
 }
 
 impl Clock {
@@ -412,7 +349,7 @@ impl Task {
         transcript: Transcript,
         place: Place,
     ) -> Task {
-        let limits = Limits::for_spec(&spec);
+        let limits = Limits::new(&spec.soul, spec.max_iterations);
         let session_id = session.ctx.session_id.clone();
         let emitter = Emitter::new(
             bus,
@@ -588,18 +525,5 @@ impl Task {
             usage,
             iterations,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spec_may_only_lower_the_souls_max_iterations() {
-        assert_eq!(lowered(20, None), 20);
-        assert_eq!(lowered(20, Some(25)), 20);
-        assert_eq!(lowered(20, Some(7)), 7);
-        assert_eq!(lowered(20, Some(0)), 1);
     }
 }
