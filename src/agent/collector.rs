@@ -266,7 +266,7 @@ impl Task {
         self.plan.start(&id, describe_call(&name, &args));
         let spec = CallSpec {
             call_id: id,
-            summary: self.on_behalf(describe_call(&name, &args)),
+            summary: self.on_behalf(crate::approval::describe_call(&name, &args)),
             name,
             tier,
             args,

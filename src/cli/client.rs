@@ -349,7 +349,10 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             writeln!(
                 out,
                 "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",
-                a.request_id, a.summary, a.request_id, a.request_id
+                a.request_id,
+                crate::approval::terminal_safe(&a.summary).replace('\n', "\n    "),
+                a.request_id,
+                a.request_id
             )?;
         }
     }

@@ -1,6 +1,7 @@
 //! One module per area.
 
 mod agent;
+mod approvals;
 mod cli;
 mod cli_habits;
 mod daemon;
