@@ -8,6 +8,7 @@ mod daemon;
 mod desktop_tools;
 mod llm;
 mod mcp;
+mod limits;
 mod memory;
 mod reliability;
 mod sandbox;
