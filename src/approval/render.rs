@@ -148,13 +148,7 @@ fn is_invisible_mark(c: char) -> bool {
 fn is_blank_letter(c: char) -> bool {
     matches!(
         c,
-        '\u{115F}'
-            | '\u{1160}'
-            | '\u{17B4}'
-            | '\u{17B5}'
-            | '\u{2800}'
-            | '\u{3164}'
-            | '\u{FFA0}'
+        '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{2800}' | '\u{3164}' | '\u{FFA0}'
     )
 }
 
@@ -357,7 +351,10 @@ mod tests {
             visible("\x1b]8;;http://x\x1b\\ls\x1b]8;;\x1b\\"),
             "\\x1b]8;;http://x\\x1b\\ls\\x1b]8;;\\x1b\\"
         );
-        assert_eq!(visible("a\u{a0}b\u{85}c\u{7f}"), "a\\u{00A0}b\\u{0085}c\\x7f");
+        assert_eq!(
+            visible("a\u{a0}b\u{85}c\u{7f}"),
+            "a\\u{00A0}b\\u{0085}c\\x7f"
+        );
         assert_eq!(visible("tag\u{E0041}"), "tag\\u{E0041}");
     }
 
@@ -398,10 +395,16 @@ mod tests {
             "write_file: notes.md\n  content: one\\ntwo"
         );
         assert_eq!(
-            describe_call("remember", &json!({"fact": "the user's \u{202E}name", "scope": "all"})),
+            describe_call(
+                "remember",
+                &json!({"fact": "the user's \u{202E}name", "scope": "all"})
+            ),
             "remember: the user's \\u{202E}name\n  scope: all"
         );
-        assert_eq!(describe_call("system_snapshot", &json!({})), "system_snapshot");
+        assert_eq!(
+            describe_call("system_snapshot", &json!({})),
+            "system_snapshot"
+        );
         assert_eq!(
             describe_call("shell", &json!({"command": "ls", "cwd\nx": 3})),
             "shell: ls\n  cwd\\nx: 3"
@@ -414,17 +417,29 @@ mod tests {
             .map(|i| (format!("k{i:03}"), json!(i)))
             .collect();
         let shown = describe_call("x__y", &Value::Object(args));
-        assert!(shown.ends_with("… and 5 more arguments not shown"), "{shown}");
+        assert!(
+            shown.ends_with("… and 5 more arguments not shown"),
+            "{shown}"
+        );
     }
 
     #[test]
     fn a_closing_tag_in_any_case_or_spacing_is_neutralised() {
         assert_eq!(
-            neutralise_closing_tag("a</MEMORY_NOTES>b< / Memory_Notes >c</memory_notesX", "memory_notes"),
+            neutralise_closing_tag(
+                "a</MEMORY_NOTES>b< / Memory_Notes >c</memory_notesX",
+                "memory_notes"
+            ),
             "a<\\/MEMORY_NOTES>b<\\/Memory_Notes >c<\\/memory_notesX"
         );
-        assert_eq!(neutralise_closing_tag("1 < 2 </ b>", "memory_notes"), "1 < 2 </ b>");
-        assert_eq!(neutralise_closing_tag("é</memory_notés", "memory_notes"), "é</memory_notés");
+        assert_eq!(
+            neutralise_closing_tag("1 < 2 </ b>", "memory_notes"),
+            "1 < 2 </ b>"
+        );
+        assert_eq!(
+            neutralise_closing_tag("é</memory_notés", "memory_notes"),
+            "é</memory_notés"
+        );
     }
 
     proptest! {

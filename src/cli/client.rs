@@ -336,7 +336,8 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             Some(_) => format!("└ {id}"),
             None => id.clone(),
         };
-        table.row([&id, soul, status, prompt]);
+        // Any client may have submitted it: its escapes are shown, not obeyed.
+        table.row([&id, soul, status, &crate::approval::visible(prompt)]);
     }
     // One line per row after the header, so each task's approvals go right below it.
     let mut lines = out.table_lines(table).into_iter();

@@ -235,26 +235,41 @@ pub fn bounded_tools(server: &str, mut tools: Vec<McpTool>) -> Vec<McpTool> {
             || t.name.len() > MAX_TOOL_NAME
             || t.name.chars().any(|c| c.is_control() || c.is_whitespace())
         {
-            tracing::warn!(server, "MCP tool `{shown}` dropped: its name is empty, longer than {MAX_TOOL_NAME} bytes, or holds spaces or control characters");
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}` dropped: its name is empty, longer than {MAX_TOOL_NAME} bytes, or holds spaces or control characters"
+            );
             continue;
         }
         if kept.last().is_some_and(|k| k.name == t.name) {
-            tracing::warn!(server, "MCP tool `{shown}` listed twice: the second one dropped");
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}` listed twice: the second one dropped"
+            );
             continue;
         }
         let schema_bytes = t.input_schema.to_string().len();
         if schema_bytes > MAX_SCHEMA_BYTES {
-            tracing::warn!(server, "MCP tool `{shown}` dropped: its argument schema is {schema_bytes} bytes, over {MAX_SCHEMA_BYTES}");
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}` dropped: its argument schema is {schema_bytes} bytes, over {MAX_SCHEMA_BYTES}"
+            );
             continue;
         }
         if kept.len() == MAX_TOOLS {
-            tracing::warn!(server, "MCP server lists more than {MAX_TOOLS} tools: `{shown}` and the ones after it dropped");
+            tracing::warn!(
+                server,
+                "MCP server lists more than {MAX_TOOLS} tools: `{shown}` and the ones after it dropped"
+            );
             break;
         }
         if t.description.chars().count() > MAX_DESCRIPTION_CHARS {
             let mut cut: String = t.description.chars().take(MAX_DESCRIPTION_CHARS).collect();
             cut.push_str(" […]");
-            tracing::warn!(server, "MCP tool `{shown}`: description cut to {MAX_DESCRIPTION_CHARS} characters");
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}`: description cut to {MAX_DESCRIPTION_CHARS} characters"
+            );
             t.description = cut;
         }
         kept.push(t);
@@ -327,6 +342,10 @@ mod tests {
             MAX_DESCRIPTION_CHARS + " […]".chars().count()
         );
         assert!(kept.windows(2).all(|w| w[0].name < w[1].name));
-        assert!(!kept.iter().any(|t| t.name == "huge_schema" || t.name.contains('\n')));
+        assert!(
+            !kept
+                .iter()
+                .any(|t| t.name == "huge_schema" || t.name.contains('\n'))
+        );
     }
 }

@@ -193,8 +193,8 @@ fn guard_stdout(server: &str, stdout: ChildStdout, fault: StdoutFault) -> Duplex
                 continue;
             }
             if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&line.bytes) {
-                let start = String::from_utf8_lossy(&line.bytes[..line.bytes.len().min(120)])
-                    .into_owned();
+                let start =
+                    String::from_utf8_lossy(&line.bytes[..line.bytes.len().min(120)]).into_owned();
                 break format!(
                     "it wrote something that is not a JSON-RPC message on stdout, which carries only the protocol ({e}): `{}`",
                     crate::approval::visible(&start)

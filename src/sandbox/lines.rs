@@ -100,7 +100,11 @@ mod tests {
         input.extend(b"\ntwo");
         assert_eq!(
             lines(&input, 10).await,
-            [line(b"one", 0), line(b"xxxxxxxxxx", 99_990), line(b"two", 0)]
+            [
+                line(b"one", 0),
+                line(b"xxxxxxxxxx", 99_990),
+                line(b"two", 0)
+            ]
         );
         assert_eq!(
             line(b"ab", 3).text(),

@@ -81,11 +81,7 @@ fn on_pty(
             answered = true;
         }
     }
-    assert!(
-        answered,
-        "no prompt: {:?}",
-        String::from_utf8_lossy(&seen)
-    );
+    assert!(answered, "no prompt: {:?}", String::from_utf8_lossy(&seen));
     let status = child.wait().unwrap();
     drop(stdin);
     reader.join().unwrap();
@@ -97,9 +93,7 @@ fn on_pty(
 fn assert_nothing_raw(shown: &str) {
     for c in shown.chars() {
         assert!(
-            c == '\n'
-                || c == '\r'
-                || !(c.is_control() || is_bidi_or_zero_width(c)),
+            c == '\n' || c == '\r' || !(c.is_control() || is_bidi_or_zero_width(c)),
             "{c:?} reached the terminal raw in {shown:?}"
         );
     }
@@ -130,7 +124,10 @@ async fn run_asks_on_the_terminal_with_the_whole_command_made_visible() {
     .await
     .unwrap();
     assert!(status.success(), "{shown}");
-    assert!(shown.contains(&format!("│ shell: {HOSTILE_SHOWN}")), "{shown}");
+    assert!(
+        shown.contains(&format!("│ shell: {HOSTILE_SHOWN}")),
+        "{shown}"
+    );
     // The model's answer cannot hide what comes after it.
     assert!(shown.contains(r"not run\x1b[8m"), "{shown}");
     assert_nothing_raw(&shown);
@@ -146,7 +143,13 @@ async fn run_json_reports_the_approval_with_the_whole_command_made_visible() {
     let home = TestHome::new();
     config(&home, &server);
     let mut cmd = home.familiar();
-    cmd.args(["run", "--json", "--soul", "system_admin", "list my documents"]);
+    cmd.args([
+        "run",
+        "--json",
+        "--soul",
+        "system_admin",
+        "list my documents",
+    ]);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
@@ -228,7 +231,15 @@ async fn ask_asks_on_the_terminal_with_the_whole_call_made_visible() {
     let pty = tokio::task::spawn_blocking(move || {
         on_pty(
             &home,
-            &[exe, "ask", "--soul", "test", "--workspace", &ws_arg, "write a note"],
+            &[
+                exe,
+                "ask",
+                "--soul",
+                "test",
+                "--workspace",
+                &ws_arg,
+                "write a note",
+            ],
             &[("DBUS_SESSION_BUS_ADDRESS", &bus)],
             "n\n",
         )

@@ -281,7 +281,12 @@ async fn a_memory_entry_cannot_close_its_block_and_its_escapes_are_visible() {
     .await;
     let home = memory_home(&server, "open");
     let out = familiar(&home, &["run", "--soul", "keeper", "remember it"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = familiar(&home, &["run", "--soul", "keeper", "go on"]).await;
     assert_eq!(out.status.code(), Some(0));
     let system = server.requests()[2].body["messages"][0]["content"]
@@ -296,7 +301,10 @@ async fn a_memory_entry_cannot_close_its_block_and_its_escapes_are_visible() {
 
     let listed = stdout(&familiar(&home, &["memory"]).await);
     assert!(listed.contains(r"\x1b[8m\u{202E}"), "{listed}");
-    assert!(!listed.contains('\x1b') && !listed.contains('\u{202E}'), "{listed:?}");
+    assert!(
+        !listed.contains('\x1b') && !listed.contains('\u{202E}'),
+        "{listed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

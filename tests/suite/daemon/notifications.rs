@@ -238,7 +238,10 @@ async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
     assert_eq!(tool, "write_file");
     assert_eq!(summary, expected);
     // The same text in the task's event (what `--json` prints).
-    assert_eq!(w.event(&task, "approval_requested").await["summary"], expected);
+    assert_eq!(
+        w.event(&task, "approval_requested").await["summary"],
+        expected
+    );
     let got: serde_json::Value =
         serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
     assert_eq!(got["approvals"][0]["summary"], expected);

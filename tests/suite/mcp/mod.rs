@@ -349,11 +349,16 @@ async fn flood_probe() {
         command: "sh".to_owned(),
         args: vec![
             "-c".to_owned(),
-            format!("/usr/bin/yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | /usr/bin/tr -d '\\n' | /usr/bin/head -c {FLOOD_BYTES} >&2"),
+            format!(
+                "/usr/bin/yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | /usr/bin/tr -d '\\n' | /usr/bin/head -c {FLOOD_BYTES} >&2"
+            ),
         ],
     };
     let hub = hub(tmp.path(), vec![flood]);
-    let e = hub.tools("flood", &CancellationToken::new()).await.unwrap_err();
+    let e = hub
+        .tools("flood", &CancellationToken::new())
+        .await
+        .unwrap_err();
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let hwm = status
         .lines()
@@ -372,13 +377,23 @@ async fn a_server_flooding_stderr_without_newlines_costs_bounded_memory() {
         return;
     }
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "suite::mcp::flood_probe", "--nocapture", "-q", "--test-threads=1"])
+        .args([
+            "--exact",
+            "suite::mcp::flood_probe",
+            "--nocapture",
+            "-q",
+            "--test-threads=1",
+        ])
         .env(FLOOD_PROBE_ENV, "1")
         .output()
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = stdout
         .lines()
         .find(|l| l.starts_with("FLOOD_PROBE"))
@@ -391,5 +406,8 @@ async fn a_server_flooding_stderr_without_newlines_costs_bounded_memory() {
         .unwrap_or_else(|| panic!("{line}"));
     eprintln!("{line}");
     // Generous: the test binary itself is a few tens of MiB; the flood is 256 MiB.
-    assert!(kib < 128 * 1024, "peak RSS {kib} KiB under a {FLOOD_BYTES}-byte flood");
+    assert!(
+        kib < 128 * 1024,
+        "peak RSS {kib} KiB under a {FLOOD_BYTES}-byte flood"
+    );
 }

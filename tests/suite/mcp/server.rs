@@ -99,7 +99,9 @@ impl ServerHandler for TestServer {
                 // then no answer ever.
                 use std::io::Write;
                 let mut channel = std::io::stderr();
-                channel.write_all(b"Server ready! \x1b[1mwelcome\x1b[0m\n").unwrap();
+                channel
+                    .write_all(b"Server ready! \x1b[1mwelcome\x1b[0m\n")
+                    .unwrap();
                 channel.flush().unwrap();
                 std::future::pending::<()>().await;
                 unreachable!()
