@@ -214,12 +214,28 @@ pub fn escape_markup(s: &str) -> String {
 }
 
 /// Shows a task's result (`familiar ask --notify`), through notify-rust on the
-/// session bus. Failures are the caller's to report.
+/// session bus. Failures are the caller's to report. The result is the model's text:
+/// its control characters are made visible and, where the server renders markup (or
+/// cannot say whether it does), its `<` and `&` are entities, so a result cannot put a
+/// link or an image (which may load a local file) in front of the user.
 pub async fn show_result(summary: &str, body: &str) -> Result<(), notify_rust::error::Error> {
+    let markup = match Connection::session().await {
+        Ok(conn) => match NotificationsProxy::new(&conn).await {
+            Ok(proxy) => proxy
+                .get_capabilities()
+                .await
+                .map_or(true, |caps| caps.iter().any(|c| c == "body-markup")),
+            Err(_) => true,
+        },
+        // notify-rust says why below.
+        Err(_) => true,
+    };
+    let body = crate::approval::terminal_safe(body);
+    let body = if markup { escape_markup(&body) } else { body };
     notify_rust::Notification::new()
         .appname("familiar")
         .summary(summary)
-        .body(body)
+        .body(&body)
         .show_async()
         .await
         .map(|_| ())

@@ -215,6 +215,35 @@ async fn ask_notify_shows_the_result_as_a_notification() {
     assert!(actions.is_empty(), "a result needs no answer: {actions:?}");
 }
 
+// Issue 24: a result's markup reached a server that renders it (a link, an image that
+// may load a local file), and its escapes went through raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_notify_shows_a_results_markup_and_escapes_as_text() {
+    let (f, mut server) = fixture(vec![text_reply(
+        "<img src=\"file:///etc/passwd\"> & \x1b[8mdone",
+    )])
+    .await;
+    let out = super::cli::familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--notify", "--soul", "test", "anything"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.next_shown().await;
+    let body = server.bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        body,
+        "&lt;img src=\"file:///etc/passwd\"&gt; &amp; \\x1b[8mdone"
+    );
+}
+
 // Issue 24 §2: the approval notification, the ApprovalRequested signal and GetTask showed
 // the first line of the arguments with their escapes raw; a server that renders markup
 // would also have turned an argument's `<a href>` into a link hiding its text.
