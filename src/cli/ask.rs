@@ -464,6 +464,10 @@ fn ask_on_tty(
             return;
         };
         let mut w = &tty;
+        // The daemon made the summary visible; a signal is still not trusted to have.
+        let tool = crate::approval::visible(&tool);
+        let summary = crate::approval::terminal_safe(&summary).replace('\n', "\n│ ");
+        let tier = crate::approval::visible(&tier);
         let asked = write!(
             w,
             "\n┌ familiar asks to run {tool} ({tier} tier)\n│ {summary}\n└ allow? [y]es / [N]o: "

@@ -337,7 +337,8 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             Some(_) => format!("└ {id}"),
             None => id.clone(),
         };
-        table.row([&id, soul, status, prompt]);
+        // Any client may have submitted it: its escapes are shown, not obeyed.
+        table.row([&id, soul, status, &crate::approval::visible(prompt)]);
     }
     // One line per row after the header, so each task's approvals go right below it.
     let mut lines = out.table_lines(table).into_iter();
@@ -350,7 +351,10 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             writeln!(
                 out,
                 "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",
-                a.request_id, a.summary, a.request_id, a.request_id
+                a.request_id,
+                crate::approval::terminal_safe(&a.summary).replace('\n', "\n    "),
+                a.request_id,
+                a.request_id
             )?;
         }
     }

@@ -296,7 +296,7 @@ pub fn sessions(
                     s.id.as_str(),
                     s.soul.as_str(),
                     &format_time(s.updated_at),
-                    &s.title,
+                    &crate::approval::visible(&s.title),
                 ]);
             }
             out.table(table, "")?;
@@ -352,12 +352,13 @@ fn show_session(
         store.workspace_dir(&ctx.session_id).display()
     )?;
     if let Some(summary) = &ctx.summary {
+        let summary = crate::approval::terminal_safe(summary);
         writeln!(out, "\nsummary:\n  {}", summary.replace('\n', "\n  "))?;
     }
     if !ctx.facts.is_empty() {
         writeln!(out, "\nfacts:")?;
         for f in &ctx.facts {
-            writeln!(out, "  - {f}")?;
+            writeln!(out, "  - {}", crate::approval::visible(f))?;
         }
     }
     writeln!(out, "\ntasks:")?;
@@ -437,9 +438,10 @@ fn describe_usage(u: &crate::llm::Usage) -> String {
     s
 }
 
-/// The first line of `s`, cut to `max` characters with an ellipsis.
+/// The first line of `s`, cut to `max` characters with an ellipsis; what a model or a
+/// tool wrote, so its escapes are shown, not obeyed by the terminal.
 fn first_line(s: &str, max: usize) -> String {
-    let line = s.lines().next().unwrap_or("");
+    let line = crate::approval::visible(s.lines().next().unwrap_or(""));
     if line.chars().count() > max {
         let cut: String = line.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")
@@ -453,4 +455,16 @@ pub fn completions(shell: clap_complete::Shell, out: &mut Out) -> anyhow::Result
     let mut cmd = super::Cli::command();
     clap_complete::generate(shell, &mut cmd, "familiar", out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 24: `sessions show` printed what a model or tool wrote with its escapes raw.
+    #[test]
+    fn a_shown_line_carries_no_escape_to_the_terminal() {
+        assert_eq!(first_line("a\x1b[2Kb\u{202E}\nc", 90), r"a\x1b[2Kb\u{202E}");
+        assert_eq!(first_line("abcdef", 4), "abc…");
+    }
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use super::{Exit, MemoryAction, Out};
+use crate::approval::visible;
 use crate::config::{Config, ProcessEnv};
 use crate::store::{Memory, MemoryError, MemoryScope, Store};
 
@@ -29,7 +30,7 @@ pub fn memory(
                 if json {
                     out.json_line(&e)?;
                 } else {
-                    writeln!(out, "{}\t{}\t{}", e.id, e.soul, e.text)?;
+                    writeln!(out, "{}\t{}\t{}", e.id, e.soul, visible(&e.text))?;
                 }
             }
             Ok(Exit::Completed)
@@ -39,7 +40,7 @@ pub fn memory(
                 if json {
                     out.json_line(&e)?;
                 } else {
-                    writeln!(out, "forgot {}\t{}\t{}", e.id, e.soul, e.text)?;
+                    writeln!(out, "forgot {}\t{}\t{}", e.id, e.soul, visible(&e.text))?;
                 }
                 Ok(Exit::Completed)
             }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::{Exit, Out};
 use crate::agent::events::{Event, EventPayload};
+use crate::approval::{terminal_safe, visible};
 use crate::ids::TaskId;
 use crate::store::{Outcome, TaskStatus};
 
@@ -69,7 +70,9 @@ impl Printer {
         let mut err = std::io::stderr().lock();
         match &event.payload {
             EventPayload::TextDelta { text } => {
-                write!(self.out, "{text}")?;
+                // The model's text may not drive the terminal (colours that hide the
+                // approval prompt that follows, a cleared line): escapes made visible.
+                write!(self.out, "{}", terminal_safe(text))?;
                 self.out.flush()?;
                 self.at_line_start = text.ends_with('\n');
             }
@@ -92,7 +95,7 @@ impl Printer {
                     )?;
                 }
                 if *status != TaskStatus::Completed {
-                    writeln!(err, "{result}")?;
+                    writeln!(err, "{}", terminal_safe(result))?;
                 }
                 writeln!(
                     err,
@@ -139,7 +142,7 @@ fn write_tool_line(
             reason,
             ..
         } => {
-            let what = crate::agent::plan::describe_call(tool, args);
+            let what = tool_line(&crate::approval::describe_call(tool, args));
             match reason {
                 Some(r) if decision != "allow" => {
                     writeln!(err, "{prefix}→ {what} [{decision}: {r}]")?
@@ -161,7 +164,9 @@ fn write_tool_line(
                 .unwrap_or_default();
             writeln!(
                 err,
-                "{prefix}  {mark} {tool} ({duration_ms} ms{waited}) {preview}"
+                "{prefix}  {mark} {} ({duration_ms} ms{waited}) {}",
+                visible(tool),
+                visible(preview)
             )?;
         }
         EventPayload::ApprovalResolved { approved, .. } => {
@@ -247,10 +252,28 @@ fn print_child_event(event: &Event, err: &mut impl Write) -> std::io::Result<()>
             writeln!(
                 err,
                 "{CHILD_BAR}{}",
-                result.replace('\n', &format!("\n{CHILD_BAR}"))
+                terminal_safe(result).replace('\n', &format!("\n{CHILD_BAR}"))
             )
         }
         _ => Ok(()),
+    }
+}
+
+/// Most characters of a tool line.
+const TOOL_LINE_CHARS: usize = 160;
+
+/// The first line of a call's description (its main argument, escapes visible),
+/// cut to [`TOOL_LINE_CHARS`]; `…` when there was more.
+fn tool_line(description: &str) -> String {
+    let first = description.lines().next().unwrap_or_default();
+    let more = description.contains('\n');
+    if first.chars().count() > TOOL_LINE_CHARS {
+        let cut: String = first.chars().take(TOOL_LINE_CHARS - 1).collect();
+        format!("{cut}…")
+    } else if more {
+        format!("{first} …")
+    } else {
+        first.to_owned()
     }
 }
 

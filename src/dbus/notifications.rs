@@ -128,9 +128,26 @@ async fn watch(
     // Subscribe before showing, so a fast click is not missed.
     let mut actions = proxy.receive_action_invoked().await?;
     let mut closed = proxy.receive_notification_closed().await?;
-    let summary = format!("familiar asks to run {} ({} tier)", r.tool, r.tier);
-    let body = format!("{}\n{}", r.summary, r.reason);
-    let allow_label = format!("Allow {} for 10 min", r.tool);
+    let tool = crate::approval::visible(&r.tool);
+    let summary = format!("familiar asks to run {tool} ({} tier)", r.tier);
+    // The summary's lines are ours (its arguments' newlines are escapes); the reason
+    // is made visible like them.
+    let body = format!(
+        "{}\nwhy asking: {}",
+        r.summary,
+        crate::approval::visible(&r.reason)
+    );
+    // A server that renders markup would turn `<a href=…>` or `<img>` in an argument
+    // into a link or a picture hiding the text; one that cannot say is assumed to.
+    let markup = match proxy.get_capabilities().await {
+        Ok(caps) => caps.iter().any(|c| c == "body-markup"),
+        Err(e) => {
+            tracing::debug!("notification server capabilities: {e}");
+            true
+        }
+    };
+    let body = if markup { escape_markup(&body) } else { body };
+    let allow_label = format!("Allow {tool} for 10 min");
     let mut hints = HashMap::new();
     hints.insert("urgency", Variant::from(2u8));
     hints.insert("resident", Variant::from(true));
@@ -189,13 +206,36 @@ async fn watch(
     }
 }
 
+/// `&`, `<` and `>` as entities (the body-markup subset of the spec is XML-like).
+pub fn escape_markup(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 /// Shows a task's result (`familiar ask --notify`), through notify-rust on the
-/// session bus. Failures are the caller's to report.
+/// session bus. Failures are the caller's to report. The result is the model's text:
+/// its control characters are made visible and, where the server renders markup (or
+/// cannot say whether it does), its `<` and `&` are entities, so a result cannot put a
+/// link or an image (which may load a local file) in front of the user.
 pub async fn show_result(summary: &str, body: &str) -> Result<(), notify_rust::error::Error> {
+    let markup = match Connection::session().await {
+        Ok(conn) => match NotificationsProxy::new(&conn).await {
+            Ok(proxy) => proxy
+                .get_capabilities()
+                .await
+                .map_or(true, |caps| caps.iter().any(|c| c == "body-markup")),
+            Err(_) => true,
+        },
+        // notify-rust says why below.
+        Err(_) => true,
+    };
+    let body = crate::approval::terminal_safe(body);
+    let body = if markup { escape_markup(&body) } else { body };
     notify_rust::Notification::new()
         .appname("familiar")
         .summary(summary)
-        .body(body)
+        .body(&body)
         .show_async()
         .await
         .map(|_| ())

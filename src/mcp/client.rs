@@ -31,6 +31,8 @@ pub struct McpConnection {
     server: String,
     service: RunningService<RoleClient, ()>,
     child: Option<tokio::process::Child>,
+    /// Why a stdio server's stdout was cut off, once it broke the protocol.
+    fault: stdio::StdoutFault,
     pub enforcement: Option<Enforcement>,
     /// Sorted by name, so what the model sees is stable from request to request.
     pub tools: Vec<McpTool>,
@@ -52,18 +54,24 @@ impl McpConnection {
             stdin,
             enforcement,
             stderr_tail,
+            stdout_fault,
         } = started;
         match initialise(server, (stdout, stdin), timeout, cancel).await {
             Ok((service, tools)) => Ok(McpConnection {
                 server: server.to_owned(),
                 service,
                 child: Some(child),
+                fault: stdout_fault,
                 enforcement,
                 tools,
             }),
             Err(McpError::Protocol { server, message }) => {
                 stdio::stop(&mut child, Duration::from_secs(2)).await;
-                let message = format!("{message}{}", stdio::tail_clause(&stderr_tail));
+                let message = format!(
+                    "{message}{}{}",
+                    stdio::fault_clause(&stdout_fault),
+                    stdio::tail_clause(&stderr_tail)
+                );
                 Err(McpError::Protocol { server, message })
             }
             Err(e) => {
@@ -89,6 +97,7 @@ impl McpConnection {
             server: server.to_owned(),
             service,
             child: None,
+            fault: stdio::StdoutFault::default(),
             enforcement: None,
             tools,
         })
@@ -129,7 +138,7 @@ impl McpConnection {
         }
         .map_err(|e| McpError::Protocol {
             server: self.server.clone(),
-            message: format!("calling `{tool}`: {e}"),
+            message: format!("calling `{tool}`: {e}{}", stdio::fault_clause(&self.fault)),
         })?;
         let text = render(&result.content, result.structured_content.as_ref());
         if result.is_error == Some(true) {
@@ -184,7 +193,7 @@ where
             .list_all_tools()
             .await
             .map_err(|e| protocol(format!("listing tools: {e}")))?;
-        let mut tools: Vec<McpTool> = listed
+        let tools: Vec<McpTool> = listed
             .into_iter()
             .map(|t| McpTool {
                 name: t.name.into_owned(),
@@ -192,8 +201,7 @@ where
                 input_schema: Value::Object((*t.input_schema).clone()),
             })
             .collect();
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok((service, tools))
+        Ok((service, bounded_tools(server, tools)))
     };
     tokio::select! {
         r = tokio::time::timeout(timeout, work) => r.unwrap_or_else(|_| Err(McpError::StartTimeout {
@@ -202,6 +210,71 @@ where
         })),
         () = cancel.cancelled() => Err(McpError::Cancelled),
     }
+}
+
+/// Most tools taken from one server (the first by name; the rest are dropped).
+pub const MAX_TOOLS: usize = 128;
+/// Longest tool name taken, in bytes (with `NAME__` it must still fit the providers'
+/// 64-character function names; a longer one is dropped).
+pub const MAX_TOOL_NAME: usize = 64;
+/// Longest description sent to the model, in characters (a longer one is cut).
+pub const MAX_DESCRIPTION_CHARS: usize = 2048;
+/// Largest argument schema taken, in bytes of JSON (a tool with a larger one is
+/// dropped: a schema cannot be cut and stay one).
+pub const MAX_SCHEMA_BYTES: usize = 32 << 10;
+
+/// A server's tool list as offered to the model: sorted by name, so what the model sees
+/// is stable from request to request, and bounded, since every tool goes into every
+/// request (issue 24 §4: a 10 MB description did). Each tool dropped or cut is logged.
+pub fn bounded_tools(server: &str, mut tools: Vec<McpTool>) -> Vec<McpTool> {
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut kept: Vec<McpTool> = Vec::with_capacity(tools.len().min(MAX_TOOLS));
+    for mut t in tools {
+        let shown = crate::approval::visible(&t.name.chars().take(80).collect::<String>());
+        if t.name.is_empty()
+            || t.name.len() > MAX_TOOL_NAME
+            || t.name.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}` dropped: its name is empty, longer than {MAX_TOOL_NAME} bytes, or holds spaces or control characters"
+            );
+            continue;
+        }
+        if kept.last().is_some_and(|k| k.name == t.name) {
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}` listed twice: the second one dropped"
+            );
+            continue;
+        }
+        let schema_bytes = t.input_schema.to_string().len();
+        if schema_bytes > MAX_SCHEMA_BYTES {
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}` dropped: its argument schema is {schema_bytes} bytes, over {MAX_SCHEMA_BYTES}"
+            );
+            continue;
+        }
+        if kept.len() == MAX_TOOLS {
+            tracing::warn!(
+                server,
+                "MCP server lists more than {MAX_TOOLS} tools: `{shown}` and the ones after it dropped"
+            );
+            break;
+        }
+        if t.description.chars().count() > MAX_DESCRIPTION_CHARS {
+            let mut cut: String = t.description.chars().take(MAX_DESCRIPTION_CHARS).collect();
+            cut.push_str(" […]");
+            tracing::warn!(
+                server,
+                "MCP tool `{shown}`: description cut to {MAX_DESCRIPTION_CHARS} characters"
+            );
+            t.description = cut;
+        }
+        kept.push(t);
+    }
+    kept
 }
 
 /// The result's content as text for the model.
@@ -228,4 +301,51 @@ pub fn render(content: &[ContentBlock], structured: Option<&Value>) -> String {
         parts.push(v.to_string());
     }
     parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> McpTool {
+        McpTool {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: json!({"type": "object"}),
+        }
+    }
+
+    // Issue 24 §4: a 10 MB description went into every request; duplicates and
+    // thousands of tools were all offered.
+    #[test]
+    fn a_tool_list_is_bounded_deduplicated_and_sorted() {
+        let mut tools = vec![
+            tool("b", &"d".repeat(10 << 20)),
+            tool("a", "first"),
+            tool("a", "second"),
+            tool(&"n".repeat(MAX_TOOL_NAME + 1), ""),
+            tool("bad\nname", ""),
+            McpTool {
+                input_schema: json!({"type": "object", "description": "s".repeat(MAX_SCHEMA_BYTES)}),
+                ..tool("huge_schema", "")
+            },
+        ];
+        tools.extend((0..MAX_TOOLS * 2).map(|i| tool(&format!("t{i:04}"), "")));
+        let kept = bounded_tools("srv", tools);
+        assert_eq!(kept.len(), MAX_TOOLS);
+        assert_eq!(kept[0], tool("a", "first"));
+        assert_eq!(kept[1].name, "b");
+        assert_eq!(
+            kept[1].description.chars().count(),
+            MAX_DESCRIPTION_CHARS + " […]".chars().count()
+        );
+        assert!(kept.windows(2).all(|w| w[0].name < w[1].name));
+        assert!(
+            !kept
+                .iter()
+                .any(|t| t.name == "huge_schema" || t.name.contains('\n'))
+        );
+    }
 }

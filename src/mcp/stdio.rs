@@ -13,28 +13,54 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::McpError;
 use crate::sandbox::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, frame};
+use crate::sandbox::lines::BoundedLines;
 use crate::sandbox::{Enforcement, SandboxLauncher, SandboxPolicy};
 
 /// A started server: the helper process and the two ends of the JSON-RPC channel.
 pub struct StdioServer {
     pub child: Child,
-    pub stdout: ChildStdout,
+    /// The server's stdout, passed on message by message (see [`guard_stdout`]).
+    pub stdout: DuplexStream,
     pub stdin: ChildStdin,
     pub enforcement: Option<Enforcement>,
     /// The last lines the server wrote to stderr, for a start failure's message.
     pub stderr_tail: StderrTail,
+    /// Why the server's stdout was cut off, once it broke the protocol.
+    pub stdout_fault: StdoutFault,
 }
+
+/// Set once, by the task that guards the server's stdout.
+pub type StdoutFault = Arc<Mutex<Option<String>>>;
+
+/// The longest stderr line kept (longer ones are cut, the rest counted and dropped).
+pub const MAX_STDERR_LINE: usize = 4096;
+/// The longest JSON-RPC message taken from a server's stdout: a longer one ends the
+/// connection (rmcp's own ceiling is the same).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// What the guard may have written that rmcp has not read yet.
+const PIPE_BYTES: usize = 64 << 10;
 
 /// Shared with the task that drains the server's stderr.
 pub type StderrTail = Arc<Mutex<VecDeque<String>>>;
 
 /// Lines of stderr kept for error messages.
 const TAIL_LINES: usize = 5;
+/// Characters of each kept line.
+const TAIL_LINE_CHARS: usize = 300;
+
+/// Why the connection broke, when the server broke the protocol on stdout (empty if
+/// it did not), as one clause for an error message.
+pub fn fault_clause(fault: &StdoutFault) -> String {
+    match fault.lock().map(|f| f.clone()) {
+        Ok(Some(why)) => format!(" ({why})"),
+        Ok(None) | Err(_) => String::new(),
+    }
+}
 
 /// The kept stderr lines, as one clause for an error message (empty if none).
 pub fn tail_clause(tail: &StderrTail) -> String {
@@ -82,11 +108,12 @@ pub async fn spawn(
         .write_all(&frame(&spec, &[]))
         .await
         .map_err(|e| start(format!("sending the sandbox spec: {e}")))?;
-    let mut lines = BufReader::new(stderr).lines();
+    let mut lines = BoundedLines::new(stderr, MAX_STDERR_LINE);
     let first = lines
         .next_line()
         .await
         .map_err(|e| start(format!("reading the helper's report: {e}")))?
+        .map(|l| l.text())
         .unwrap_or_default();
     let report: HelperReport = first
         .strip_prefix(REPORT_PREFIX)
@@ -105,24 +132,86 @@ pub async fn spawn(
     let stderr_tail = StderrTail::default();
     let tail = stderr_tail.clone();
     tokio::spawn(async move {
-        // The server's own diagnostics: logged, never read by the model.
+        // The server's own diagnostics: logged, never read by the model; each line held
+        // to MAX_STDERR_LINE, so a flood without newlines costs no memory.
         while let Ok(Some(line)) = lines.next_line().await {
+            let line = line.text();
             tracing::debug!(server = %name, "stderr: {line}");
             if let Ok(mut t) = tail.lock() {
                 if t.len() == TAIL_LINES {
                     t.pop_front();
                 }
-                t.push_back(line.chars().take(300).collect());
+                // Shown in error messages on a terminal: escapes made visible.
+                let mut kept: String = line.chars().take(TAIL_LINE_CHARS).collect();
+                if kept.len() < line.len() {
+                    kept.push('…');
+                }
+                t.push_back(crate::approval::visible(&kept));
             }
         }
     });
+    let stdout_fault = StdoutFault::default();
+    let stdout = guard_stdout(server, stdout, stdout_fault.clone());
     Ok(StdioServer {
         child,
         stdout,
         stdin,
         enforcement: report.enforcement,
         stderr_tail,
+        stdout_fault,
     })
+}
+
+/// Passes the server's stdout on to the client one JSON message at a time. The first
+/// line that is not JSON, or is longer than [`MAX_MESSAGE_BYTES`], ends the stream
+/// with the reason in `fault`: the client then fails what it waits for at once,
+/// instead of skipping the line and waiting out its timeout (issue 24 §4). Stdout
+/// carries only protocol messages (the MCP spec: a server must not write anything
+/// else there).
+fn guard_stdout(server: &str, stdout: ChildStdout, fault: StdoutFault) -> DuplexStream {
+    let (client_end, mut ours) = tokio::io::duplex(PIPE_BYTES);
+    let name = server.to_owned();
+    tokio::spawn(async move {
+        let mut lines = BoundedLines::new(stdout, MAX_MESSAGE_BYTES);
+        let why = loop {
+            let line = match lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => return,
+                Err(e) => break format!("reading its stdout: {e}"),
+            };
+            if line.dropped > 0 {
+                break format!(
+                    "it wrote a message longer than {} MiB on stdout",
+                    MAX_MESSAGE_BYTES >> 20
+                );
+            }
+            if line.bytes.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&line.bytes) {
+                let start =
+                    String::from_utf8_lossy(&line.bytes[..line.bytes.len().min(120)]).into_owned();
+                break format!(
+                    "it wrote something that is not a JSON-RPC message on stdout, which carries only the protocol ({e}): `{}`",
+                    crate::approval::visible(&start)
+                );
+            }
+            let sent = async {
+                ours.write_all(&line.bytes).await?;
+                ours.write_all(b"\n").await
+            };
+            if sent.await.is_err() {
+                // The client is gone; the server is being stopped.
+                return;
+            }
+        };
+        tracing::warn!(server = %name, "MCP server broke the protocol: {why}");
+        if let Ok(mut f) = fault.lock() {
+            *f = Some(why);
+        }
+        // Dropping our end is the client's end of stream: its pending calls fail now.
+    });
+    client_end
 }
 
 /// Sends the helper SIGTERM: it passes it on to the server and everything the server

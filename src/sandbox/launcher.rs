@@ -38,6 +38,8 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// not going to say anything useful in the part we would keep.
 pub const OVERFLOW_KILL_FACTOR: u64 = 8;
 const READ_CHUNK: usize = 64 * 1024;
+/// The longest helper report line read as one (it is a short JSON object).
+const MAX_REPORT_LINE: u64 = 64 * 1024;
 
 /// Helpers starting up at once, across the whole process: a start (exec of our binary,
 /// the ruleset, rlimits) is a burst of CPU, and fifty tasks' parallel reads would
@@ -476,7 +478,10 @@ async fn drain_stderr(
 ) -> Option<HelperReport> {
     let mut reader = BufReader::new(pipe);
     let mut first = Vec::new();
-    if let Err(e) = reader.read_until(b'\n', &mut first).await {
+    // The report is one short line; whatever a command writes when there is none
+    // (a helper that failed early) goes to the capped buffer, not into this one.
+    let mut report_line = (&mut reader).take(MAX_REPORT_LINE);
+    if let Err(e) = report_line.read_until(b'\n', &mut first).await {
         tracing::debug!("sandbox stderr: {e}");
     }
     drop(permit);

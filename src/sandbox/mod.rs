@@ -16,6 +16,7 @@
 //! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
 //! - [`search`]: the bounded tree walk behind `search_files`.
 //! - [`limits`]: rlimits and the pids cgroup.
+//! - [`lines`]: lines from a child's pipe, each held to a ceiling.
 //! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
 //! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
 //! - [`seccomp`]: the helper's filter: no unix sockets (the session bus, the keyring).
@@ -27,6 +28,7 @@ pub mod exec;
 pub mod fileops;
 pub mod launcher;
 pub mod limits;
+pub mod lines;
 pub mod plan;
 pub mod resources;
 pub mod ruleset;

@@ -16,7 +16,7 @@ use super::bus::{Bus, Presence, clean_text};
 use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
-use crate::dbus::notifications::NotificationsProxy;
+use crate::dbus::notifications::{NotificationsProxy, escape_markup};
 
 /// The notification server's bus name.
 pub const SERVICE: &str = "org.freedesktop.Notifications";
@@ -43,13 +43,6 @@ impl Notify {
     pub fn session() -> Notify {
         Notify::new(Bus::Session)
     }
-}
-
-/// `&`, `<` and `>` as entities (the body-markup subset of the spec is XML-like).
-fn escape_markup(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 impl Tool for Notify {

@@ -1,10 +1,12 @@
 //! One module per area.
 
 mod agent;
+mod approvals;
 mod cli;
 mod cli_habits;
 mod daemon;
 mod desktop_tools;
+mod limits;
 mod llm;
 mod mcp;
 mod memory;

@@ -291,12 +291,13 @@ impl<'t> Collector<'t> {
         });
         let tool = self.gate.tool(&name);
         let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
-        let summary = describe_call(&name, &args);
+        self.plan.start(&id, describe_call(&name, &args));
+        // What the person approving sees: every argument, escapes visible.
+        let summary = crate::approval::describe_call(&name, &args);
         let on_behalf = match self.parent {
             Some(parent) => format!("{summary} (on behalf of task {parent})"),
-            None => summary.clone(),
+            None => summary,
         };
-        self.plan.start(&id, summary);
         let spec = CallSpec {
             call_id: id,
             summary: on_behalf,

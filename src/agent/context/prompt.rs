@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use crate::approval::render::{neutralise_closing_tag, visible};
 use crate::ids::SoulId;
 use crate::policy::{Mode, Policy, Tier};
 use crate::soul::Soul;
@@ -148,7 +149,7 @@ fn memory_notes(entries: &[MemoryEntry]) -> String {
             MemoryScope::All => "every soul",
             MemoryScope::Soul(_) => "this soul",
         };
-        let text = e.text.replace("</memory_notes", "<\\/memory_notes");
+        let text = neutralise_closing_tag(&visible(&e.text), "memory_notes");
         s.push_str(&format!("- {} ({who}): {text}\n", e.id));
     }
     s.push_str("</memory_notes>\n");
@@ -159,7 +160,7 @@ fn memory_notes(entries: &[MemoryEntry]) -> String {
 /// cut to [`MODEL_OUTPUT_CHARS`] keeping head and tail.
 pub fn wrap_tool_output(tool: &str, ok: bool, output: &str) -> String {
     let body = truncate_middle(output, MODEL_OUTPUT_CHARS);
-    let body = body.replace("</tool_output", "<\\/tool_output");
+    let body = neutralise_closing_tag(&body, "tool_output");
     let status = if ok { "ok" } else { "error" };
     format!("<tool_output tool=\"{tool}\" status=\"{status}\">\n{body}\n</tool_output>")
 }

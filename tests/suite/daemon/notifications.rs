@@ -20,6 +20,8 @@ struct FakeNotifications {
     next: u32,
     shown: mpsc::UnboundedSender<Shown>,
     closed: Arc<Mutex<Vec<u32>>>,
+    /// Every body shown, in order.
+    bodies: Arc<Mutex<Vec<String>>>,
 }
 
 #[interface(name = "org.freedesktop.Notifications")]
@@ -31,14 +33,20 @@ impl FakeNotifications {
         _replaces_id: u32,
         _app_icon: String,
         summary: String,
-        _body: String,
+        body: String,
         actions: Vec<String>,
         _hints: HashMap<String, OwnedVariant>,
         _expire_timeout: i32,
     ) -> u32 {
         self.next += 1;
+        self.bodies.lock().unwrap().push(body);
         self.shown.send((self.next, summary, actions)).unwrap();
         self.next
+    }
+
+    /// A server like most: it renders the body's markup.
+    fn get_capabilities(&self) -> Vec<String> {
+        vec!["actions".into(), "body".into(), "body-markup".into()]
     }
 
     fn close_notification(&mut self, id: u32) {
@@ -55,15 +63,18 @@ impl FakeNotifications {
 struct Server {
     conn: zbus::Connection,
     shown: mpsc::UnboundedReceiver<Shown>,
+    bodies: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     async fn start(bus: &TestBus) -> Server {
         let (tx, shown) = mpsc::unbounded_channel();
+        let bodies = Arc::<Mutex<Vec<String>>>::default();
         let fake = FakeNotifications {
             next: 0,
             shown: tx,
             closed: Arc::default(),
+            bodies: Arc::clone(&bodies),
         };
         let conn = zbus::connection::Builder::address(bus.address.as_str())
             .serve_at("/org/freedesktop/Notifications", fake)
@@ -71,7 +82,11 @@ impl Server {
             .build()
             .await
             .unwrap();
-        Server { conn, shown }
+        Server {
+            conn,
+            shown,
+            bodies,
+        }
     }
 
     async fn emitter(&self) -> SignalEmitter<'static> {
@@ -198,4 +213,96 @@ async fn ask_notify_shows_the_result_as_a_notification() {
     let (_, summary, actions) = server.next_shown().await;
     assert_eq!(summary, "familiar: completed");
     assert!(actions.is_empty(), "a result needs no answer: {actions:?}");
+}
+
+// Issue 24: a result's markup reached a server that renders it (a link, an image that
+// may load a local file), and its escapes went through raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_notify_shows_a_results_markup_and_escapes_as_text() {
+    let (f, mut server) = fixture(vec![text_reply(
+        "<img src=\"file:///etc/passwd\"> & \x1b[8mdone",
+    )])
+    .await;
+    let out = super::cli::familiar(
+        &f.harness.home,
+        &f.bus,
+        &["ask", "--notify", "--soul", "test", "anything"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.next_shown().await;
+    let body = server.bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        body,
+        "&lt;img src=\"file:///etc/passwd\"&gt; &amp; \\x1b[8mdone"
+    );
+}
+
+// Issue 24 §2: the approval notification, the ApprovalRequested signal and GetTask showed
+// the first line of the arguments with their escapes raw; a server that renders markup
+// would also have turned an argument's `<a href>` into a link hiding its text.
+#[tokio::test]
+async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
+    let content = "ok\n\x1b[2K\r<a href=\"http://x\">fine</a> \u{202E}txt.exe\u{200B}";
+    let (f, mut server) = fixture(vec![
+        tools_reply(&[(
+            "c1",
+            "write_file",
+            json!({"path": "n.txt", "content": content}),
+        )]),
+        text_reply("ok"),
+    ])
+    .await;
+    let mut w = Watch::new(&f.proxy).await;
+    let task = submit_in_workspace(&f).await;
+    let expected = "write_file: n.txt\n  content: ok\\n\\x1b[2K\\r<a href=\"http://x\">fine</a> \\u{202E}txt.exe\\u{200B}";
+
+    let (request, tool, summary, _) = w.approval(&task).await;
+    assert_eq!(tool, "write_file");
+    assert_eq!(summary, expected);
+    // The same text in the task's event (what `--json` prints).
+    assert_eq!(
+        w.event(&task, "approval_requested").await["summary"],
+        expected
+    );
+    let got: serde_json::Value =
+        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+    assert_eq!(got["approvals"][0]["summary"], expected);
+
+    let (id, _, _) = server.next_shown().await;
+    let body = server.bodies.lock().unwrap()[0].clone();
+    assert!(
+        body.starts_with(
+            "write_file: n.txt\n  content: ok\\n\\x1b[2K\\r&lt;a href=\"http://x\"&gt;fine&lt;/a&gt; \\u{202E}txt.exe\\u{200B}\nwhy asking: "
+        ),
+        "{body:?}"
+    );
+    for c in body.chars() {
+        assert!(
+            c == '\n' || !(c.is_control() || is_bidi_or_zero_width(c)),
+            "{body:?}"
+        );
+    }
+    FakeNotifications::action_invoked(&server.emitter().await, id, "approve")
+        .await
+        .unwrap();
+    let resolved = w.event(&task, "approval_resolved").await;
+    assert_eq!(resolved["request_id"], request.as_str());
+    assert_eq!(w.finished(&task).await.0, "completed");
+    // The approved text is the text written, byte for byte.
+    assert_eq!(
+        std::fs::read_to_string(f.workspace().join("n.txt")).unwrap(),
+        content
+    );
+}
+
+/// Bidi controls and zero-width characters.
+fn is_bidi_or_zero_width(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }

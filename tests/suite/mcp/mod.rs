@@ -280,6 +280,138 @@ async fn a_url_server_is_reached_over_streamable_http() {
     hub.shutdown().await;
 }
 
+// Issue 24 §4: garbage on a server's stdout was skipped and the call waited out its
+// timeout (300 s in a task).
+#[tokio::test]
+async fn garbage_on_stdout_fails_the_call_at_once_with_a_clear_error() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(tmp.path(), vec![config("noisy", "garble", Vec::new())]);
+    let cancel = CancellationToken::new();
+    // A safety net only: without the fix the call never ends.
+    let failed = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        hub.call("noisy", "garble", json!({}), &cancel),
+    )
+    .await
+    .expect("the call waited instead of failing");
+    match failed {
+        Err(McpError::Protocol { message, .. }) => assert!(
+            message.contains("not a JSON-RPC message on stdout")
+                && message.contains(r"`Server ready! \x1b[1mwelcome\x1b[0m`"),
+            "{message}"
+        ),
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    hub.shutdown().await;
+}
+
+// Issue 24 §4: a 10 MB description went into every request; duplicate names and any
+// number of tools were offered.
+#[tokio::test]
+async fn a_bloated_tool_list_is_bounded() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(tmp.path(), vec![config("big", "bloated", Vec::new())]);
+    let tools = hub.tools("big", &CancellationToken::new()).await.unwrap();
+    assert_eq!(tools.len(), familiar::mcp::client::MAX_TOOLS);
+    assert_eq!(tools[0].name, "echo");
+    assert_eq!(tools[1].name, "t0000");
+    assert!(
+        tools[0].description.len() <= familiar::mcp::client::MAX_DESCRIPTION_CHARS + 8,
+        "{}",
+        tools[0].description.len()
+    );
+    assert!(tools.iter().all(|t| t.name.len() <= 64));
+    hub.shutdown().await;
+}
+
+/// Set in the probe's environment: the run whose peak memory the flood test reads.
+const FLOOD_PROBE_ENV: &str = "FAMILIAR_TEST_FLOOD_PROBE";
+/// What the flooding server writes to stderr, without a newline.
+const FLOOD_BYTES: u64 = 256 << 20;
+
+/// Does nothing in a normal run. In the probe (see the test below): starts a server that
+/// writes [`FLOOD_BYTES`] to stderr with no newline and exits, waits for the start to
+/// fail, and prints this process's peak RSS.
+#[tokio::test]
+async fn flood_probe() {
+    if std::env::var_os(FLOOD_PROBE_ENV).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut flood = config("flood", "ok", Vec::new());
+    flood.transport = McpTransport::Stdio {
+        command: "sh".to_owned(),
+        args: vec![
+            "-c".to_owned(),
+            format!(
+                "/usr/bin/yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | /usr/bin/tr -d '\\n' | /usr/bin/head -c {FLOOD_BYTES} >&2"
+            ),
+        ],
+    };
+    let hub = hub(tmp.path(), vec![flood]);
+    let e = hub
+        .tools("flood", &CancellationToken::new())
+        .await
+        .unwrap_err();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    println!("FLOOD_PROBE VmHWM={hwm} error={e}");
+}
+
+// Issue 24 §4: an MCP server writing 2.6 GB to stderr with no newline took the daemon
+// to 2.5 GiB. The probe runs in a process of its own, so no other test's memory counts.
+#[tokio::test]
+async fn a_server_flooding_stderr_without_newlines_costs_bounded_memory() {
+    if !landlock_available() {
+        return;
+    }
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "suite::mcp::flood_probe",
+            "--nocapture",
+            "-q",
+            "--test-threads=1",
+        ])
+        .env(FLOOD_PROBE_ENV, "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("FLOOD_PROBE"))
+        .unwrap_or_else(|| panic!("no probe line in {stdout}"));
+    let kib: u64 = line
+        .split("VmHWM=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    eprintln!("{line}");
+    // Generous: the test binary itself is a few tens of MiB; the flood is 256 MiB.
+    assert!(
+        kib < 128 * 1024,
+        "peak RSS {kib} KiB under a {FLOOD_BYTES}-byte flood"
+    );
+}
+
 /// Issue 24 §1: an MCP server starts before any approval and lives as long as the
 /// daemon; the first thing a hostile one did was connect to the session bus. From the
 /// server's own start-up, every unix socket is refused by the kernel (EACCES).

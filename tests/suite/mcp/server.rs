@@ -15,7 +15,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-/// Selects server mode, and which behaviour: `ok`, `garbage`, `hang`.
+/// Selects server mode, and which behaviour: `ok`, `garbage`, `hang`, `bloated` (a tool
+/// list past every bound), `garble` (a `garble` tool that answers with garbage).
 pub const MODE_ENV: &str = "FAMILIAR_TEST_MCP_SERVER";
 
 /// The argv that starts this binary as the server (through `sh`, for the redirection).
@@ -50,7 +51,11 @@ impl ServerHandler for TestServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
+        let mode = std::env::var(MODE_ENV).unwrap_or_default();
+        if mode == "bloated" {
+            return Ok(ListToolsResult::with_all_items(bloated_tools()));
+        }
+        let mut tools = vec![
             Tool::new(
                 "write_file",
                 "Writes text to a path",
@@ -62,7 +67,15 @@ impl ServerHandler for TestServer {
                 schema(json!({"text": {"type": "string"}})),
             ),
             Tool::new("picture", "An image", schema(json!({}))),
-        ]))
+        ];
+        if mode == "garble" {
+            tools.push(Tool::new(
+                "garble",
+                "Breaks the protocol",
+                schema(json!({})),
+            ));
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -81,6 +94,18 @@ impl ServerHandler for TestServer {
                 ))]),
             },
             "echo" => CallToolResult::success(vec![ContentBlock::text(arg("text"))]),
+            "garble" => {
+                // Not a JSON-RPC message, on the channel (this server's is stderr), and
+                // then no answer ever.
+                use std::io::Write;
+                let mut channel = std::io::stderr();
+                channel
+                    .write_all(b"Server ready! \x1b[1mwelcome\x1b[0m\n")
+                    .unwrap();
+                channel.flush().unwrap();
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
             "picture" => CallToolResult::success(vec![
                 ContentBlock::text("here:"),
                 ContentBlock::image("aGVsbG8=", "image/png"),
@@ -89,6 +114,17 @@ impl ServerHandler for TestServer {
         };
         Ok(result.into())
     }
+}
+
+/// A 10 MB description, a name twice, a name too long, and hundreds of tools.
+fn bloated_tools() -> Vec<Tool> {
+    let mut tools = vec![
+        Tool::new("echo", "d".repeat(10 << 20), schema(json!({}))),
+        Tool::new("echo", "the same name again", schema(json!({}))),
+        Tool::new("n".repeat(500), "", schema(json!({}))),
+    ];
+    tools.extend((0..1000).map(|i| Tool::new(format!("t{i:04}"), "", schema(json!({})))));
+    tools
 }
 
 /// Does nothing in a normal run; the server when started by [`argv`].

@@ -7,6 +7,9 @@
 //! frontend, a timeout, or a cancelled task all mean *deny*: silence is never consent.
 //! "Allow for N minutes" answers leave a grant for that (soul, tool) pair, which later
 //! requests use without asking until it expires or is revoked.
+//!
+//! Every surface shows [`ApprovalRequest::summary`], made by [`describe_call`] from the
+//! very arguments that run: all of them, escapes made visible ([`render`]).
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -20,6 +23,10 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::Tier;
 use crate::ids::{RequestId, SessionId, SoulId, TaskId};
 
+pub mod render;
+
+pub use render::{describe_call, terminal_safe, visible};
+
 /// What is being asked.
 #[derive(Debug, Clone, Serialize)]
 pub struct ApprovalRequest {
@@ -31,7 +38,9 @@ pub struct ApprovalRequest {
     pub tier: Tier,
     /// The call's arguments, as the model sent them.
     pub args: serde_json::Value,
-    /// One line a person can judge: `shell: rm ./build/cache.bin`.
+    /// What a person judges: [`describe_call`] of `tool` and `args`, every argument
+    /// with its escapes made visible (`shell: rm ./build/cache.bin`; more arguments
+    /// each on a line of their own).
     pub summary: String,
     /// Why the policy asks (the tier mode, or the `[[ask]]` pattern that matched).
     pub reason: String,
@@ -311,17 +320,7 @@ fn prompt_tty(
     lines: Option<&LineSource>,
 ) -> std::io::Result<Answer> {
     let mut w = tty;
-    let args = serde_json::to_string_pretty(&r.args).unwrap_or_default();
-    write!(
-        w,
-        "\n┌ familiar asks to run {} ({} tier)\n│ {}\n│ why asking: {}\n│ arguments: {}\n└ allow? [y]es / [N]o / [a]llow {} for 10 min: ",
-        r.tool,
-        r.tier,
-        r.summary,
-        r.reason,
-        args.replace('\n', "\n│   "),
-        r.tool
-    )?;
+    write!(w, "{}", prompt_text(r))?;
     w.flush()?;
     let line = match lines {
         Some(next) => next().unwrap_or_default(),
@@ -336,6 +335,18 @@ fn prompt_tty(
         "a" | "always" => Answer::ApproveFor(Duration::from_secs(600)),
         _ => Answer::Deny,
     })
+}
+
+/// The terminal's question: the summary's lines under a bar, so an argument's own
+/// (escaped) text can never look like the end of the question.
+pub fn prompt_text(r: &ApprovalRequest) -> String {
+    let tool = visible(&r.tool);
+    format!(
+        "\n┌ familiar asks to run {tool} ({} tier)\n│ {}\n│ why asking: {}\n└ allow? [y]es / [N]o / [a]llow {tool} for 10 min: ",
+        r.tier,
+        terminal_safe(&r.summary).replace('\n', "\n│ "),
+        visible(&r.reason),
+    )
 }
 
 #[cfg(test)]

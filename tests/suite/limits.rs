@@ -1,0 +1,52 @@
+//! Bounded input from the command line (issue 24 §4): a prompt on stdin past the limit
+//! is refused, naming the limit, instead of cut short without a word.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use super::agent::harness::text_reply;
+use crate::common::TestHome;
+use crate::common::llm_server::LlmServer;
+
+/// Ten times the limit.
+const HUGE: usize = 10 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_megabyte_prompt_on_stdin_is_refused_naming_the_limit() {
+    let server = LlmServer::start(vec![text_reply("never asked")]).await;
+    let home = TestHome::new();
+    home.write_config(
+        "config.toml",
+        &format!(
+            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n",
+            server.base
+        ),
+    );
+    for command in ["run", "ask"] {
+        let mut cmd = home.familiar_process();
+        cmd.args([command, "-"])
+            // `ask` would say the daemon is unreachable, had it read no prompt first.
+            .env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let out = tokio::task::spawn_blocking(move || {
+            let mut child = cmd.spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            // familiar stops reading past the limit: the rest of the write fails (EPIPE).
+            let writer = std::thread::spawn(move || stdin.write_all(&vec![b'a'; HUGE]).is_ok());
+            let out = child.wait_with_output().unwrap();
+            assert!(!writer.join().unwrap(), "familiar read all 10 MB");
+            out
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(
+            stderr.contains("longer than the limit of 1048576 bytes (1 MiB)"),
+            "{command}: {stderr}"
+        );
+    }
+    assert!(server.requests().is_empty());
+}
