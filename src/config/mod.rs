@@ -23,6 +23,7 @@ use crate::ids::SoulId;
 pub use parse::{DurationError, expand_home, parse_duration};
 pub use paths::{
     ConfigSource, Env, Paths, ProcessEnv, config_dir, config_source, default_data_dir,
+    ignored_state_directory,
 };
 pub use providers::{
     DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_CONTEXT_WINDOW,

@@ -558,8 +558,9 @@ impl Service {
     }
 
     /// The config the daemon runs with, as JSON `{"config", "provider", "model",
-    /// "default_soul", "policy"}` (an addition to DESIGN §3's properties, for
-    /// `familiar status`: a client's own config may not be the daemon's).
+    /// "default_soul", "policy", "data_dir"}` (an addition to DESIGN §3's properties,
+    /// for `familiar status` and `doctor`: a client's own config, or data dir, may not be
+    /// the daemon's).
     #[zbus(property(emits_changed_signal = "const"))]
     async fn configuration(
         &self,
@@ -574,6 +575,7 @@ impl Service {
             "model": c.provider(None).ok().map(|p| p.model.clone()),
             "default_soul": c.default_soul.to_string(),
             "policy": c.policy,
+            "data_dir": c.paths.data_dir,
         });
         Ok(facts.to_string())
     }

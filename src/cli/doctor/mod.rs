@@ -136,7 +136,10 @@ pub async fn run_checks(config_path: Option<&Path>) -> Vec<Check> {
     checks.extend(system::bus_checks().await);
     checks.push(system::hyprland_check());
     match &config {
-        Some(c) => checks.push(system::data_dir_check(&c.paths.data_dir)),
+        Some(c) => {
+            checks.push(system::data_dir_check(&c.paths.data_dir));
+            checks.push(system::daemon_data_check(&c.paths).await);
+        }
         None => checks.push(Check::warn(
             "data_dir",
             "not checked: the config does not load",

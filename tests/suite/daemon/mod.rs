@@ -4,6 +4,7 @@
 //! for time.
 
 mod cli;
+mod data_dir;
 mod doctor;
 mod name;
 mod notifications;
