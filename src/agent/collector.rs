@@ -220,7 +220,30 @@ impl Task {
         dispatcher: &mut Dispatcher,
         env: &CallEnv,
     ) {
+        let tool = match self.rt.tools.get(&name) {
+            Some(t) => Some(Arc::clone(t)),
+            None => self.mcp.tool(&self.rt.mcp, &name),
+        };
         let (args, disposition, trail) = match input {
+            // A name nothing implements (an MCP server the daemon's config lacks, a
+            // made-up tool) is refused before the policy: asking a person to approve a
+            // call that cannot run only wastes their time (issue 26).
+            Ok(args) if tool.is_none() && !self.names_a_known_server(&name) => {
+                let offered: Vec<&str> = self
+                    .rt
+                    .tools
+                    .offered(&self.spec.soul.grant.tools)
+                    .iter()
+                    .map(|t| t.info().name)
+                    .chain(self.mcp.names())
+                    .collect();
+                let offered = offered.join(", ");
+                let reason = format!(
+                    "unknown tool `{name}`: this task has no such tool (its tools: {offered})"
+                );
+                self.refuse_at_once(&id, &name, args, reason, "tool=unknown")
+                    .await
+            }
             Ok(args) => {
                 let (disposition, trail) = self.decide_call(&id, &name, &args).await;
                 (args, disposition, trail)
@@ -232,21 +255,8 @@ impl Task {
                 let reason = format!(
                     "{invalid}. Send the call again with a JSON object that matches the tool's schema."
                 );
-                let tier = self.tier_of(&name, &args);
-                self.emit(EventPayload::ToolCallStarted {
-                    call_id: id.to_string(),
-                    tool: name.clone(),
-                    args: args.clone(),
-                    tier: tier.to_string(),
-                    decision: "deny".to_owned(),
-                    reason: Some(reason.clone()),
-                })
-                .await;
-                let refuse = Disposition::Refuse {
-                    decision: AuditDecision::Denied,
-                    reason,
-                };
-                (args, refuse, "arguments=deny".to_owned())
+                self.refuse_at_once(&id, &name, args, reason, "arguments=deny")
+                    .await
             }
         };
         if matches!(disposition, Disposition::Refuse { .. }) {
@@ -257,10 +267,6 @@ impl Task {
             name: name.clone(),
             input: args.clone(),
         });
-        let tool = match self.rt.tools.get(&name) {
-            Some(t) => Some(Arc::clone(t)),
-            None => self.mcp.tool(&self.rt.mcp, &name),
-        };
         let tier = self.tier_of(&name, &args);
         let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
         self.plan.start(&id, describe_call(&name, &args));
@@ -276,6 +282,40 @@ impl Task {
             trail,
         };
         dispatcher.submit(env, spec);
+    }
+
+    /// Whether `name` is `SERVER__TOOL` of an MCP server config.toml has: such a call
+    /// goes to the policy, which says why it is not this task's (`not_in_soul`).
+    fn names_a_known_server(&self, name: &str) -> bool {
+        crate::catalog::mcp_parts(name)
+            .is_some_and(|(server, _)| self.rt.mcp.config(server).is_some())
+    }
+
+    /// A call refused before the policy sees it: its `tool_call_started` (decision
+    /// `deny`) and the refusal, with `trail` for the audit log.
+    async fn refuse_at_once(
+        &mut self,
+        id: &CallId,
+        name: &str,
+        args: serde_json::Value,
+        reason: String,
+        trail: &str,
+    ) -> (serde_json::Value, Disposition, String) {
+        let tier = self.tier_of(name, &args);
+        self.emit(EventPayload::ToolCallStarted {
+            call_id: id.to_string(),
+            tool: name.to_owned(),
+            args: args.clone(),
+            tier: tier.to_string(),
+            decision: "deny".to_owned(),
+            reason: Some(reason.clone()),
+        })
+        .await;
+        let refuse = Disposition::Refuse {
+            decision: AuditDecision::Denied,
+            reason,
+        };
+        (args, refuse, trail.to_owned())
     }
 
     /// Every started call finishes (or sees the cancellation) before the turn ends;

@@ -243,6 +243,9 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
             s("policy")
         )?;
         writeln!(out, "daemon data dir: {}", s("data_dir"))?;
+        if let Some(error) = c["reload_error"].as_str() {
+            writeln!(out, "warning: {error}")?;
+        }
         if let Some(warning) = data_dir_split(&local, c) {
             writeln!(out, "warning: {warning}")?;
         }

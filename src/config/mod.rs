@@ -83,6 +83,7 @@ impl Config {
         let invalid = |(key, message): (String, String)| {
             ConfigError::File(FileError::at_key(&file, src, &key, message))
         };
+        let data_dir_setting = raw.data_dir.clone();
         let paths = resolve_paths(raw.data_dir.as_deref(), env).map_err(invalid)?;
         let default_soul = raw.default_soul.unwrap_or_else(|| DEFAULT_SOUL.to_owned());
         let default_soul = SoulId::new(default_soul)
@@ -116,6 +117,7 @@ impl Config {
             mcp,
             paths,
             source,
+            data_dir_setting,
         })
     }
 

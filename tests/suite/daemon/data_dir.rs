@@ -20,7 +20,7 @@ fn text(b: &[u8]) -> String {
 }
 
 /// Waits on `sock` for the daemon's READY=1.
-async fn ready(sock: UnixDatagram) -> UnixDatagram {
+pub(super) async fn ready(sock: UnixDatagram) -> UnixDatagram {
     tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 512];
         loop {
@@ -37,7 +37,7 @@ async fn ready(sock: UnixDatagram) -> UnixDatagram {
     .unwrap()
 }
 
-fn notify_socket() -> (tempfile::TempDir, std::path::PathBuf, UnixDatagram) {
+pub(super) fn notify_socket() -> (tempfile::TempDir, std::path::PathBuf, UnixDatagram) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let sock = UnixDatagram::bind(&path).unwrap();

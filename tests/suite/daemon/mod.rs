@@ -8,6 +8,7 @@ mod data_dir;
 mod doctor;
 mod name;
 mod notifications;
+mod reload;
 mod resources;
 mod service;
 mod steering;
