@@ -390,7 +390,7 @@ pub fn config_errors(
     };
     let mut errors = Vec::new();
     if let Some(provider) = &soul.provider
-        && !config.providers.contains_key(provider)
+        && config.provider(Some(provider)).is_err()
     {
         errors.push(FileError::at_key(
             file,
