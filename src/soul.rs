@@ -374,5 +374,62 @@ pub fn load_file(path: &Path, home: &Path, policy: Option<&Policy>) -> Result<So
     )?)
 }
 
+/// The errors of a soul whose `provider` or `mcp:NAME` names nothing in config.toml,
+/// each at its file, line and key (`src` is the soul file's text). Not part of
+/// [`parse`]: a soul file is valid on its own, and config.toml may change after it
+/// (the daemon reloads both); `souls validate` and `doctor` check the pair.
+pub fn config_errors(
+    soul: &Soul,
+    file: &str,
+    src: Option<&str>,
+    config: &crate::config::Config,
+) -> Vec<FileError> {
+    let configured = |names: Vec<&String>| {
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names
+                .into_iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let mut errors = Vec::new();
+    if let Some(provider) = &soul.provider
+        && config.provider(Some(provider)).is_err()
+    {
+        errors.push(FileError::at_key(
+            file,
+            src,
+            "provider",
+            format!(
+                "unknown provider `{provider}`: config.toml has no [providers.{provider}] (configured: {})",
+                configured(config.providers.keys().collect())
+            ),
+        ));
+    }
+    let servers: std::collections::BTreeSet<&str> = soul
+        .grant
+        .tools
+        .iter()
+        .filter_map(|e| crate::catalog::mcp_entry(e).map(|(server, _)| server))
+        .collect();
+    for server in servers {
+        if !config.mcp.contains_key(server) {
+            errors.push(FileError::at_key(
+                file,
+                src,
+                "tools",
+                format!(
+                    "`mcp:{server}`: config.toml has no [mcp.{server}] (configured: {}), so its tools would never be offered",
+                    configured(config.mcp.keys().collect())
+                ),
+            ));
+        }
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests;

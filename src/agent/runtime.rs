@@ -93,7 +93,12 @@ impl LlmFactory for ConfigLlmFactory {
         let client = LlmClient::from_config_with(
             cfg,
             &crate::config::ProcessEnv,
-            &|name| providers.get(name).cloned(),
+            &|name| {
+                providers
+                    .get(name)
+                    .or_else(|| crate::config::providers::builtin_provider(name))
+                    .cloned()
+            },
             &self.http()?,
         )?;
         let model = soul.model.clone().unwrap_or_else(|| cfg.model.clone());

@@ -150,9 +150,23 @@ fn warn_config_flag(config: Option<&std::path::Path>) -> std::io::Result<()> {
     if let Some(path) = config.filter(|p| from_env.as_deref() != Some(*p)) {
         writeln!(
             std::io::stderr().lock(),
-            "familiar: warning: --config {} is not used by `ask`: the daemon reads its own config (restart it after editing: `systemctl --user restart familiar`); `familiar run` uses the file in this process",
+            "familiar: warning: --config {} is not used by `ask`: the daemon reads its own config.toml (and re-reads it when it changes); `familiar run` uses the file in this process",
             path.display()
         )?;
+    }
+    Ok(())
+}
+
+/// Says so when the daemon kept a previous config.toml (or policy) because the new one
+/// does not load: the task runs under the old one, which the user did not expect.
+async fn warn_reload_error(proxy: &crate::dbus::proxy::Agent1Proxy<'_>) -> std::io::Result<()> {
+    // An older daemon lacks the property or the key: nothing to say then.
+    let Ok(text) = proxy.configuration().await else {
+        return Ok(());
+    };
+    let facts: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if let Some(error) = facts["reload_error"].as_str() {
+        writeln!(std::io::stderr().lock(), "familiar: warning: {error}")?;
     }
     Ok(())
 }
@@ -183,6 +197,7 @@ async fn submit_and_follow(
         Ok(v) => v,
         Err(f) => return f.report(),
     };
+    warn_reload_error(&proxy).await?;
     if args.detach {
         if args.task.json {
             out.json_line(&serde_json::json!({"task_id": task, "session_id": session}))?;

@@ -116,6 +116,7 @@ fn local_facts(config: Option<&std::path::Path>) -> serde_json::Value {
             facts["provider"] = serde_json::json!(c.default_provider);
             facts["model"] = serde_json::json!(c.provider(None).ok().map(|p| p.model.clone()));
             facts["default_soul"] = serde_json::json!(c.default_soul.to_string());
+            facts["data_dir"] = serde_json::json!(c.paths.data_dir);
         }
         Err(e) => facts["config_error"] = serde_json::json!(e.to_string()),
     }
@@ -140,6 +141,7 @@ fn write_local_facts(f: &serde_json::Value, out: &mut Out) -> anyhow::Result<()>
                 s("model").unwrap_or_else(|| "?".to_owned()),
                 s("default_soul").unwrap_or_default()
             )?;
+            writeln!(out, "data dir: {}", s("data_dir").unwrap_or_default())?;
         }
     }
     let landlock: Option<Enforcement> = serde_json::from_value(f["landlock"].clone()).ok();
@@ -240,6 +242,13 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
             s("default_soul"),
             s("policy")
         )?;
+        writeln!(out, "daemon data dir: {}", s("data_dir"))?;
+        if let Some(error) = c["reload_error"].as_str() {
+            writeln!(out, "warning: {error}")?;
+        }
+        if let Some(warning) = data_dir_split(&local, c) {
+            writeln!(out, "warning: {warning}")?;
+        }
     }
     writeln!(out, "sandbox: {}", describe_sandbox(sandbox.as_ref()))?;
     writeln!(out, "active tasks: {active}")?;
@@ -247,6 +256,21 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         writeln!(out, "  {k:<20} {v}")?;
     }
     Ok(Exit::Completed)
+}
+
+/// What to say when the daemon keeps its sessions in another data dir than this
+/// command's: then `sessions`, `memory` and `run -c` here do not see the daemon's.
+/// `None` when they agree, or when either side does not say (an older daemon).
+pub(super) fn data_dir_split(
+    local: &serde_json::Value,
+    daemon: &serde_json::Value,
+) -> Option<String> {
+    let (here, there) = (local["data_dir"].as_str()?, daemon["data_dir"].as_str()?);
+    (here != there).then(|| {
+        format!(
+            "the daemon keeps its sessions in {there}, this shell in {here}: `familiar sessions`, `memory` and `run -c` here do not see the daemon's. Give both the same XDG_STATE_HOME (or set `data_dir` in config.toml), then `systemctl --user restart familiar`"
+        )
+    })
 }
 
 /// `Landlock ABI 6, full`, `Landlock ABI 3, partial (missing: …)`, `none (…)`.

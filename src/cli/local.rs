@@ -83,6 +83,17 @@ pub fn souls(
             let config = load_config(config)?;
             let policy = policy::load(&config.policy, &config.paths)?;
             let soul = crate::soul::load_file(&file, &config.paths.home, Some(&policy))?;
+            let src = std::fs::read_to_string(&file).ok();
+            let errors = crate::soul::config_errors(
+                &soul,
+                &file.display().to_string(),
+                src.as_deref(),
+                &config,
+            );
+            if !errors.is_empty() {
+                let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                anyhow::bail!("{}", all.join("\n"));
+            }
             writeln!(
                 out,
                 "{}: ok: soul `{}`, {} tools, {} iterations, valid under policy `{}`",

@@ -23,6 +23,7 @@ use crate::ids::SoulId;
 pub use parse::{DurationError, expand_home, parse_duration};
 pub use paths::{
     ConfigSource, Env, Paths, ProcessEnv, config_dir, config_source, default_data_dir,
+    ignored_state_directory,
 };
 pub use providers::{
     DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_CONTEXT_WINDOW,
@@ -82,6 +83,7 @@ impl Config {
         let invalid = |(key, message): (String, String)| {
             ConfigError::File(FileError::at_key(&file, src, &key, message))
         };
+        let data_dir_setting = raw.data_dir.clone();
         let paths = resolve_paths(raw.data_dir.as_deref(), env).map_err(invalid)?;
         let default_soul = raw.default_soul.unwrap_or_else(|| DEFAULT_SOUL.to_owned());
         let default_soul = SoulId::new(default_soul)
@@ -115,22 +117,28 @@ impl Config {
             mcp,
             paths,
             source,
+            data_dir_setting,
         })
     }
 
-    /// The provider a soul names, or the default one.
+    /// The provider a soul names, or the default one: a `[providers.NAME]` table, else
+    /// a built-in name (`anthropic`, `openai`, `ollama`: [`providers::builtin_provider`]).
     pub fn provider(&self, name: Option<&str>) -> Result<&ProviderConfig, ConfigError> {
         let name = name.unwrap_or(&self.default_provider);
-        self.providers.get(name).ok_or_else(|| {
-            ConfigError::Invalid(format!(
-                "unknown provider `{name}` (configured: {})",
-                self.providers
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })
+        self.providers
+            .get(name)
+            .or_else(|| providers::builtin_provider(name))
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "unknown provider `{name}` (configured: {}; built in: {}): add a [providers.{name}] table to config.toml (docs/providers.md)",
+                    self.providers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    providers::BUILTIN_PROVIDERS.join(", ")
+                ))
+            })
     }
 }
 
@@ -208,7 +216,9 @@ fn resolve_providers(
         let auto = providers::auto_provider(default_provider, env);
         providers.insert(default_provider.to_owned(), auto);
     }
-    if !providers.contains_key(default_provider) {
+    let known =
+        |name: &str| providers.contains_key(name) || providers::builtin_provider(name).is_some();
+    if !known(default_provider) {
         return Err((
             "default_provider".to_owned(),
             format!(
@@ -219,7 +229,7 @@ fn resolve_providers(
     }
     for p in providers.values() {
         if let Some(fb) = &p.fallback_provider
-            && !providers.contains_key(fb)
+            && !known(fb)
         {
             return Err((
                 format!("providers.{}.fallback_provider", p.name),
@@ -271,6 +281,37 @@ pub(crate) mod tests {
         assert_eq!(c.providers["local"].kind, ProviderKind::Anthropic);
         let c = Config::from_toml("c", "", &env(&[("OPENAI_API_KEY", "k")])).unwrap();
         assert_eq!(c.providers["local"].base_url, DEFAULT_OPENAI_BASE_URL);
+    }
+
+    /// Regression (issue 26): `familiar run --provider anthropic` (a README example)
+    /// failed with "unknown provider `anthropic`" with no config, key set or not.
+    #[test]
+    fn builtin_provider_names_work_without_a_table_and_a_table_replaces_them() {
+        let c = Config::from_toml("c", "", &env(&[("HOME", "/h")])).unwrap();
+        let anthropic = c.provider(Some("anthropic")).unwrap();
+        assert_eq!(anthropic.kind, ProviderKind::Anthropic);
+        assert_eq!(
+            anthropic.api_key,
+            ApiKeySource::Env("ANTHROPIC_API_KEY".into())
+        );
+        let openai = c.provider(Some("openai")).unwrap();
+        assert_eq!(openai.base_url, DEFAULT_OPENAI_BASE_URL);
+        assert_eq!(openai.api_key, ApiKeySource::Env("OPENAI_API_KEY".into()));
+        let ollama = c.provider(Some("ollama")).unwrap();
+        assert_eq!(ollama.base_url, DEFAULT_LOCAL_BASE_URL);
+        assert_eq!(ollama.api_key, ApiKeySource::None);
+        let err = c.provider(Some("gemini")).unwrap_err().to_string();
+        assert!(
+            err.contains("built in: anthropic, openai, ollama): add a [providers.gemini] table"),
+            "{err}"
+        );
+        let src = "default_provider = \"ollama\"\n[providers.openai]\nbase_url = \"http://127.0.0.1:1/v1\"\n";
+        let c = Config::from_toml("c", src, &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(c.provider(None).unwrap().name, "ollama");
+        assert_eq!(
+            c.provider(Some("openai")).unwrap().base_url,
+            "http://127.0.0.1:1/v1"
+        );
     }
 
     #[test]

@@ -41,7 +41,8 @@ impl Env for BTreeMap<String, String> {
 pub struct Paths {
     /// `$CONFIGURATION_DIRECTORY`, else `$XDG_CONFIG_HOME/familiar`.
     pub config_dir: PathBuf,
-    /// `data_dir` from the config, else `$STATE_DIRECTORY`, else `$XDG_STATE_HOME/familiar`.
+    /// `data_dir` from the config, else `$XDG_STATE_HOME/familiar` (see
+    /// [`default_data_dir`] for when `$STATE_DIRECTORY` counts).
     pub data_dir: PathBuf,
     /// The user's home, for `~` in souls and policies.
     pub home: PathBuf,
@@ -90,14 +91,25 @@ pub fn config_dir(env: &dyn Env) -> PathBuf {
     })
 }
 
-/// `$STATE_DIRECTORY`, else `$XDG_STATE_HOME/familiar`, else `~/.local/state/familiar`.
+/// `$XDG_STATE_HOME/familiar`, else `~/.local/state/familiar`: the same for the daemon
+/// and for every command a person runs.
+///
+/// `$STATE_DIRECTORY` is not a different answer, only a systemd unit's name for this one:
+/// systemd before 254 gives a user unit's `StateDirectory=` `$XDG_CONFIG_HOME` (the
+/// config dir) instead of `$XDG_STATE_HOME`, and a daemon that took it wrote its sessions
+/// where no shell looks for them. So a `$STATE_DIRECTORY` other than this dir is
+/// ignored (with a warning: [`ignored_state_directory`]).
 pub fn default_data_dir(env: &dyn Env) -> PathBuf {
-    systemd_dir(env, "STATE_DIRECTORY").unwrap_or_else(|| {
-        env.path("XDG_STATE_HOME")
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| home_dir(env).join(".local/state"))
-            .join("familiar")
-    })
+    env.path("XDG_STATE_HOME")
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home_dir(env).join(".local/state"))
+        .join("familiar")
+}
+
+/// `$STATE_DIRECTORY` when systemd set one that is not [`default_data_dir`] (systemd
+/// before 254 sets the config dir), for a warning; `None` when it agrees or is unset.
+pub fn ignored_state_directory(env: &dyn Env) -> Option<PathBuf> {
+    systemd_dir(env, "STATE_DIRECTORY").filter(|d| *d != default_data_dir(env))
 }
 
 /// `--config` beats `FAMILIAR_CONFIG` beats the default location.
@@ -117,16 +129,39 @@ mod tests {
     use crate::config::tests::env;
 
     #[test]
-    fn systemd_directories_come_first() {
+    fn the_configuration_directory_comes_first() {
         let e = env(&[
             ("HOME", "/home/u"),
-            ("XDG_STATE_HOME", "/x/state"),
             ("XDG_CONFIG_HOME", "/x/config"),
-            ("STATE_DIRECTORY", "/run/state/familiar:/other"),
             ("CONFIGURATION_DIRECTORY", "/etc/cfg/familiar"),
         ]);
-        assert_eq!(default_data_dir(&e), PathBuf::from("/run/state/familiar"));
         assert_eq!(config_dir(&e), PathBuf::from("/etc/cfg/familiar"));
+    }
+
+    /// Regression (issue 26): systemd 252 gives a user unit's `StateDirectory=familiar`
+    /// as `$XDG_CONFIG_HOME/familiar`; the daemon took it and its sessions, audit and
+    /// memory split from the CLI's. The daemon's environment there, and on systemd 254+.
+    #[test]
+    fn the_daemon_and_the_cli_resolve_one_data_dir_on_every_systemd() {
+        let cli = env(&[("HOME", "/home/u")]);
+        let want = PathBuf::from("/home/u/.local/state/familiar");
+        assert_eq!(default_data_dir(&cli), want);
+        assert_eq!(ignored_state_directory(&cli), None);
+        let systemd_252 = env(&[
+            ("HOME", "/home/u"),
+            ("STATE_DIRECTORY", "/home/u/.config/familiar"),
+        ]);
+        assert_eq!(default_data_dir(&systemd_252), want);
+        assert_eq!(
+            ignored_state_directory(&systemd_252),
+            Some(PathBuf::from("/home/u/.config/familiar"))
+        );
+        let systemd_254 = env(&[
+            ("HOME", "/home/u"),
+            ("STATE_DIRECTORY", "/home/u/.local/state/familiar"),
+        ]);
+        assert_eq!(default_data_dir(&systemd_254), want);
+        assert_eq!(ignored_state_directory(&systemd_254), None);
         let e = env(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "/x/state")]);
         assert_eq!(default_data_dir(&e), PathBuf::from("/x/state/familiar"));
     }

@@ -124,34 +124,68 @@ fn api_key_source(
     })
 }
 
+/// The provider names that work without a `[providers.NAME]` table, each with its
+/// conventional key variable: `anthropic` (`ANTHROPIC_API_KEY`), `openai`
+/// (`OPENAI_API_KEY`) and `ollama` (the local server, no key). A table of the same name
+/// replaces it.
+pub const BUILTIN_PROVIDERS: [&str; 3] = ["anthropic", "openai", "ollama"];
+
+/// A built-in provider ([`BUILTIN_PROVIDERS`]) by name.
+pub fn builtin_provider(name: &str) -> Option<&'static ProviderConfig> {
+    static BUILTIN: std::sync::LazyLock<[ProviderConfig; 3]> = std::sync::LazyLock::new(|| {
+        [
+            preset("anthropic", Preset::Anthropic),
+            preset("openai", Preset::Openai),
+            preset("ollama", Preset::Local),
+        ]
+    });
+    BUILTIN.iter().find(|p| p.name == name)
+}
+
 /// With no providers configured: `ANTHROPIC_API_KEY` → Anthropic, `OPENAI_API_KEY` →
 /// OpenAI, otherwise a local OpenAI-compatible server (Ollama's default port).
 pub(super) fn auto_provider(name: &str, env: &dyn Env) -> ProviderConfig {
     let has = |v: &str| env.var(v).is_some_and(|s| !s.is_empty());
-    let (kind, base_url, model, api_key, context_window) = if has("ANTHROPIC_API_KEY") {
-        (
+    let which = if has("ANTHROPIC_API_KEY") {
+        Preset::Anthropic
+    } else if has("OPENAI_API_KEY") {
+        Preset::Openai
+    } else {
+        Preset::Local
+    };
+    preset(name, which)
+}
+
+#[derive(Clone, Copy)]
+enum Preset {
+    Anthropic,
+    Openai,
+    Local,
+}
+
+fn preset(name: &str, which: Preset) -> ProviderConfig {
+    let (kind, base_url, model, api_key, context_window) = match which {
+        Preset::Anthropic => (
             ProviderKind::Anthropic,
             DEFAULT_ANTHROPIC_BASE_URL,
             DEFAULT_ANTHROPIC_MODEL,
             ApiKeySource::Env("ANTHROPIC_API_KEY".to_owned()),
             200_000,
-        )
-    } else if has("OPENAI_API_KEY") {
-        (
+        ),
+        Preset::Openai => (
             ProviderKind::Openai,
             DEFAULT_OPENAI_BASE_URL,
             DEFAULT_OPENAI_MODEL,
             ApiKeySource::Env("OPENAI_API_KEY".to_owned()),
             128_000,
-        )
-    } else {
-        (
+        ),
+        Preset::Local => (
             ProviderKind::Openai,
             DEFAULT_LOCAL_BASE_URL,
             DEFAULT_LOCAL_MODEL,
             ApiKeySource::None,
             DEFAULT_CONTEXT_WINDOW,
-        )
+        ),
     };
     ProviderConfig {
         name: name.to_owned(),

@@ -168,6 +168,10 @@ pub struct Config {
     pub paths: Paths,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
+    /// `data_dir` as the file sets it (`paths.data_dir` is it resolved): a reload
+    /// compares what the file says, whatever the environment.
+    #[serde(skip)]
+    pub data_dir_setting: Option<PathBuf>,
 }
 
 /// Serialises a `Duration` as humantime text (`"30s"`) in JSON output.

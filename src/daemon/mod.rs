@@ -208,6 +208,7 @@ impl Daemon {
             .await
             .map_err(|source| DaemonError::Bus { source })?;
         take_name(&conn).await?;
+        take_in_misplaced_data(&rt);
         let emitter = SignalEmitter::new(&conn, dbus::PATH)
             .map_err(|source| DaemonError::Bus { source })?
             .into_owned();
@@ -298,6 +299,13 @@ impl Daemon {
 pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
     let started = Instant::now();
     let config = Arc::new(Config::load(config_path, &ProcessEnv)?);
+    if let Some(ignored) = crate::config::ignored_state_directory(&ProcessEnv) {
+        tracing::info!(
+            "not using $STATE_DIRECTORY={} (systemd before 254 gives a user unit the config dir): the data dir is {}, as for every familiar command",
+            ignored.display(),
+            config.paths.data_dir.display()
+        );
+    }
     let policy = Arc::new(policy::load(&config.policy, &config.paths)?);
     let souls = SoulSet::load(&config.paths, &policy)?;
     for err in &souls.errors {
@@ -378,6 +386,33 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             Some(why) => Err(DaemonError::BusLost(why)),
         }
     })
+}
+
+/// Moves into the data dir what a daemon on systemd before 254 wrote to the config dir
+/// (its `StateDirectory=` mapped there; see `config::paths::default_data_dir`). Done
+/// once the name is owned: no other daemon can be writing there then, and a second
+/// daemon, refused, never touches the files of the one running. A failure is logged and
+/// the move retried at the next start; nothing is lost either way.
+fn take_in_misplaced_data(rt: &Runtime) {
+    let paths = &rt.config.paths;
+    let (from, to) = (&paths.config_dir, &paths.data_dir);
+    if from == to {
+        return;
+    }
+    let max = rt.config.memory.max_entries_per_scope;
+    match crate::store::off_runtime(|| rt.store.take_in(from, max)) {
+        Ok(done) if done.is_empty() => {}
+        Ok(done) => tracing::warn!(
+            "moved the data an earlier daemon kept in {} (systemd before 254 put it there) to {}: {done}",
+            from.display(),
+            to.display()
+        ),
+        Err(e) => tracing::error!(
+            "cannot move the data in {} to {}: {e}; what was not moved stays there and is tried again at the next start",
+            from.display(),
+            to.display()
+        ),
+    }
 }
 
 /// Takes [`dbus::NAME`] without allowing replacement and without queueing; a name

@@ -1,20 +1,27 @@
-//! Picking up soul and policy changes while the daemon runs: on SIGHUP (`systemctl
-//! --user reload familiar`), and lazily when a `Submit` or `ListSouls` sees that a file
-//! under the souls or policies directory changed (a fingerprint of names, sizes and
-//! modification times, a few `stat`s).
+//! Picking up config.toml, soul and policy changes while the daemon runs: on SIGHUP
+//! (`systemctl --user reload familiar`), and lazily when a `Submit` or `ListSouls` sees
+//! that config.toml or a file under the souls or policies directory changed (a
+//! fingerprint of names, sizes and modification times, a few `stat`s).
 //!
-//! Invariant: a reload never makes things worse. A policy that does not load keeps
-//! the previous policy and souls; a soul file that does not load keeps that soul's
-//! previous version (it is reported, as at start-up). Running tasks keep what they
-//! started with; config.toml itself is read only at start.
+//! Invariant: a reload never makes things worse. A config.toml that does not load keeps
+//! the previous config (and says so: [`Reloadable::error`], which `familiar ask` and
+//! `status` show through the `Configuration` property); a policy that does not load
+//! keeps the previous policy and souls; a soul file that does not load keeps that
+//! soul's previous version (it is reported, as at start-up). Running tasks keep what
+//! they started with. What config.toml cannot change while the daemon runs: `data_dir`
+//! (the open store; a change is reported and waits for a restart); MCP servers whose
+//! table did not change keep running.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use crate::agent::Runtime;
+use crate::agent::{ConfigLlmFactory, Runtime};
+use crate::config::{Config, ProcessEnv};
 use crate::error::ConfigError;
+use crate::mcp::McpHub;
 use crate::soul::{SoulOrigin, SoulSet};
+use crate::store::Memory;
 
 /// What new tasks run under: the runtime (with the policy) and the souls.
 #[derive(Clone)]
@@ -29,6 +36,9 @@ type Fingerprint = Vec<(std::path::PathBuf, u64, Option<SystemTime>)>;
 /// The current [`Loaded`] and the fingerprint it was loaded at.
 pub struct Reloadable {
     current: RwLock<(Loaded, Fingerprint)>,
+    /// Why the last reload kept something previous (config.toml, the policy), until a
+    /// reload succeeds.
+    error: RwLock<Option<String>>,
 }
 
 impl Reloadable {
@@ -36,7 +46,21 @@ impl Reloadable {
         let fp = fingerprint(&rt);
         Reloadable {
             current: RwLock::new((Loaded { rt, souls }, fp)),
+            error: RwLock::new(None),
         }
+    }
+
+    /// What the last reload could not take (a broken config.toml or policy, whose
+    /// previous version stays in force), if anything.
+    pub fn error(&self) -> Option<String> {
+        self.error
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_error(&self, error: Option<String>) {
+        *self.error.write().unwrap_or_else(PoisonError::into_inner) = error;
     }
 
     pub fn get(&self) -> Loaded {
@@ -59,16 +83,39 @@ impl Reloadable {
         self.get()
     }
 
-    /// Re-reads the policy and the souls. Errors leave the previous ones in force.
+    /// Re-reads config.toml, the policy and the souls. Errors leave the previous ones
+    /// in force, and are kept for [`Reloadable::error`].
     pub fn reload(&self) -> Result<(), ReloadError> {
+        let result = self.reload_all();
+        self.set_error(match &result {
+            Ok(None) => None,
+            Ok(Some(note)) => Some(note.clone()),
+            Err(e) => Some(e.to_string()),
+        });
+        match result {
+            Ok(Some(note)) => Err(ReloadError(note)),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The reload; `Ok(Some(why))` when config.toml was kept and the rest reloaded.
+    fn reload_all(&self) -> Result<Option<String>, ReloadError> {
         let old = self.get();
         let rt = &old.rt;
         // The fingerprint is taken first: a change during the load triggers another.
         let fp = fingerprint(rt);
-        let keep = |e: ConfigError| ReloadError(e.to_string());
-        let policy =
-            Arc::new(crate::policy::load(&rt.config.policy, &rt.config.paths).map_err(keep)?);
-        let mut souls = SoulSet::load(&rt.config.paths, &policy).map_err(keep)?;
+        let (config, config_note) = match reload_config(&rt.config) {
+            Ok((config, note)) => (config, note),
+            Err(e) => (Arc::clone(&rt.config), Some(e)),
+        };
+        let keep = |e: ConfigError| {
+            ReloadError(format!(
+                "reload failed, the previous policy and souls stay in force: {e}"
+            ))
+        };
+        let policy = Arc::new(crate::policy::load(&config.policy, &config.paths).map_err(keep)?);
+        let mut souls = SoulSet::load(&config.paths, &policy).map_err(keep)?;
         for err in &souls.errors {
             let previous = old.souls.souls.values().find(
                 |s| matches!(&s.origin, SoulOrigin::File(p) if p.display().to_string() == err.file),
@@ -84,11 +131,38 @@ impl Reloadable {
             }
         }
         let souls = Arc::new(souls);
+        let same_config = Arc::ptr_eq(&config, &rt.config);
         let rt = Arc::new(Runtime {
+            memory: if same_config {
+                rt.memory.clone()
+            } else {
+                Memory::new(rt.store.data_dir(), config.memory.max_entries_per_scope)
+            },
+            // A new factory reads the new providers; a test's own factory stays.
+            llm: if same_config {
+                Arc::clone(&rt.llm)
+            } else {
+                Arc::new(ConfigLlmFactory::new(Arc::clone(&config)))
+            },
+            // Servers whose tables did not change keep running, with the protected
+            // paths of the policy they started under until the daemon restarts
+            // (docs/mcp.md); a changed set starts afresh. The old hub's servers stop
+            // when the last task using them ends (dropping a connection stops its
+            // server).
+            mcp: if config.mcp == rt.config.mcp {
+                Arc::clone(&rt.mcp)
+            } else {
+                Arc::new(McpHub::new(
+                    &config.mcp,
+                    crate::sandbox::SandboxLauncher::clone(&rt.launcher),
+                    policy.protected_paths.clone(),
+                    config.paths.data_dir.join("mcp"),
+                    config.paths.home.clone(),
+                ))
+            },
             policy,
             souls: Arc::clone(&souls),
-            memory: rt.memory.clone(),
-            config: Arc::clone(&rt.config),
+            config,
             store: Arc::clone(&rt.store),
             tools: Arc::clone(&rt.tools),
             limiters: Arc::clone(&rt.limiters),
@@ -96,32 +170,78 @@ impl Reloadable {
             metrics: Arc::clone(&rt.metrics),
             snapshotter: Arc::clone(&rt.snapshotter),
             hooks: rt.hooks.clone(),
-            llm: Arc::clone(&rt.llm),
             launcher: Arc::clone(&rt.launcher),
             plans: rt.plans.clone(),
             enforcement: rt.enforcement.clone(),
-            // Its servers run with the protected paths of the policy they started under
-            // until the daemon restarts (docs/mcp.md).
-            mcp: Arc::clone(&rt.mcp),
         });
         tracing::info!(
-            "reloaded policy `{}` and {} souls",
+            "reloaded {}policy `{}` and {} souls",
+            if same_config { "" } else { "config.toml, " },
             rt.policy.name,
             souls.souls.len()
         );
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = (Loaded { rt, souls }, fp);
-        Ok(())
+        Ok(config_note)
     }
 }
 
-/// A reload that kept the previous policy and souls.
+/// config.toml read again: the same `Arc` when it did not change, else the new config
+/// and, when it changes what only a restart can (`data_dir`), a note saying so. An
+/// error (it does not parse, it is gone) keeps the previous config; the message names
+/// the file, line and key.
+fn reload_config(old: &Arc<Config>) -> Result<(Arc<Config>, Option<String>), String> {
+    let path = config_path(old);
+    let src = match std::fs::read_to_string(&path) {
+        Ok(src) => src,
+        // Never written: the built-in defaults stay in force.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && old.source.is_none() => {
+            return Ok((Arc::clone(old), None));
+        }
+        Err(e) => return Err(keeping(&format!("cannot read {}: {e}", path.display()))),
+    };
+    let mut new = Config::from_toml(&path.display().to_string(), &src, &ProcessEnv)
+        .map_err(|e| keeping(&e.to_string()))?;
+    let note = (new.data_dir_setting != old.data_dir_setting).then(|| {
+        format!(
+            "config.toml reloaded, but `data_dir` ({}) takes effect only when the daemon restarts (`systemctl --user restart familiar`); it uses {} until then",
+            new.paths.data_dir.display(),
+            old.paths.data_dir.display()
+        )
+    });
+    // The directories are the running daemon's (its environment, its open store).
+    new.paths = old.paths.clone();
+    new.data_dir_setting = old.data_dir_setting.clone();
+    if new == **old {
+        return Ok((Arc::clone(old), note));
+    }
+    Ok((Arc::new(new), note))
+}
+
+fn keeping(error: &str) -> String {
+    format!("config.toml does not load, the daemon keeps its previous version: {error}")
+}
+
+/// The config file the daemon reads: the one it loaded, else the default location
+/// (a config.toml written after start is picked up).
+fn config_path(config: &Config) -> PathBuf {
+    config
+        .source
+        .clone()
+        .unwrap_or_else(|| config.paths.config_dir.join("config.toml"))
+}
+
+/// A reload that kept something previous: config.toml, or the policy and souls.
 #[derive(Debug, thiserror::Error)]
-#[error("reload failed, the previous policy and souls stay in force: {0}")]
+#[error("{0}")]
 pub struct ReloadError(String);
 
 fn fingerprint(rt: &Runtime) -> Fingerprint {
     let paths = &rt.config.paths;
     let mut fp = Fingerprint::new();
+    let config = config_path(&rt.config);
+    if let Ok(m) = std::fs::metadata(&config) {
+        fp.push((config, m.len(), m.modified().ok()));
+    }
     for dir in [paths.souls_dir(), paths.policies_dir()] {
         collect(&dir, &mut fp);
         // Prompt files of souls live one level down (`prompts/*.md`).

@@ -52,7 +52,7 @@ impl Service {
 
     /// The daemon's long-term memory (a handle on the file: cheap to clone).
     fn memory(&self) -> Memory {
-        self.shared.rt.memory.clone()
+        self.shared.loaded.get().rt.memory.clone()
     }
 
     /// The caller's unique name, after checking it runs as our user and outside every
@@ -208,7 +208,7 @@ impl Service {
             provider: o.provider.as_deref(),
             model: o.model.as_deref(),
         };
-        let rt = &self.shared.rt;
+        let rt = &loaded.rt;
         let chosen = match choose(&loaded.souls, &rt.config, &rt.store, &choice) {
             // A session whose first task is still queued has no file yet: the
             // supervisor answers SessionBusy (or UnknownSession) for it.
@@ -474,11 +474,9 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, String, String, u32)>, Error> {
         self.caller(&hdr, conn).await?;
-        let config = &self.shared.rt.config;
-        Ok(self
-            .shared
-            .loaded
-            .refresh()
+        let loaded = self.shared.loaded.refresh();
+        let config = &loaded.rt.config;
+        Ok(loaded
             .souls
             .souls
             .values()
@@ -630,22 +628,27 @@ impl Service {
     }
 
     /// The config the daemon runs with, as JSON `{"config", "provider", "model",
-    /// "default_soul", "policy"}` (an addition to DESIGN §3's properties, for
-    /// `familiar status`: a client's own config may not be the daemon's).
-    #[zbus(property(emits_changed_signal = "const"))]
+    /// "default_soul", "policy", "data_dir", "reload_error"}` (an addition to DESIGN
+    /// §3's properties, for `familiar status`, `ask` and `doctor`: a client's own
+    /// config, or data dir, may not be the daemon's; `reload_error` says what a reload
+    /// could not take). Not constant: config.toml is reloaded.
+    #[zbus(property(emits_changed_signal = "false"))]
     async fn configuration(
         &self,
         #[zbus(header)] hdr: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
         self.property_caller(hdr, conn).await?;
-        let c = &self.shared.rt.config;
+        let loaded = self.shared.loaded.refresh();
+        let c = &loaded.rt.config;
         let facts = serde_json::json!({
             "config": c.source.as_ref().map(|p| p.display().to_string()),
             "provider": c.default_provider,
             "model": c.provider(None).ok().map(|p| p.model.clone()),
             "default_soul": c.default_soul.to_string(),
             "policy": c.policy,
+            "data_dir": c.paths.data_dir,
+            "reload_error": self.shared.loaded.error(),
         });
         Ok(facts.to_string())
     }

@@ -83,8 +83,15 @@ pub fn tune_allocator() {
     }
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| OsString::from("familiar"));
-    // `/proc/self/exe` is this binary even when its file was replaced meanwhile.
-    let err = std::process::Command::new("/proc/self/exe")
+    // The binary's own path, not `/proc/self/exe`: the kernel names a process after the
+    // file it executes, and `exe` is what `ps`, `pgrep -x familiar`, `systemctl status`
+    // and busctl showed (issue 26). `/proc/self/exe` only when the path is gone (the
+    // binary was deleted or replaced since it started: that link still reaches it).
+    let program = std::env::current_exe()
+        .ok()
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| "/proc/self/exe".into());
+    let err = std::process::Command::new(program)
         .arg0(arg0)
         .args(args)
         .env("GLIBC_TUNABLES", tunables)

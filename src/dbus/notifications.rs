@@ -199,6 +199,11 @@ async fn watch(
                 if let Err(e) = broker.respond(&r.request_id, answer, "notification") {
                     tracing::debug!("notification answer came too late: {e}");
                 }
+                // It is `resident`: the server keeps it, buttons live, after an action
+                // (issue 26); answered, it goes.
+                if let Err(e) = proxy.close_notification(id).await {
+                    tracing::debug!("closing notification {id}: {e}");
+                }
                 return Ok(());
             }
             else => return Ok(()),

@@ -151,11 +151,11 @@ impl McpConnection {
         Ok(text)
     }
 
-    /// Ends the session and stops the server and everything it started.
-    pub async fn shutdown(mut self) {
-        if let Some(mut child) = self.child.take() {
-            stdio::stop(&mut child, Duration::from_secs(3)).await;
-        }
+    /// Ends the session and stops the server and everything it started; returns how
+    /// a stdio server's helper ended (the way the server did), when it could be seen.
+    pub async fn shutdown(mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        stdio::stop(&mut child, Duration::from_secs(3)).await
     }
 }
 

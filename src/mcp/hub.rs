@@ -209,7 +209,11 @@ impl McpHub {
             let conn = slot.inner.lock().await.conn.take();
             if let Some(conn) = conn {
                 match Arc::try_unwrap(conn) {
-                    Ok(conn) => conn.shutdown().await,
+                    Ok(conn) => {
+                        if let Some(status) = conn.shutdown().await {
+                            tracing::debug!(server = %slot.config.name, "stopped: {status}");
+                        }
+                    }
                     // A call still holds it; dropping the last clone kills the helper.
                     Err(shared) => drop(shared),
                 }

@@ -226,12 +226,17 @@ pub fn terminate(child: &Child) {
 }
 
 /// Asks the helper to stop (SIGTERM: it passes it on and SIGKILLs what is left a
-/// second later), then kills it if it is still there after `grace`.
-pub async fn stop(child: &mut Child, grace: Duration) {
+/// second later), then kills it if it is still there after `grace`. Returns how the
+/// helper ended (it ends the way the server did), when it could be seen.
+pub async fn stop(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
     terminate(child);
-    if tokio::time::timeout(grace, child.wait()).await.is_err()
-        && let Err(e) = child.kill().await
-    {
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(Ok(status)) => return Some(status),
+        Ok(Err(e)) => tracing::debug!("waiting for the MCP helper: {e}"),
+        Err(_) => {}
+    }
+    if let Err(e) = child.kill().await {
         tracing::debug!("killing the MCP helper: {e}");
     }
+    None
 }

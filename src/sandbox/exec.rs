@@ -31,7 +31,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, Signal, kill};
@@ -291,8 +291,8 @@ fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
     ] {
         signals.add(s);
     }
-    // Blocked here so `wait` can take them one at a time; std resets the mask in the
-    // child before exec.
+    // Blocked here so `wait` can take them one at a time; the command starts with
+    // none blocked (`spawn_unblocked`).
     if let Err(e) = signals.thread_block() {
         return spawn_failed(&format!("blocking signals: {e}"));
     }
@@ -302,15 +302,9 @@ fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
     let Some((program, args)) = argv.split_first() else {
         return spawn_failed("no command given");
     };
-    let child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(policy.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&policy.cwd)
-        .spawn();
-    let main = match child {
-        Ok(c) => Pid::from_raw(c.id().cast_signed()),
-        Err(e) => return spawn_failed(&format!("{program}: {e}")),
+    let main = match spawn_unblocked(policy, program, args) {
+        Ok(pid) => pid,
+        Err(e) => return spawn_failed(&e),
     };
 
     let mut main_status = None;
@@ -339,6 +333,67 @@ fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
         }
     }
     exit_like(main_status)
+}
+
+/// Starts `program` with `args`, the spec's environment and working directory, no
+/// signal blocked and SIGPIPE at its default. A child inherits its parent's signal mask
+/// through fork and exec, and std's `Command` leaves it as it is: an MCP server started
+/// with the helper's mask (SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGALRM blocked) ignored
+/// every stop until the SIGKILL a second later (issue 26). `posix_spawn` sets the
+/// child's mask as the child is created, so no moment exists in which the helper itself
+/// runs unblocked and a SIGTERM could end it before it can pass the signal on.
+fn spawn_unblocked(policy: &HelperSpec, program: &str, args: &[String]) -> Result<Pid, String> {
+    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
+    use std::ffi::CString;
+
+    let c = |s: &str| CString::new(s).map_err(|_| format!("{program}: {s:?} holds a NUL byte"));
+    let argv = std::iter::once(program)
+        .chain(args.iter().map(String::as_str))
+        .map(c)
+        .collect::<Result<Vec<_>, _>>()?;
+    let envp = policy
+        .env
+        .iter()
+        .map(|(k, v)| c(&format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let os = |what: &str, e: Errno| format!("{what}: {}", std::io::Error::from(e));
+    let mut attr = PosixSpawnAttr::init().map_err(|e| os("posix_spawnattr_init", e))?;
+    let mut pipe = SigSet::empty();
+    pipe.add(Signal::SIGPIPE);
+    attr.set_sigmask(&SigSet::empty())
+        .and_then(|()| attr.set_sigdefault(&pipe))
+        .and_then(|()| {
+            attr.set_flags(
+                PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
+            )
+        })
+        .map_err(|e| os("posix_spawnattr", e))?;
+    // POSIX has no working-directory action (glibc's `addchdir_np` is not in nix): the
+    // helper moves itself, and nothing it does afterwards reads a relative path.
+    std::env::set_current_dir(&policy.cwd).map_err(|e| format!("{}: {e}", policy.cwd.display()))?;
+    let path = find_program(program, &policy.env)?;
+    let actions = PosixSpawnFileActions::init().map_err(|e| os("posix_spawn_file_actions", e))?;
+    posix_spawn(path.as_path(), &actions, &attr, &argv, &envp).map_err(|e| os(program, e))
+}
+
+/// `program` itself when it names a path, else the first executable file of that name
+/// on the command's `PATH` (as std's `Command` looks it up in the child's environment).
+fn find_program(program: &str, env: &[(String, String)]) -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Ok(program.into());
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", |(_, v)| v.as_str());
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| std::path::Path::new(d).join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| format!("{program}: {}", std::io::Error::from(Errno::ENOENT)))
 }
 
 enum Reaped {
@@ -479,6 +534,8 @@ pub fn split_status(status: std::process::ExitStatus) -> (Option<i32>, Option<i3
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
     use super::*;
 
     fn parse(args: &[&str]) -> Result<HelperArgs, String> {

@@ -260,6 +260,36 @@ impl Memory {
         Ok(removed)
     }
 
+    /// Adds the entries of `other` (another data dir's memory) that this one lacks
+    /// (the same id, or the same fact in the same scope, is there already), then
+    /// removes `other`'s file; returns how many were added. A scope may end up past
+    /// `max_per_scope`: each entry was approved by the user, so none is dropped.
+    pub fn take_in(&self, other: &Memory) -> Result<usize, MemoryError> {
+        let _theirs = other.lock()?;
+        let _ours = self.lock()?;
+        let theirs = other.load()?;
+        let mut file = self.load()?;
+        let mut added = 0;
+        for entry in theirs.entries {
+            let known = file
+                .entries
+                .iter()
+                .any(|e| e.id == entry.id || (e.soul == entry.soul && e.text == entry.text));
+            if !known {
+                file.entries.push(entry);
+                added += 1;
+            }
+        }
+        if added > 0 {
+            self.save(&file)?;
+        }
+        match fs::remove_file(&other.path) {
+            Ok(()) => Ok(added),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(added),
+            Err(e) => Err(StoreError::io("cannot remove", &other.path, e).into()),
+        }
+    }
+
     /// Holds the memory lock until dropped (the kernel drops it if the process dies).
     fn lock(&self) -> Result<File, MemoryError> {
         let path = self.private_dir.join(LOCK_FILE);

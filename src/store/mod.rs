@@ -16,6 +16,7 @@ pub mod audit;
 pub mod context;
 mod journal;
 pub mod memory;
+mod relocate;
 mod remove;
 pub mod transcript;
 
@@ -38,6 +39,7 @@ pub use context::{
 };
 pub use journal::ContextJournal;
 pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
+pub use relocate::{Relocated, holds_data};
 pub use transcript::{Transcript, TranscriptContents};
 
 const CONTEXT_DIR: &str = "context";

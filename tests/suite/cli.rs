@@ -92,6 +92,49 @@ fn souls_validate_accepts_a_good_file_and_locates_errors_in_a_bad_one() {
         .stderr(predicate::str::contains("`allow`, `ask`, `deny`"));
 }
 
+/// Regression (issue 26): a soul naming a provider or an MCP server that config.toml
+/// does not define passed `souls validate`; its `mcp:` tools then never appeared.
+#[test]
+fn souls_validate_locates_a_provider_or_mcp_server_config_toml_lacks() {
+    let home = TestHome::new();
+    home.write_config("config.toml", "[providers.local]\nmodel = \"m\"\n");
+    let soul = home.path().join("work/probe.toml");
+    std::fs::write(
+        &soul,
+        "prompt = \"p\"\nprovider = \"claude\"\ntools = [\"read_file\", \"mcp:probe\"]\n",
+    )
+    .unwrap();
+    let file = soul.display().to_string();
+    home.familiar()
+        .args(["souls", "validate"])
+        .arg(&soul)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(format!(
+            "{file}:2: key `provider`: unknown provider `claude`: config.toml has no [providers.claude] (configured: local)"
+        )))
+        .stderr(predicate::str::contains(format!(
+            "{file}:3: key `tools`: `mcp:probe`: config.toml has no [mcp.probe] (configured: none)"
+        )));
+    // The same soul installed: doctor fails `souls` with both.
+    home.write_config("souls/probe.toml", &std::fs::read_to_string(&soul).unwrap());
+    let out = home.familiar().args(["doctor", "--json"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let fails: Vec<serde_json::Value> = said
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["check"] == "souls" && v["status"] == "fail")
+        .collect();
+    assert_eq!(fails.len(), 2, "{said}");
+    assert!(
+        fails[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("probe.toml:2: key `provider`"),
+        "{said}"
+    );
+}
+
 #[test]
 fn a_user_soul_file_replaces_the_builtin() {
     let home = TestHome::new();

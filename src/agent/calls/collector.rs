@@ -232,6 +232,14 @@ impl<'t> Collector<'t> {
         env: &CallEnv,
     ) {
         let (args, decided) = match input {
+            // A name nothing implements (an MCP server the daemon's config lacks, a
+            // made-up tool) is refused before the policy: asking a person to approve a
+            // call that cannot run only wastes their time.
+            Ok(args) if self.gate.unknown(&name).is_some() => {
+                let reason = self.gate.unknown(&name).unwrap_or_default();
+                let tier = self.gate.tier(&name, &args);
+                (args, refused(tier, reason, "tool=unknown"))
+            }
             Ok(args) => {
                 let decided = self.gate.decide(&name, &args);
                 if let Some(limited) = &decided.limited {
@@ -248,16 +256,8 @@ impl<'t> Collector<'t> {
                 let reason = format!(
                     "{invalid}. Send the call again with a JSON object that matches the tool's schema."
                 );
-                let decided = Decided {
-                    tier: self.gate.tier(&name, &args),
-                    disposition: Disposition::Refuse {
-                        decision: AuditDecision::Denied,
-                        reason,
-                    },
-                    trail: "arguments=deny".to_owned(),
-                    limited: None,
-                };
-                (args, decided)
+                let tier = self.gate.tier(&name, &args);
+                (args, refused(tier, reason, "arguments=deny"))
             }
         };
         let Decided {
@@ -529,4 +529,17 @@ pub(in crate::agent) fn model_failure(e: &LlmError) -> String {
         }
     };
     format!("the model call failed: {e}{hint}")
+}
+
+/// A call refused before the policy sees it, with `trail` for the audit log.
+fn refused(tier: crate::catalog::Tier, reason: String, trail: &str) -> Decided {
+    Decided {
+        tier,
+        disposition: Disposition::Refuse {
+            decision: AuditDecision::Denied,
+            reason,
+        },
+        trail: trail.to_owned(),
+        limited: None,
+    }
 }

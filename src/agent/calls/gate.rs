@@ -194,6 +194,21 @@ impl CallGate {
         }
     }
 
+    /// Why a call names no tool at all (a made-up name, a server config.toml lacks):
+    /// `None` for a tool this task has, and for `SERVER__TOOL` of a configured server,
+    /// whose refusal the policy explains (`not_in_soul`).
+    pub(in crate::agent) fn unknown(&self, name: &str) -> Option<String> {
+        let known_server = crate::catalog::mcp_parts(name)
+            .is_some_and(|(server, _)| self.hub.config(server).is_some());
+        if known_server || self.tool(name).is_some() {
+            return None;
+        }
+        let offered = self.tool_names().join(", ");
+        Some(format!(
+            "unknown tool `{name}`: this task has no such tool (its tools: {offered})"
+        ))
+    }
+
     /// The tier of a call: the catalog's for a built-in (by its arguments), the
     /// server's for an MCP tool, `system_critical` for a name nobody offers.
     pub(in crate::agent) fn tier(&self, name: &str, args: &serde_json::Value) -> Tier {

@@ -136,7 +136,10 @@ pub async fn run_checks(config_path: Option<&Path>) -> Vec<Check> {
     checks.extend(system::bus_checks().await);
     checks.push(system::hyprland_check());
     match &config {
-        Some(c) => checks.push(system::data_dir_check(&c.paths.data_dir)),
+        Some(c) => {
+            checks.push(system::data_dir_check(&c.paths.data_dir));
+            checks.push(system::daemon_data_check(&c.paths).await);
+        }
         None => checks.push(Check::warn(
             "data_dir",
             "not checked: the config does not load",
@@ -179,6 +182,23 @@ async fn config_checks(config: &Config) -> Vec<Check> {
             ),
         ));
     }
+    // A soul file valid on its own may name what config.toml lacks.
+    let mut broken_refs = 0;
+    for soul in souls.souls.values() {
+        let crate::soul::SoulOrigin::File(path) = &soul.origin else {
+            continue;
+        };
+        let src = std::fs::read_to_string(path).ok();
+        let file = path.display().to_string();
+        for err in crate::soul::config_errors(soul, &file, src.as_deref(), config) {
+            broken_refs += 1;
+            checks.push(Check::fail(
+                "souls",
+                err.to_string(),
+                "name a provider or MCP server config.toml defines, or add its [providers.NAME] / [mcp.NAME] table",
+            ));
+        }
+    }
     let Some(soul) = needed(
         &mut checks,
         "souls",
@@ -187,7 +207,7 @@ async fn config_checks(config: &Config) -> Vec<Check> {
     ) else {
         return checks;
     };
-    if souls.errors.is_empty() {
+    if souls.errors.is_empty() && broken_refs == 0 {
         checks.push(Check::ok(
             "souls",
             format!(

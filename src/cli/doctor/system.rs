@@ -374,3 +374,77 @@ pub(super) fn data_dir_check(dir: &Path) -> Check {
         Check::ok("data_dir", detail)
     }
 }
+
+/// Whether the daemon keeps its sessions where this shell looks (a daemon on systemd
+/// before 254 once used the config dir), and whether such a daemon left data in the
+/// config dir that its next start moves over.
+pub(super) async fn daemon_data_check(paths: &crate::config::Paths) -> Check {
+    const CHECK: &str = "daemon_data";
+    let here = &paths.data_dir;
+    let misplaced = paths.config_dir != *here && crate::store::holds_data(&paths.config_dir);
+    let restart = "`systemctl --user restart familiar` (or stop and start `familiar daemon`): it moves the data over at start, keeping everything";
+    let daemon = match daemon_configuration().await {
+        Ok(Some(c)) => c,
+        Ok(None) if misplaced => {
+            return Check::warn(
+                CHECK,
+                format!(
+                    "{} holds sessions a daemon wrote there (systemd before 254 gave it that dir)",
+                    paths.config_dir.display()
+                ),
+                "`systemctl --user start familiar` (or `familiar daemon`): at start it moves them to the data dir, keeping everything",
+            );
+        }
+        Ok(None) => {
+            return Check::ok(
+                CHECK,
+                "the daemon is not running; it uses the same data dir",
+            );
+        }
+        Err(e) => {
+            return Check::warn(
+                CHECK,
+                format!("not checked: {e}"),
+                "see the session_bus check",
+            );
+        }
+    };
+    let local = serde_json::json!({ "data_dir": here });
+    if let Some(split) = super::super::client::data_dir_split(&local, &daemon) {
+        return Check::fail(CHECK, split, restart);
+    }
+    if daemon["data_dir"].is_null() {
+        return Check::warn(
+            CHECK,
+            "the daemon does not say which data dir it uses (it is older than this familiar)",
+            restart,
+        );
+    }
+    if misplaced {
+        return Check::warn(
+            CHECK,
+            format!(
+                "the daemon uses {} too, but {} still holds sessions an earlier daemon wrote there",
+                here.display(),
+                paths.config_dir.display()
+            ),
+            restart,
+        );
+    }
+    Check::ok(CHECK, format!("the daemon uses {} too", here.display()))
+}
+
+/// The daemon's `Configuration` property, `None` when it is not running (it is not
+/// started for this: reading a property of an activatable name would start it).
+async fn daemon_configuration() -> Result<Option<serde_json::Value>, zbus::Error> {
+    let conn = Connection::session().await?;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
+    if !dbus.name_has_owner(crate::dbus::NAME.try_into()?).await? {
+        return Ok(None);
+    }
+    let proxy = crate::dbus::proxy::Agent1Proxy::new(&conn).await?;
+    let text = proxy.configuration().await?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| zbus::Error::Failure(format!("the daemon's Configuration is not JSON: {e}")))
+}

@@ -181,7 +181,8 @@ impl Supervisor {
                 "familiar is shutting down; submit again once it is back".to_owned(),
             ));
         }
-        let limits = &self.shared.rt.config.daemon;
+        // config.toml's current [daemon] (it is reloaded like the souls).
+        let limits = self.shared.loaded.get().rt.config.daemon.clone();
         if self.queue.len() >= limits.queue_limit as usize
             && self.running >= limits.max_concurrent_tasks as usize
         {
@@ -238,7 +239,14 @@ impl Supervisor {
 
     /// Starts queued tasks while the pool has room.
     fn schedule(&mut self) {
-        let max = self.shared.rt.config.daemon.max_concurrent_tasks as usize;
+        let max = self
+            .shared
+            .loaded
+            .get()
+            .rt
+            .config
+            .daemon
+            .max_concurrent_tasks as usize;
         while self.running < max && !self.shutting_down {
             let Some(id) = self.queue.pop_front() else {
                 break;

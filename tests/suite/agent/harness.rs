@@ -95,7 +95,11 @@ impl Harness {
             "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{provider_extra}",
             server.base
         );
-        let config = Arc::new(Config::from_toml("config.toml", &src, &env).unwrap());
+        // A file the daemon's reload can read again (it re-reads `config.source`), kept
+        // out of the config dir so the `familiar` commands of a test use their own.
+        let file = home.path().join("harness-config.toml");
+        std::fs::write(&file, &src).unwrap();
+        let config = Arc::new(Config::from_toml(file.to_str().unwrap(), &src, &env).unwrap());
         let policy = Arc::new(Policy::from_toml("test.toml", policy_src, home.path()).unwrap());
         let store = Arc::new(Store::open(&config.paths.data_dir).unwrap());
         Harness {

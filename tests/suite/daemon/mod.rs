@@ -4,9 +4,11 @@
 //! for time.
 
 mod cli;
+mod data_dir;
 mod doctor;
 mod name;
 mod notifications;
+mod reload;
 mod resources;
 mod service;
 mod steering;

@@ -115,3 +115,18 @@ async fn a_daemon_that_loses_its_name_cancels_its_tasks_and_fails() {
             .is_err()
     );
 }
+
+/// Regression (issue 26): the daemon re-executes itself (trim.rs) through
+/// `/proc/self/exe`, and the kernel named it `exe`: `ps`, `pgrep -x familiar`,
+/// `systemctl status` and busctl showed that. Its name is the binary's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_process_is_named_familiar() {
+    let bus = TestBus::start();
+    let home = TestHome::new();
+    let (_sock_dir, sock_path, sock) = super::data_dir::notify_socket();
+    let child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let _sock = super::data_dir::ready(sock).await;
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", child.id())).unwrap();
+    assert_eq!(comm.trim(), "familiar");
+    assert_eq!(stop_daemon(child).await, Some(0));
+}

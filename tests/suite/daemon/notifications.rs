@@ -19,7 +19,7 @@ type Shown = (u32, String, Vec<String>);
 struct FakeNotifications {
     next: u32,
     shown: mpsc::UnboundedSender<Shown>,
-    closed: Arc<Mutex<Vec<u32>>>,
+    closed: mpsc::UnboundedSender<u32>,
     /// Every body shown, in order.
     bodies: Arc<Mutex<Vec<String>>>,
 }
@@ -50,7 +50,7 @@ impl FakeNotifications {
     }
 
     fn close_notification(&mut self, id: u32) {
-        self.closed.lock().unwrap().push(id);
+        self.closed.send(id).unwrap();
     }
 
     #[zbus(signal)]
@@ -64,16 +64,18 @@ struct Server {
     conn: zbus::Connection,
     shown: mpsc::UnboundedReceiver<Shown>,
     bodies: Arc<Mutex<Vec<String>>>,
+    closed: mpsc::UnboundedReceiver<u32>,
 }
 
 impl Server {
     async fn start(bus: &TestBus) -> Server {
         let (tx, shown) = mpsc::unbounded_channel();
         let bodies = Arc::<Mutex<Vec<String>>>::default();
+        let (closed_tx, closed) = mpsc::unbounded_channel();
         let fake = FakeNotifications {
             next: 0,
             shown: tx,
-            closed: Arc::default(),
+            closed: closed_tx,
             bodies: Arc::clone(&bodies),
         };
         let conn = zbus::connection::Builder::address(bus.address.as_str())
@@ -86,11 +88,20 @@ impl Server {
             conn,
             shown,
             bodies,
+            closed,
         }
     }
 
     async fn emitter(&self) -> SignalEmitter<'static> {
         SignalEmitter::new(&self.conn, "/org/freedesktop/Notifications").unwrap()
+    }
+
+    /// The id of the next CloseNotification call.
+    async fn next_closed(&mut self) -> u32 {
+        tokio::time::timeout(PATIENCE, self.closed.recv())
+            .await
+            .unwrap()
+            .unwrap()
     }
 
     async fn next_shown(&mut self) -> Shown {
@@ -145,6 +156,9 @@ async fn the_deny_action_denies_and_the_notification_offers_three_actions() {
     let resolved = w.event(&task, "approval_resolved").await;
     assert_eq!(resolved["approved"], false);
     assert_eq!(resolved["outcome"]["by"], "notification");
+    // Regression (issue 26): the notification is resident and stayed on screen, its
+    // buttons live, after its own action; it is closed once answered.
+    assert_eq!(server.next_closed().await, id);
     assert_eq!(w.finished(&task).await.0, "completed");
     assert!(!f.workspace().join("n.txt").exists());
 }

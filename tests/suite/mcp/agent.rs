@@ -418,3 +418,40 @@ async fn the_daemon_keeps_an_mcp_server_across_tasks_and_stops_it_when_it_stops(
         pids[0]
     );
 }
+
+/// Regression (issue 26): a soul naming `mcp:probe` while config.toml has no
+/// `[mcp.probe]`: the model's call of `probe__probe` was put to the user for approval
+/// as a `system_critical` tool, then failed as "not available in this build". A tool
+/// nothing implements is refused as unknown, before the policy, and the task goes on.
+#[tokio::test]
+async fn a_tool_with_no_server_is_refused_as_unknown_and_never_asked() {
+    let h = Harness::with(
+        vec![
+            tools_reply(&[("c1", "probe__probe", json!({}))]),
+            text_reply("done"),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    let rt = h.runtime(builtin_plus(Vec::new()));
+    let soul = h.soul("tools = [\"read_file\", \"mcp:probe\"]\n");
+    let (outcome, events) = h.run(rt, h.spec(soul, "probe", None)).await;
+    assert_eq!(outcome.status, TaskStatus::Completed, "{}", outcome.result);
+    let d = decisions(&events);
+    assert_eq!(d[0].0, "probe__probe");
+    assert_eq!(d[0].1, "deny", "{d:?}");
+    assert_eq!(
+        d[0].2,
+        "unknown tool `probe__probe`: this task has no such tool (its tools: read_file)"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload, EventPayload::ApprovalRequested { .. })),
+        "the call was put to the user"
+    );
+    let results = tool_messages(&h.server, 1);
+    let said = results[0]["content"].as_str().unwrap();
+    assert!(said.contains("unknown tool `probe__probe`"), "{said}");
+}

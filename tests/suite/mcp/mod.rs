@@ -462,3 +462,61 @@ async fn a_stdio_server_cannot_reach_the_session_bus_or_any_unix_socket() {
     assert_eq!(std::fs::read_to_string(&result).unwrap(), "errno 13\n");
     hub.shutdown().await;
 }
+
+/// `SigBlk:` of /proc/PID/status, the blocked signals as hex.
+fn blocked_signals(pid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Regression (issue 26): stdio servers started with SIGTERM, SIGINT, SIGHUP, SIGCHLD
+/// and SIGALRM blocked (the sandbox helper's mask), so every stop waited the helper's
+/// grace second and SIGKILLed them (`mcp list` took over a second). The server starts
+/// with no signal blocked, and a stop ends it by its SIGTERM: the helper, which ends the
+/// way the server did, ends by SIGTERM, not by the SIGKILL of the grace period.
+#[tokio::test]
+async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
+    use std::os::unix::process::ExitStatusExt;
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let workspace = tmp.path().join("state");
+    let exe = std::env::current_exe().unwrap();
+    let spec = familiar::sandbox::SandboxSpec {
+        read: vec![exe.parent().unwrap().to_owned()],
+        write: Vec::new(),
+        network: false,
+        require: false,
+        sockets: Vec::new(),
+    };
+    let mut policy =
+        familiar::sandbox::SandboxPolicy::new(&spec, &[], &workspace, tmp.path()).unwrap();
+    policy
+        .env
+        .push((server::MODE_ENV.to_owned(), "ok".to_owned()));
+    let (command, args) = server::argv();
+    let argv: Vec<String> = std::iter::once(command).chain(args).collect();
+    let started = familiar::mcp::stdio::spawn("files", &launcher(), &policy, &argv)
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    // Connected: the server has answered, so it has written its pid.
+    let conn = familiar::mcp::McpConnection::over_stdio(
+        "files",
+        started,
+        std::time::Duration::from_secs(60),
+        &cancel,
+    )
+    .await
+    .unwrap();
+    let pid = std::fs::read_to_string(workspace.join("server.pid")).unwrap();
+    assert_eq!(blocked_signals(&pid), "0000000000000000");
+    let status = conn.shutdown().await.expect("the helper's exit");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+}

@@ -1,0 +1,67 @@
+//! config.toml changed while the real daemon runs (issue 26): picked up at the next
+//! `Submit` like a soul or policy file, and a broken one keeps the previous version and
+//! says so to the next `familiar ask`.
+
+use super::cli::familiar;
+use super::data_dir::{notify_socket, ready};
+use super::systemd::spawn_daemon;
+use super::*;
+use crate::common::TestHome;
+use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, sse};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn config(server: &LlmServer, model: &str) -> String {
+    format!(
+        "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"{model}\"\nmax_retries = 0\n",
+        server.base
+    )
+}
+
+/// Regression (issue 26): a daemon kept the config.toml it started with until it was
+/// restarted, silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_reloads_config_toml_and_keeps_the_previous_one_when_it_breaks() {
+    let answer = || Reply::sse(sse(vec![oa_text("ok"), oa_finish("stop"), oa_done()]));
+    let server = LlmServer::start(vec![answer(), answer(), answer()]).await;
+    let home = TestHome::new();
+    home.write_config("config.toml", &config(&server, "first"));
+    let bus = TestBus::start();
+    let (_sock_dir, sock_path, sock) = notify_socket();
+    let child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let _sock = ready(sock).await;
+    let ask = async || {
+        let out = familiar(&home, &bus, &["ask", "hello"], &[]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let model = server.requests().last().unwrap().body["model"].clone();
+        (model, text(&out.stderr))
+    };
+    let (model, said) = ask().await;
+    assert_eq!(model, "first");
+    assert!(!said.contains("warning"), "{said}");
+
+    // Changed: the next task uses it, no restart or signal needed.
+    home.write_config("config.toml", &config(&server, "second"));
+    assert_eq!(ask().await.0, "second");
+
+    // Broken: the previous config stays, and `ask` says so with the file's line.
+    let file = home.write_config("config.toml", "[providers.local\nmodel = \"x\"\n");
+    let (model, said) = ask().await;
+    assert_eq!(model, "second");
+    assert!(
+        said.contains(&format!(
+            "familiar: warning: config.toml does not load, the daemon keeps its previous version: {}:1",
+            file.display()
+        )),
+        "{said}"
+    );
+    let out = familiar(&home, &bus, &["status"], &[]).await;
+    assert!(
+        text(&out.stdout).contains("warning: config.toml does not load"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(stop_daemon(child).await, Some(0));
+}
