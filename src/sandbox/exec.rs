@@ -371,17 +371,28 @@ fn spawn_unblocked(policy: &HelperSpec, program: &str, args: &[String]) -> Resul
     // POSIX has no working-directory action (glibc's `addchdir_np` is not in nix): the
     // helper moves itself, and nothing it does afterwards reads a relative path.
     std::env::set_current_dir(&policy.cwd).map_err(|e| format!("{}: {e}", policy.cwd.display()))?;
-    let path = find_program(program, &policy.env)?;
     let actions = PosixSpawnFileActions::init().map_err(|e| os("posix_spawn_file_actions", e))?;
-    posix_spawn(path.as_path(), &actions, &attr, &argv, &envp).map_err(|e| os(program, e))
+    // As execvp does: a candidate the kernel refuses (EACCES: say a `PATH` entry
+    // outside the sandbox, like a version manager's shims) passes to the next one.
+    let mut refused = None;
+    for path in candidates(program, &policy.env) {
+        match posix_spawn(path.as_path(), &actions, &attr, &argv, &envp) {
+            Ok(pid) => return Ok(pid),
+            Err(e @ (Errno::EACCES | Errno::ENOENT | Errno::ENOTDIR)) => {
+                refused = Some(refused.map_or(e, |r| if r == Errno::EACCES { r } else { e }));
+            }
+            Err(e) => return Err(os(program, e)),
+        }
+    }
+    Err(os(program, refused.unwrap_or(Errno::ENOENT)))
 }
 
-/// `program` itself when it names a path, else the first executable file of that name
-/// on the command's `PATH` (as std's `Command` looks it up in the child's environment).
-fn find_program(program: &str, env: &[(String, String)]) -> Result<std::path::PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
+/// Where to look for `program`: itself when it names a path, else each directory of
+/// the command's `PATH` in order (as std's `Command` looks it up in the child's
+/// environment).
+fn candidates(program: &str, env: &[(String, String)]) -> Vec<std::path::PathBuf> {
     if program.contains('/') {
-        return Ok(program.into());
+        return vec![program.into()];
     }
     let path = env
         .iter()
@@ -390,10 +401,8 @@ fn find_program(program: &str, env: &[(String, String)]) -> Result<std::path::Pa
     path.split(':')
         .filter(|d| !d.is_empty())
         .map(|d| std::path::Path::new(d).join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-        .ok_or_else(|| format!("{program}: {}", std::io::Error::from(Errno::ENOENT)))
+        .filter(|p| p.is_file())
+        .collect()
 }
 
 enum Reaped {

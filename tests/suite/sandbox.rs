@@ -425,3 +425,26 @@ async fn file_ops_write_inside_and_are_refused_outside() {
     let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["a.txt"]);
 }
+
+/// A `PATH` entry outside the sandbox (a version manager's shims in the home) holds a
+/// program of the same name: the kernel refuses that one and the next is run, as
+/// execvp does. Regression: the helper's own lookup stopped at the first file found.
+#[tokio::test]
+async fn a_program_on_path_outside_the_sandbox_is_passed_over_for_the_next() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let outside = tempfile::tempdir().unwrap();
+    let shim = outside.path().join("echo");
+    std::fs::write(&shim, "#!/bin/sh\necho shim\n").unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut policy = h.policy(false, false);
+    for (k, v) in &mut policy.env {
+        if k == "PATH" {
+            *v = format!("{}:/usr/bin:/bin", outside.path().display());
+        }
+    }
+    let out = run(&policy, &["echo", "real"]).await;
+    assert_eq!(out.stdout, "real\n", "{out:?}");
+}
