@@ -119,6 +119,19 @@ impl Config {
     }
 
     /// The provider a soul names, or the default one.
+    /// The model a soul runs, from its own `model` and `provider` settings: its own model,
+    /// else its provider's (the default provider when it names none).
+    pub fn model_for<'a>(
+        &'a self,
+        provider: Option<&str>,
+        model: Option<&'a str>,
+    ) -> Result<&'a str, ConfigError> {
+        match model {
+            Some(m) => Ok(m),
+            None => self.provider(provider).map(|p| p.model.as_str()),
+        }
+    }
+
     pub fn provider(&self, name: Option<&str>) -> Result<&ProviderConfig, ConfigError> {
         let name = name.unwrap_or(&self.default_provider);
         self.providers.get(name).ok_or_else(|| {

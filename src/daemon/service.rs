@@ -24,7 +24,7 @@ use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use crate::ids::{RequestId, SessionId, TaskId};
 use crate::ratelimit::Scope;
 use crate::snapshot::conditions::Conditions;
-use crate::store::{Memory, MemoryError};
+use crate::store::{Memory, MemoryError, StoreError};
 
 /// The served object.
 pub struct Service {
@@ -107,9 +107,9 @@ impl Service {
     async fn ask<T>(&self, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, Error> {
         let (reply, rx) = oneshot::channel();
         if self.tx.send(op(reply)).await.is_err() {
-            return Err(shutting_down());
+            return Err(Error::shutting_down());
         }
-        rx.await.map_err(|_| shutting_down())
+        rx.await.map_err(|_| Error::shutting_down())
     }
 
     fn parse_submit(
@@ -256,12 +256,43 @@ fn string_option(key: &str, value: OwnedVariant) -> Result<String, Error> {
     String::try_from(value).map_err(|_| wrong_type(key, "s (string)"))
 }
 
-fn wrong_type(key: &str, want: &str) -> Error {
-    Error::InvalidArgument(format!("option `{key}` must be of type {want}"))
+/// A failure of the daemon's own, as the caller sees it
+/// (`org.freedesktop.DBus.Error.Failed` with the message).
+fn failed(e: impl std::fmt::Display) -> Error {
+    Error::ZBus(zbus::Error::Failure(e.to_string()))
 }
 
-fn shutting_down() -> Error {
-    Error::ShuttingDown("familiar is shutting down; submit again once it is back".to_owned())
+/// Runs `f` on the blocking pool (it reads files); `what` names it in the reply when the
+/// pool fails it. What `f` returns is the caller's to map, through the `From` impls below.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| failed(format!("{what}: {e}")))
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Error {
+        failed(e)
+    }
+}
+
+impl From<MemoryError> for Error {
+    fn from(e: MemoryError) -> Error {
+        failed(e)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Error {
+        failed(e)
+    }
+}
+
+fn wrong_type(key: &str, want: &str) -> Error {
+    Error::InvalidArgument(format!("option `{key}` must be of type {want}"))
 }
 
 fn task_id(s: &str) -> Result<TaskId, Error> {
@@ -286,7 +317,7 @@ impl Service {
     ) -> Result<(String, String), Error> {
         let caller = self.caller(&hdr, conn).await?;
         if self.shared.shutting_down.load(Ordering::SeqCst) {
-            return Err(shutting_down());
+            return Err(Error::shutting_down());
         }
         let req = self.parse_submit(&soul, prompt, options, caller)?;
         if let Err(limited) =
@@ -411,12 +442,10 @@ impl Service {
             .souls
             .values()
             .map(|s| {
-                let model = s.model.clone().unwrap_or_else(|| {
-                    config
-                        .provider(s.provider.as_deref())
-                        .map(|p| p.model.clone())
-                        .unwrap_or_default()
-                });
+                let model = config
+                    .model_for(s.provider.as_deref(), s.model.as_deref())
+                    .unwrap_or_default()
+                    .to_owned();
                 (
                     s.id.to_string(),
                     s.description.clone(),
@@ -436,10 +465,7 @@ impl Service {
     ) -> Result<Vec<(String, String, String, u64)>, Error> {
         self.caller(&hdr, conn).await?;
         let store = Arc::clone(&self.shared.rt.store);
-        let sessions = tokio::task::spawn_blocking(move || store.list_sessions())
-            .await
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("listing sessions: {e}"))))?
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        let sessions = blocking("listing sessions", move || store.list_sessions()).await??;
         Ok(sessions
             .into_iter()
             .map(|s| (s.id.to_string(), s.soul.to_string(), s.title, s.updated_at))
@@ -455,10 +481,7 @@ impl Service {
     ) -> Result<Vec<(String, String, String, String)>, Error> {
         self.caller(&hdr, conn).await?;
         let memory = self.memory();
-        let entries = tokio::task::spawn_blocking(move || memory.list())
-            .await
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("listing memory: {e}"))))?
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        let entries = blocking("listing memory", move || memory.list()).await??;
         Ok(entries
             .into_iter()
             .map(|e| (e.id.to_string(), e.soul.to_string(), e.text, e.created))
@@ -474,9 +497,7 @@ impl Service {
     ) -> Result<(), Error> {
         let caller = self.caller(&hdr, conn).await?;
         let memory = self.memory();
-        let forgotten = tokio::task::spawn_blocking(move || memory.forget(&id))
-            .await
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("forgetting: {e}"))))?;
+        let forgotten = blocking("forgetting", move || memory.forget(&id)).await?;
         match forgotten {
             Ok(e) => {
                 tracing::info!(memory_id = %e.id, %caller, "memory entry forgotten");
@@ -491,7 +512,7 @@ impl Service {
                 | MemoryError::Full { .. }
                 | MemoryError::Empty
                 | MemoryError::TooLong(_)),
-            ) => Err(Error::ZBus(zbus::Error::Failure(e.to_string()))),
+            ) => Err(failed(e)),
         }
     }
 
@@ -504,13 +525,11 @@ impl Service {
     ) -> Result<String, Error> {
         self.caller(&hdr, conn).await?;
         let snapshotter = Arc::clone(&self.shared.rt.snapshotter);
-        let snap = tokio::task::spawn_blocking(move || {
+        let snap = blocking("taking the snapshot", move || {
             let mut s = snapshotter.lock().unwrap_or_else(|e| e.into_inner());
             serde_json::to_string(&s.take(None))
         })
-        .await
-        .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("taking the snapshot: {e}"))))?
-        .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        .await??;
         Ok(snap)
     }
 

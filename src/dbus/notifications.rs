@@ -5,7 +5,7 @@
 //! notification that is closed, expires or is dismissed is *not* an approval (the
 //! broker's timeout denies). The daemon talks to the server over its own bus
 //! connection with the small proxy below (testable on a private bus); `familiar ask
-//! --notify`, a one-shot client, uses notify-rust.
+//! --notify`, a one-shot client, opens its own connection and uses the same proxy.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -189,14 +189,13 @@ async fn watch(
     }
 }
 
-/// Shows a task's result (`familiar ask --notify`), through notify-rust on the
-/// session bus. Failures are the caller's to report.
-pub async fn show_result(summary: &str, body: &str) -> Result<(), notify_rust::error::Error> {
-    notify_rust::Notification::new()
-        .appname("familiar")
-        .summary(summary)
-        .body(body)
-        .show_async()
+/// Shows a task's result (`familiar ask --notify`) on the session bus, with the server's
+/// default timeout and no actions. Failures are the caller's to report.
+pub async fn show_result(summary: &str, body: &str) -> zbus::Result<()> {
+    let conn = Connection::session().await?;
+    NotificationsProxy::new(&conn)
+        .await?
+        .notify("familiar", 0, "", summary, body, &[], HashMap::new(), -1)
         .await
         .map(|_| ())
 }
