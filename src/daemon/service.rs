@@ -7,7 +7,6 @@
 //! work is reported through the signals declared here.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -20,10 +19,9 @@ use super::callers::Callers;
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
-use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
-use crate::ids::{RequestId, SessionId, TaskId};
+use crate::dbus::{Error, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
+use crate::ids::{RequestId, TaskId};
 use crate::ratelimit::Scope;
-use crate::snapshot::conditions::Conditions;
 use crate::store::{Memory, MemoryError, StoreError};
 
 /// The served object.
@@ -132,7 +130,7 @@ impl Service {
                 "the prompt is empty: say what the task is".to_owned(),
             ));
         }
-        let o = parse_options(options)?;
+        let o = super::options::parse(options)?;
         let choice = Choice {
             soul: Some(soul),
             session: o.session.as_ref(),
@@ -178,84 +176,6 @@ impl Service {
     }
 }
 
-/// `Submit`'s options, checked.
-#[derive(Default)]
-struct SubmitOptions {
-    session: Option<SessionId>,
-    origin: Option<String>,
-    workspace: Option<PathBuf>,
-    max_iterations: Option<u32>,
-    provider: Option<String>,
-    model: Option<String>,
-    when: Option<Conditions>,
-}
-
-fn parse_options(options: HashMap<String, OwnedVariant>) -> Result<SubmitOptions, Error> {
-    let mut o = SubmitOptions::default();
-    for (key, value) in options {
-        match key.as_str() {
-            "session" => {
-                let s = string_option(&key, value)?;
-                let id = SessionId::new(s.clone())
-                    .map_err(|e| Error::InvalidArgument(format!("option `session`: {e}")))?;
-                o.session = Some(id);
-            }
-            "origin" => {
-                let s = string_option(&key, value)?;
-                if s.is_empty() || s.chars().count() > MAX_ORIGIN_CHARS {
-                    return Err(Error::InvalidArgument(format!(
-                        "option `origin` must be 1 to {MAX_ORIGIN_CHARS} characters (cli, hyprland, timer, …)"
-                    )));
-                }
-                o.origin = Some(s);
-            }
-            "workspace" => {
-                let s = string_option(&key, value)?;
-                let path = PathBuf::from(&s);
-                if !path.is_absolute() {
-                    return Err(Error::InvalidArgument(format!(
-                        "option `workspace` must be an absolute path, got `{s}`"
-                    )));
-                }
-                if !path.is_dir() {
-                    return Err(Error::InvalidArgument(format!(
-                        "option `workspace`: {s} is not an existing directory"
-                    )));
-                }
-                o.workspace = Some(path);
-            }
-            "max_iterations" => {
-                let n = u32::try_from(value).map_err(|_| wrong_type(&key, "u (uint32)"))?;
-                if n == 0 {
-                    return Err(Error::InvalidArgument(
-                        "option `max_iterations` must be at least 1".to_owned(),
-                    ));
-                }
-                o.max_iterations = Some(n);
-            }
-            "provider" => o.provider = Some(string_option(&key, value)?),
-            "model" => o.model = Some(string_option(&key, value)?),
-            "when" => {
-                let s = string_option(&key, value)?;
-                let when = s
-                    .parse::<Conditions>()
-                    .map_err(|e| Error::InvalidArgument(format!("option `when`: {e}")))?;
-                o.when = Some(when);
-            }
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s)"
-                )));
-            }
-        }
-    }
-    Ok(o)
-}
-
-fn string_option(key: &str, value: OwnedVariant) -> Result<String, Error> {
-    String::try_from(value).map_err(|_| wrong_type(key, "s (string)"))
-}
-
 /// A failure of the daemon's own, as the caller sees it
 /// (`org.freedesktop.DBus.Error.Failed` with the message).
 fn failed(e: impl std::fmt::Display) -> Error {
@@ -289,10 +209,6 @@ impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Error {
         failed(e)
     }
-}
-
-fn wrong_type(key: &str, want: &str) -> Error {
-    Error::InvalidArgument(format!("option `{key}` must be of type {want}"))
 }
 
 fn task_id(s: &str) -> Result<TaskId, Error> {
