@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use familiar::agent::context::prompt::{PromptParts, system_prompt};
+use familiar::agent::context::system_prompt::{PromptParts, system_prompt};
 use familiar::agent::events::{Delivery, EventBus};
 use familiar::agent::hooks::{AuditHook, MetricsHook};
 use familiar::agent::metrics::Metrics;

@@ -22,7 +22,8 @@
 //!   requests; the Secret Service client that reads and stores API keys.
 //! - [`catalog`], [`error`], [`ids`], [`logging`]: the tool catalog and tiers, shared
 //!   errors, newtype ids, tracing.
-//! - `fuzzing` (hidden): entry points for the cargo-fuzz targets in `fuzz/`.
+//! - `fuzzing` (hidden, built only under `--cfg fuzzing`, which cargo-fuzz sets, and in
+//!   the unit tests): entry points for the cargo-fuzz targets in `fuzz/`.
 
 pub mod agent;
 pub mod approval;
@@ -32,6 +33,9 @@ pub mod config;
 pub mod daemon;
 pub mod dbus;
 pub mod error;
+// Its fixtures panic on purpose (that is how libFuzzer reports a broken invariant), so
+// no build of the program carries it; the unit tests do, so it keeps compiling.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hyprland;

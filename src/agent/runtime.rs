@@ -101,7 +101,11 @@ impl LlmFactory for ConfigLlmFactory {
             },
             &self.http()?,
         )?;
-        let model = soul.model.clone().unwrap_or_else(|| cfg.model.clone());
+        let model = self
+            .config
+            .model_for(soul.provider.as_deref(), soul.model.as_deref())
+            .map_err(|e| LlmError::Config(e.to_string()))?
+            .to_owned();
         Ok((client, model, cfg.context_window))
     }
 }

@@ -67,18 +67,22 @@ pub async fn run_task(
     let outcome = drive(rt, spec, bus, cancel, span.clone())
         .instrument(span)
         .await?;
-    // Only a failure or a skip: a cancelled or timed-out task keeps its record (and
-    // what the model had streamed so far).
-    if new_session && matches!(outcome.status, TaskStatus::Failed | TaskStatus::Skipped) {
-        discard_if_unanswered(&store_rt.store, &outcome.session_id);
+    if new_session {
+        discard_if_unanswered(&store_rt.store, &outcome);
     }
     Ok(outcome)
 }
 
-/// A new session whose task failed before the model answered at all (no provider, a
-/// wrong key) holds nothing worth continuing: remove it rather than leave an empty
-/// session in `familiar sessions`.
-pub fn discard_if_unanswered(store: &crate::store::Store, id: &crate::ids::SessionId) {
+/// A new session whose task failed or was skipped before the model answered at all (no
+/// provider, a wrong key, `--when` conditions that did not hold) holds nothing worth
+/// continuing: remove it rather than leave an empty session in `familiar sessions`.
+/// Only a failure or a skip: a cancelled or timed-out task keeps its record (and what
+/// the model had streamed so far). The caller says the session is new.
+pub fn discard_if_unanswered(store: &crate::store::Store, outcome: &TaskOutcome) {
+    if !matches!(outcome.status, TaskStatus::Failed | TaskStatus::Skipped) {
+        return;
+    }
+    let id = &outcome.session_id;
     let answered = match store.load_context(id) {
         Ok(Some(ctx)) => ctx
             .history

@@ -109,11 +109,10 @@ pub fn souls(
 }
 
 fn model_of(config: &Config, soul: &Soul) -> String {
-    match (&soul.model, config.provider(soul.provider.as_deref())) {
-        (Some(m), _) => m.clone(),
-        (None, Ok(p)) => p.model.clone(),
-        (None, Err(_)) => "?".to_owned(),
-    }
+    config
+        .model_for(soul.provider.as_deref(), soul.model.as_deref())
+        .unwrap_or("?")
+        .to_owned()
 }
 
 fn soul_summary(config: &Config, soul: &Soul) -> serde_json::Value {

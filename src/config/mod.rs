@@ -121,6 +121,19 @@ impl Config {
         })
     }
 
+    /// The model a soul runs, from its own `model` and `provider` settings: its own model,
+    /// else its provider's (the default provider when it names none).
+    pub fn model_for<'a>(
+        &'a self,
+        provider: Option<&str>,
+        model: Option<&'a str>,
+    ) -> Result<&'a str, ConfigError> {
+        match model {
+            Some(m) => Ok(m),
+            None => self.provider(provider).map(|p| p.model.as_str()),
+        }
+    }
+
     /// The provider a soul names, or the default one: a `[providers.NAME]` table, else
     /// a built-in name (`anthropic`, `openai`, `ollama`: [`providers::builtin_provider`]).
     pub fn provider(&self, name: Option<&str>) -> Result<&ProviderConfig, ConfigError> {

@@ -14,6 +14,7 @@
 //! non-zero so systemd restarts it.
 
 mod callers;
+mod options;
 mod reload;
 pub mod service;
 mod supervisor;

@@ -7,7 +7,6 @@
 //! work is reported through the signals declared here.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -21,13 +20,12 @@ use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
 use crate::catalog::Tier;
-use crate::dbus::{Error, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
-use crate::ids::{RequestId, SessionId, SoulId, TaskId};
+use crate::dbus::{Error, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
+use crate::ids::{RequestId, SoulId, TaskId};
 use crate::ratelimit::Scope;
 use crate::sandbox::ancestry::Sandboxed;
-use crate::snapshot::conditions::Conditions;
 use crate::store::{AuditDecision, AuditEntry, AuditOutcome};
-use crate::store::{Memory, MemoryError};
+use crate::store::{Memory, MemoryError, StoreError};
 
 /// The served object.
 pub struct Service {
@@ -176,9 +174,9 @@ impl Service {
     async fn ask<T>(&self, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, Error> {
         let (reply, rx) = oneshot::channel();
         if self.tx.send(op(reply)).await.is_err() {
-            return Err(shutting_down());
+            return Err(Error::shutting_down());
         }
-        rx.await.map_err(|_| shutting_down())
+        rx.await.map_err(|_| Error::shutting_down())
     }
 
     fn parse_submit(
@@ -201,7 +199,7 @@ impl Service {
                 "the prompt is empty: say what the task is".to_owned(),
             ));
         }
-        let o = parse_options(options)?;
+        let o = super::options::parse(options)?;
         let choice = Choice {
             soul: Some(soul),
             session: o.session.as_ref(),
@@ -247,90 +245,39 @@ impl Service {
     }
 }
 
-/// `Submit`'s options, checked.
-#[derive(Default)]
-struct SubmitOptions {
-    session: Option<SessionId>,
-    origin: Option<String>,
-    workspace: Option<PathBuf>,
-    max_iterations: Option<u32>,
-    provider: Option<String>,
-    model: Option<String>,
-    when: Option<Conditions>,
+/// A failure of the daemon's own, as the caller sees it
+/// (`org.freedesktop.DBus.Error.Failed` with the message).
+fn failed(e: impl std::fmt::Display) -> Error {
+    Error::ZBus(zbus::Error::Failure(e.to_string()))
 }
 
-fn parse_options(options: HashMap<String, OwnedVariant>) -> Result<SubmitOptions, Error> {
-    let mut o = SubmitOptions::default();
-    for (key, value) in options {
-        match key.as_str() {
-            "session" => {
-                let s = string_option(&key, value)?;
-                let id = SessionId::new(s.clone())
-                    .map_err(|e| Error::InvalidArgument(format!("option `session`: {e}")))?;
-                o.session = Some(id);
-            }
-            "origin" => {
-                let s = string_option(&key, value)?;
-                if s.is_empty() || s.chars().count() > MAX_ORIGIN_CHARS {
-                    return Err(Error::InvalidArgument(format!(
-                        "option `origin` must be 1 to {MAX_ORIGIN_CHARS} characters (cli, hyprland, timer, …)"
-                    )));
-                }
-                o.origin = Some(s);
-            }
-            "workspace" => {
-                let s = string_option(&key, value)?;
-                let path = PathBuf::from(&s);
-                if !path.is_absolute() {
-                    return Err(Error::InvalidArgument(format!(
-                        "option `workspace` must be an absolute path, got `{s}`"
-                    )));
-                }
-                if !path.is_dir() {
-                    return Err(Error::InvalidArgument(format!(
-                        "option `workspace`: {s} is not an existing directory"
-                    )));
-                }
-                o.workspace = Some(path);
-            }
-            "max_iterations" => {
-                let n = u32::try_from(value).map_err(|_| wrong_type(&key, "u (uint32)"))?;
-                if n == 0 {
-                    return Err(Error::InvalidArgument(
-                        "option `max_iterations` must be at least 1".to_owned(),
-                    ));
-                }
-                o.max_iterations = Some(n);
-            }
-            "provider" => o.provider = Some(string_option(&key, value)?),
-            "model" => o.model = Some(string_option(&key, value)?),
-            "when" => {
-                let s = string_option(&key, value)?;
-                let when = s
-                    .parse::<Conditions>()
-                    .map_err(|e| Error::InvalidArgument(format!("option `when`: {e}")))?;
-                o.when = Some(when);
-            }
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "unknown option `{other}`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s)"
-                )));
-            }
-        }
+/// Runs `f` on the blocking pool (it reads files); `what` names it in the reply when the
+/// pool fails it. What `f` returns is the caller's to map, through the `From` impls below.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| failed(format!("{what}: {e}")))
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Error {
+        failed(e)
     }
-    Ok(o)
 }
 
-fn string_option(key: &str, value: OwnedVariant) -> Result<String, Error> {
-    String::try_from(value).map_err(|_| wrong_type(key, "s (string)"))
+impl From<MemoryError> for Error {
+    fn from(e: MemoryError) -> Error {
+        failed(e)
+    }
 }
 
-fn wrong_type(key: &str, want: &str) -> Error {
-    Error::InvalidArgument(format!("option `{key}` must be of type {want}"))
-}
-
-fn shutting_down() -> Error {
-    Error::ShuttingDown("familiar is shutting down; submit again once it is back".to_owned())
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Error {
+        failed(e)
+    }
 }
 
 fn task_id(s: &str) -> Result<TaskId, Error> {
@@ -355,7 +302,7 @@ impl Service {
     ) -> Result<(String, String), Error> {
         let caller = self.caller(&hdr, conn).await?;
         if self.shared.shutting_down.load(Ordering::SeqCst) {
-            return Err(shutting_down());
+            return Err(Error::shutting_down());
         }
         let req = self.parse_submit(&soul, prompt, options, caller)?;
         // Counted per user, not per connection: a client that reconnects (a new unique
@@ -481,12 +428,10 @@ impl Service {
             .souls
             .values()
             .map(|s| {
-                let model = s.model.clone().unwrap_or_else(|| {
-                    config
-                        .provider(s.provider.as_deref())
-                        .map(|p| p.model.clone())
-                        .unwrap_or_default()
-                });
+                let model = config
+                    .model_for(s.provider.as_deref(), s.model.as_deref())
+                    .unwrap_or_default()
+                    .to_owned();
                 (
                     s.id.to_string(),
                     s.description.clone(),
@@ -506,10 +451,7 @@ impl Service {
     ) -> Result<Vec<(String, String, String, u64)>, Error> {
         self.caller(&hdr, conn).await?;
         let store = Arc::clone(&self.shared.rt.store);
-        let sessions = tokio::task::spawn_blocking(move || store.list_sessions())
-            .await
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("listing sessions: {e}"))))?
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        let sessions = blocking("listing sessions", move || store.list_sessions()).await??;
         Ok(sessions
             .into_iter()
             .map(|s| (s.id.to_string(), s.soul.to_string(), s.title, s.updated_at))
@@ -525,10 +467,7 @@ impl Service {
     ) -> Result<Vec<(String, String, String, String)>, Error> {
         self.caller(&hdr, conn).await?;
         let memory = self.memory();
-        let entries = tokio::task::spawn_blocking(move || memory.list())
-            .await
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("listing memory: {e}"))))?
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        let entries = blocking("listing memory", move || memory.list()).await??;
         Ok(entries
             .into_iter()
             .map(|e| (e.id.to_string(), e.soul.to_string(), e.text, e.created))
@@ -544,9 +483,7 @@ impl Service {
     ) -> Result<(), Error> {
         let caller = self.caller(&hdr, conn).await?;
         let memory = self.memory();
-        let forgotten = tokio::task::spawn_blocking(move || memory.forget(&id))
-            .await
-            .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("forgetting: {e}"))))?;
+        let forgotten = blocking("forgetting", move || memory.forget(&id)).await?;
         match forgotten {
             Ok(e) => {
                 tracing::info!(memory_id = %e.id, %caller, "memory entry forgotten");
@@ -561,7 +498,7 @@ impl Service {
                 | MemoryError::Full { .. }
                 | MemoryError::Empty
                 | MemoryError::TooLong(_)),
-            ) => Err(Error::ZBus(zbus::Error::Failure(e.to_string()))),
+            ) => Err(failed(e)),
         }
     }
 
@@ -574,13 +511,11 @@ impl Service {
     ) -> Result<String, Error> {
         self.caller(&hdr, conn).await?;
         let snapshotter = Arc::clone(&self.shared.rt.snapshotter);
-        let snap = tokio::task::spawn_blocking(move || {
+        let snap = blocking("taking the snapshot", move || {
             let mut s = snapshotter.lock().unwrap_or_else(|e| e.into_inner());
             serde_json::to_string(&s.take(None))
         })
-        .await
-        .map_err(|e| Error::ZBus(zbus::Error::Failure(format!("taking the snapshot: {e}"))))?
-        .map_err(|e| Error::ZBus(zbus::Error::Failure(e.to_string())))?;
+        .await??;
         Ok(snap)
     }
 

@@ -54,6 +54,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// The refusal of a request that arrives while the daemon stops.
+    pub fn shutting_down() -> Error {
+        Error::ShuttingDown("familiar is shutting down; submit again once it is back".to_owned())
+    }
+
     /// The refusal for a caller running as another user.
     pub fn access_denied(uid: u32, ours: u32) -> Error {
         Error::ZBus(zbus::Error::FDO(Box::new(zbus::fdo::Error::AccessDenied(

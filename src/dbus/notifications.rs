@@ -5,7 +5,7 @@
 //! notification that is closed, expires or is dismissed is *not* an approval (the
 //! broker's timeout denies). The daemon talks to the server over its own bus
 //! connection with the small proxy below (testable on a private bus); `familiar ask
-//! --notify`, a one-shot client, uses notify-rust.
+//! --notify`, a one-shot client, opens its own connection and uses the same proxy.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -218,30 +218,23 @@ pub fn escape_markup(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Shows a task's result (`familiar ask --notify`), through notify-rust on the
-/// session bus. Failures are the caller's to report. The result is the model's text:
-/// its control characters are made visible and, where the server renders markup (or
-/// cannot say whether it does), its `<` and `&` are entities, so a result cannot put a
-/// link or an image (which may load a local file) in front of the user.
-pub async fn show_result(summary: &str, body: &str) -> Result<(), notify_rust::error::Error> {
-    let markup = match Connection::session().await {
-        Ok(conn) => match NotificationsProxy::new(&conn).await {
-            Ok(proxy) => proxy
-                .get_capabilities()
-                .await
-                .map_or(true, |caps| caps.iter().any(|c| c == "body-markup")),
-            Err(_) => true,
-        },
-        // notify-rust says why below.
-        Err(_) => true,
-    };
+/// Shows a task's result (`familiar ask --notify`) on the session bus, with the server's
+/// default timeout and no actions. Failures are the caller's to report. The result is
+/// the model's text: its control characters are made visible and, where the server
+/// renders markup (or cannot say whether it does), its `<` and `&` are entities, so a
+/// result cannot put a link or an image (which may load a local file) in front of the
+/// user.
+pub async fn show_result(summary: &str, body: &str) -> zbus::Result<()> {
+    let conn = Connection::session().await?;
+    let proxy = NotificationsProxy::new(&conn).await?;
+    let markup = proxy
+        .get_capabilities()
+        .await
+        .map_or(true, |caps| caps.iter().any(|c| c == "body-markup"));
     let body = crate::approval::terminal_safe(body);
     let body = if markup { escape_markup(&body) } else { body };
-    notify_rust::Notification::new()
-        .appname("familiar")
-        .summary(summary)
-        .body(&body)
-        .show_async()
+    proxy
+        .notify("familiar", 0, "", summary, &body, &[], HashMap::new(), -1)
         .await
         .map(|_| ())
 }

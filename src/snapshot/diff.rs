@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use super::prompt::cut;
+use super::prompt_text::cut;
 use super::{ProcessInfo, Snapshot};
 
 /// Percentages are reported when they cross a multiple of this.

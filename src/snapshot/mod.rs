@@ -19,11 +19,11 @@ use sysinfo::{
 
 use crate::config::ProcessEnv;
 use crate::hyprland::{HyprState, Hyprland};
-use prompt::cut;
+use prompt_text::cut;
 
 pub mod conditions;
 mod diff;
-mod prompt;
+mod prompt_text;
 pub use diff::changes;
 
 /// Entries in each of `top_cpu` and `top_memory`.

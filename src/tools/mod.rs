@@ -12,7 +12,7 @@ pub mod delegate;
 mod disk;
 mod files;
 pub mod hypr;
-pub mod journal;
+pub mod journald;
 mod memory;
 pub mod notify;
 pub mod open;
@@ -154,7 +154,7 @@ impl Registry {
             Arc::new(files::EditFile),
             Arc::new(search::SearchFiles),
             Arc::new(disk::DiskUsage),
-            Arc::new(journal::Journal::detect()),
+            Arc::new(journald::Journal::detect()),
             Arc::new(shell::Shell),
             Arc::new(process::KillProcess),
             Arc::new(open::Open::detect()),

@@ -81,9 +81,15 @@ pub fn launcher() -> SandboxLauncher {
 }
 
 /// False (and a loud message) when the kernel has no Landlock: the test must not
-/// pretend it checked anything.
+/// pretend it checked anything. With `FAMILIAR_TEST_REQUIRE_LANDLOCK=1` (what `.ci/run`
+/// sets where the kernel has Landlock) a missing Landlock fails the test instead: a
+/// sandbox test that skips there would hide a broken probe.
 pub fn landlock_available() -> bool {
     if probe().abi.is_none() {
+        assert!(
+            std::env::var_os("FAMILIAR_TEST_REQUIRE_LANDLOCK").is_none_or(|v| v != "1"),
+            "FAMILIAR_TEST_REQUIRE_LANDLOCK=1, but the sandbox found no Landlock"
+        );
         eprintln!("\n!!! SKIPPED: this kernel has no Landlock; the sandbox is not tested !!!\n");
         return false;
     }

@@ -8,7 +8,7 @@ use familiar::agent::events::EventPayload;
 use familiar::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend};
 use familiar::ids::RequestId;
 use familiar::store::TaskStatus;
-use familiar::tools::journal::Journal;
+use familiar::tools::journald::Journal;
 use familiar::tools::open::{Open, Opener};
 use familiar::tools::{Registry, Tool};
 use serde_json::{Value, json};

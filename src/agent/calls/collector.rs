@@ -16,8 +16,8 @@ use crate::agent::calls::dispatch::{
     CallEnv, CallResult, CallSpec, Dispatcher, Disposition, Submitted,
 };
 use crate::agent::calls::gate::{CallGate, Decided, rate_limited_event};
-use crate::agent::context::prompt::wrap_tool_output;
 use crate::agent::context::record;
+use crate::agent::context::system_prompt::wrap_tool_output;
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::hooks::ToolCallRef;

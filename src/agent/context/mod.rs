@@ -3,18 +3,18 @@
 //!
 //! A [`ContextKeeper`] owns the session state (the history on disk, under its lock) and
 //! the model; it builds each request ([`request`]: the stable system prompt of
-//! [`prompt`], the history, this iteration's [`reminder`]), compacts the history
+//! [`system_prompt`], the history, this iteration's [`reminder`]), compacts the history
 //! ([`compaction`]: the rules and the model's summary), recovers from a request the
-//! server says is too long ([`overflow`]), and [`repair`] mends a history a crash left
+//! server says is too long ([`oversize`]), and [`repair`] mends a history a crash left
 //! invalid. It knows nothing of tool calls or the loop's rules: what it needs of them
 //! comes in as plain data at each iteration ([`Boundary`]).
 
 pub mod compaction;
-mod overflow;
-pub mod prompt;
+mod oversize;
 pub mod reminder;
 pub mod repair;
 mod request;
+pub mod system_prompt;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

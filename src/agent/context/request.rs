@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::context::ContextKeeper;
-use crate::agent::context::prompt::{PromptParts, system_prompt};
 use crate::agent::context::reminder::{self, Budget, Environment, Inputs};
+use crate::agent::context::system_prompt::{PromptParts, system_prompt};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::steering;

@@ -225,7 +225,9 @@ async fn config_checks(config: &Config) -> Vec<Check> {
     ) else {
         return checks;
     };
-    let model = soul.model.as_deref().unwrap_or(&provider.model);
+    let model = config
+        .model_for(soul.provider.as_deref(), soul.model.as_deref())
+        .unwrap_or(&provider.model);
     checks.extend(provider::provider_checks(provider, model).await);
     checks
 }

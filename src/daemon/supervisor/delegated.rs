@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use zbus::object_server::SignalEmitter;
 
 use super::{Entry, Supervisor};
+use crate::agent::TaskSpec;
 use crate::agent::events::{Event, EventPayload};
+use crate::agent::steering::Steering;
 use crate::daemon::Op;
 use crate::daemon::service::Service;
 use crate::ids::{SessionId, TaskId};
@@ -53,22 +55,28 @@ impl Supervisor {
                 let Ok(soul) = loaded.souls.get(&soul) else {
                     return;
                 };
+                // Listed, never run by the owner: its parent's tool call runs it.
                 let entry = Entry {
-                    session_id,
+                    session_id: session_id.clone(),
                     new_session: false,
-                    soul: Arc::clone(soul),
-                    prompt,
-                    origin: format!("delegate:{parent}"),
-                    workspace: None,
-                    max_iterations: None,
-                    when: None,
+                    spec: TaskSpec {
+                        task_id: child.clone(),
+                        soul: Arc::clone(soul),
+                        prompt,
+                        session: Some(session_id),
+                        workspace: None,
+                        origin: format!("delegate:{parent}"),
+                        max_iterations: None,
+                        parent: None,
+                        steering: Steering::new(),
+                        when: None,
+                    },
                     status: TaskStatus::Running,
                     result: None,
                     usage: Usage::default(),
                     cancel: CancellationToken::new(),
                     parent: Some(parent.clone()),
                     children: Vec::new(),
-                    steering: crate::agent::steering::Steering::new(),
                 };
                 self.tasks.insert(child.clone(), entry);
                 // Listed right after its parent and its earlier siblings.

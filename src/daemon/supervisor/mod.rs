@@ -33,7 +33,6 @@ use crate::agent::{TaskError, TaskOutcome, TaskSpec, run_task};
 use crate::dbus::{self, Error};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
-use crate::soul::Soul;
 use crate::store::{Context, StoreError, TaskStatus};
 
 /// A runner's report: how its task ended.
@@ -43,23 +42,19 @@ pub struct Finished {
 }
 
 struct Entry {
+    /// The key of `busy_sessions`; `spec.session` is the same id (a new session's is
+    /// made at `Submit`, so it is known before the task starts).
     session_id: SessionId,
     /// No context file exists yet: the runner creates it.
     new_session: bool,
-    soul: Arc<Soul>,
-    prompt: String,
-    origin: String,
-    workspace: Option<std::path::PathBuf>,
-    max_iterations: Option<u32>,
-    when: Option<crate::snapshot::conditions::Conditions>,
+    /// What the runner runs; its `steering` is where `Steer` puts messages for it.
+    spec: TaskSpec,
     status: TaskStatus,
     result: Option<String>,
     usage: Usage,
     cancel: CancellationToken,
     /// Set for a delegated sub-task: it runs inside its parent's tool call.
     parent: Option<TaskId>,
-    /// Where `Steer` puts messages for it.
-    steering: Steering,
     children: Vec<TaskId>,
 }
 
@@ -177,9 +172,7 @@ impl Supervisor {
 
     fn submit(&mut self, req: SubmitRequest) -> Result<(TaskId, SessionId), Error> {
         if self.shutting_down {
-            return Err(Error::ShuttingDown(
-                "familiar is shutting down; submit again once it is back".to_owned(),
-            ));
+            return Err(Error::shutting_down());
         }
         // config.toml's current [daemon] (it is reloaded like the souls).
         let limits = self.shared.loaded.get().rt.config.daemon.clone();
@@ -216,19 +209,24 @@ impl Supervisor {
             Entry {
                 session_id: session_id.clone(),
                 new_session,
-                soul: req.soul,
-                prompt: req.prompt,
-                origin: req.origin,
-                workspace: req.workspace,
-                max_iterations: req.max_iterations,
-                when: req.when,
+                spec: TaskSpec {
+                    task_id: task_id.clone(),
+                    soul: req.soul,
+                    prompt: req.prompt,
+                    session: Some(session_id.clone()),
+                    workspace: req.workspace,
+                    origin: req.origin,
+                    max_iterations: req.max_iterations,
+                    parent: None,
+                    steering: Steering::new(),
+                    when: req.when,
+                },
                 status: TaskStatus::Queued,
                 result: None,
                 usage: Usage::default(),
                 cancel: CancellationToken::new(),
                 parent: None,
                 children: Vec::new(),
-                steering: Steering::new(),
             },
         );
         self.order.push_back(task_id.clone());
@@ -262,18 +260,7 @@ impl Supervisor {
         super::trim::set_idle(false);
         e.status = TaskStatus::Running;
         self.running += 1;
-        let spec = TaskSpec {
-            task_id: task_id.clone(),
-            soul: Arc::clone(&e.soul),
-            prompt: e.prompt.clone(),
-            session: Some(e.session_id.clone()),
-            workspace: e.workspace.clone(),
-            origin: e.origin.clone(),
-            max_iterations: e.max_iterations,
-            parent: None,
-            steering: e.steering.clone(),
-            when: e.when.clone(),
-        };
+        let spec = e.spec.clone();
         let new_session = e.new_session;
         let cancel = e.cancel.clone();
         // The policy in force now (a reload since Submit applies to this task too).
@@ -292,9 +279,8 @@ impl Supervisor {
                     // answered, holds nothing to continue.
                     if let Ok(o) = &outcome
                         && new_session
-                        && matches!(o.status, TaskStatus::Failed | TaskStatus::Skipped)
                     {
-                        crate::agent::discard_if_unanswered(&store, &o.session_id);
+                        crate::agent::discard_if_unanswered(&store, o);
                     }
                     outcome
                 }
@@ -388,7 +374,7 @@ impl Supervisor {
         if e.status.is_finished() {
             return Err(not_running());
         }
-        match e.steering.push(message) {
+        match e.spec.steering.push(message) {
             Ok(()) => {
                 tracing::info!(task_id = %id, "steering message accepted");
                 Ok(())

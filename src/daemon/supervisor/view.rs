@@ -19,9 +19,9 @@ impl Supervisor {
             .map(|(id, e)| {
                 (
                     id.to_string(),
-                    e.soul.id.to_string(),
+                    e.spec.soul.id.to_string(),
                     e.status.as_str().to_owned(),
-                    e.prompt.chars().take(LIST_PROMPT_CHARS).collect(),
+                    e.spec.prompt.chars().take(LIST_PROMPT_CHARS).collect(),
                 )
             })
             .collect()
@@ -40,10 +40,10 @@ impl Supervisor {
         let mut v = json!({
             "id": id,
             "session_id": e.session_id,
-            "soul": e.soul.id,
+            "soul": e.spec.soul.id,
             "status": e.status,
-            "prompt": e.prompt,
-            "origin": e.origin,
+            "prompt": e.spec.prompt,
+            "origin": e.spec.origin,
             "plan": null,
             "usage": e.usage,
             "result": e.result,
