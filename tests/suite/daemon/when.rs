@@ -295,6 +295,41 @@ async fn conditions_that_hold_let_the_task_run() {
     assert_eq!(server.requests().len(), 1);
 }
 
+/// Regression (issue 26): with no system bus (so no NetworkManager), `metered=no` was
+/// unmet ("cannot tell whether the network is metered") and the run skipped; docs say
+/// NetworkManager's absence means no metered connection is known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metered_no_holds_without_network_manager_or_a_system_bus() {
+    let server = LlmServer::start(vec![text_reply("unmetered")]).await;
+    let home = home_for(&server);
+    let nowhere = tempfile::tempdir().unwrap();
+    let mut cmd = home.familiar_process();
+    cmd.env(
+        "DBUS_SYSTEM_BUS_ADDRESS",
+        format!("unix:path={}", nowhere.path().join("no-bus").display()),
+    )
+    .args([
+        "run",
+        "--soul",
+        "safe_assistant",
+        "--when",
+        "metered=no",
+        "hello",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("unmetered"), "{stdout}");
+    assert_eq!(server.requests().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_holds_the_run_until_the_battery_charges() {
     let server = LlmServer::start(vec![text_reply("charged now")]).await;
