@@ -395,6 +395,61 @@ async fn wait_holds_the_run_until_the_battery_charges() {
     assert_eq!(server.requests().len(), 1);
 }
 
+/// Regression (issue 26): Ctrl-C while `--wait`ing printed "skipped"; it is an
+/// interruption (exit 130), and no task ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_waiting_says_interrupted() {
+    let server = LlmServer::start(vec![text_reply("should not be asked")]).await;
+    let home = home_for(&server);
+    let (system, _fakes) = system_bus(Machine {
+        on_battery: true,
+        ..AT_REST
+    })
+    .await;
+    let mut cmd = home.familiar_process();
+    cmd.env("DBUS_SYSTEM_BUS_ADDRESS", &system.address)
+        .args([
+            "run",
+            "--soul",
+            "safe_assistant",
+            "--when",
+            "ac",
+            "--wait",
+            "1h",
+            "hello",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stderr).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert!(first.contains("waiting up to 1h for --when ac"), "{first}");
+        lines
+    })
+    .await
+    .unwrap();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let (status, rest) = tokio::task::spawn_blocking(move || {
+        let rest: Vec<String> = lines.by_ref().map_while(Result::ok).collect();
+        (child.wait().unwrap(), rest.join("\n"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        rest.contains("interrupted while waiting for --when ac"),
+        "{rest}"
+    );
+    assert!(!rest.contains("skipped"), "{rest}");
+    assert!(server.requests().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_skips_a_submitted_task_whose_conditions_do_not_hold() {
     let server = LlmServer::start(vec![text_reply("should not be asked")]).await;
