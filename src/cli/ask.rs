@@ -134,6 +134,7 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow:
                 () = super::when::wait_for(when, wait, &cancel) => {}
                 r = tokio::signal::ctrl_c() => {
                     r.context("cannot watch for Ctrl-C")?;
+                    super::when::interrupted(when);
                     return Ok(Exit::Interrupted);
                 }
             }

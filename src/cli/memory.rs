@@ -56,6 +56,15 @@ pub fn memory(
                 .transpose()
                 .context("--soul takes a soul id, or * for the entries every soul sees")?;
             let n = memory.clear(scope.as_ref())?;
+            // Nothing removed for a soul that does not exist is a typo, not success
+            // (issue 26); a removed soul's leftover entries still clear.
+            if n == 0
+                && let Some(MemoryScope::Soul(id)) = &scope
+                && let Ok(policy) = crate::policy::load(&config.policy, &config.paths)
+                && let Ok(souls) = crate::soul::SoulSet::load(&config.paths, &policy)
+            {
+                souls.get(id.as_str())?;
+            }
             if json {
                 out.json_line(&serde_json::json!({"removed": n}))?;
             } else {

@@ -149,6 +149,11 @@ async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> an
     });
     if let (Some(when), Some(wait)) = (&args.task.when, args.task.wait) {
         super::when::wait_for(when, wait, &cancel).await;
+        // Ctrl-C while waiting: nothing ran, so nothing is reported as skipped.
+        if cancel.is_cancelled() {
+            rt.mcp.shutdown().await;
+            return Ok(Exit::Interrupted);
+        }
     }
     let outcome = run_task(Arc::clone(&rt), spec, bus, cancel).await;
     // The MCP servers the task started end with the run.

@@ -218,6 +218,15 @@ fn uninstall(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
         writeln!(out, "and run:\n  {}", reload[0].join(" "))?;
         return Ok(Exit::Completed);
     }
+    // Already uninstalled (a second run): systemctl would only fail on the units it
+    // no longer knows, which made a repeated uninstall exit 1 (issue 26).
+    if !files.iter().any(|f| f.exists()) {
+        writeln!(
+            out,
+            "familiar setup --uninstall: nothing to remove, the units and the activation file are not installed"
+        )?;
+        return Ok(Exit::Completed);
+    }
     let stopped = run_commands(&stop, out)?;
     for f in &files {
         match std::fs::remove_file(f) {

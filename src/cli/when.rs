@@ -29,9 +29,14 @@ pub async fn wait_for(when: &Conditions, wait: Duration, cancel: &CancellationTo
     ));
     match checker.wait_until(when, wait, cancel).await {
         None => say("the conditions hold; starting"),
-        Some(_) if cancel.is_cancelled() => {}
+        Some(_) if cancel.is_cancelled() => interrupted(when),
         Some(unmet) => say(&format!("still {unmet} after {wait_text}")),
     }
+}
+
+/// Ctrl-C while waiting: said as such, not as a skip (issue 26).
+pub fn interrupted(when: &Conditions) {
+    say(&format!("interrupted while waiting for --when {when}"));
 }
 
 fn say(line: &str) {

@@ -198,10 +198,15 @@ impl SandboxPolicy {
         workspace: &Path,
         home: &Path,
     ) -> Result<SandboxPolicy, SandboxError> {
-        std::fs::create_dir_all(workspace).map_err(|source| SandboxError::Workspace {
-            path: workspace.to_owned(),
-            source,
-        })?;
+        // 0700 like the rest of the data dir (an MCP server's `mcp/NAME` is made here):
+        // what a tool leaves in its workspace is the user's alone. An existing
+        // directory keeps its mode.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(workspace)
+            .map_err(|source| SandboxError::Workspace {
+                path: workspace.to_owned(),
+                source,
+            })?;
         let read = BASELINE_READ
             .iter()
             .map(PathBuf::from)

@@ -300,12 +300,24 @@ impl Checker {
     }
 
     /// NetworkManager's `Metered` (yes and guess-yes count); not metered when
-    /// NetworkManager is not there to ask.
+    /// NetworkManager is not there to ask: not on the system bus (not activatable, or
+    /// not running), or no system bus at all (a container, a minimal install), which
+    /// skipped `metered=no` though the docs say it holds (issue 26).
     async fn metered(&self) -> Result<bool, String> {
+        if let Err(e) = self.bus() {
+            tracing::debug!("no system bus, so no NetworkManager: not metered ({e})");
+            return Ok(false);
+        }
         match self.prop::<u32>(NM, NM_PATH, NM, "Metered").await {
             // NMMetered: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
             Ok(m) => Ok(m == 1 || m == 3),
-            Err(e) if e.contains("ServiceUnknown") || e.contains("not provided") => Ok(false),
+            Err(e)
+                if ["ServiceUnknown", "NameHasNoOwner", "not provided"]
+                    .iter()
+                    .any(|absent| e.contains(absent)) =>
+            {
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }

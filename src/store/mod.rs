@@ -138,6 +138,8 @@ pub struct SessionSummary {
     pub title: String,
     /// Unix seconds (0 when the file's timestamp does not parse).
     pub updated_at: u64,
+    /// RFC 3339 UTC, as the context has it.
+    pub created_at: String,
     /// How many tasks the session has run.
     pub tasks: usize,
 }
@@ -378,7 +380,9 @@ impl Store {
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let dir = self.data_dir.join(CONTEXT_DIR);
         let entries = fs::read_dir(&dir).map_err(|e| StoreError::io("cannot list", &dir, e))?;
-        let mut sessions = Vec::new();
+        // With each one's update time in milliseconds: several sessions end within the
+        // same second (a script, `-c` right after), and `-c` takes the first (issue 26).
+        let mut sessions: Vec<(u128, SessionSummary)> = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io("cannot list", &dir, e))?;
             let name = entry.file_name();
@@ -390,8 +394,8 @@ impl Store {
                 continue;
             };
             match read_summary(&entry.path()) {
-                Ok(s) if s.id == id => sessions.push(s),
-                Ok(s) => {
+                Ok(s) if s.1.id == id => sessions.push(s),
+                Ok((_, s)) => {
                     tracing::warn!(path = %entry.path().display(), holds = %s.id, "skipping a context file named for another session");
                 }
                 Err(reason) => {
@@ -399,8 +403,8 @@ impl Store {
                 }
             }
         }
-        sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-        Ok(sessions)
+        sessions.sort_by(|(a_ms, a), (b_ms, b)| b_ms.cmp(a_ms).then(a.id.cmp(&b.id)));
+        Ok(sessions.into_iter().map(|(_, s)| s).collect())
     }
 
     /// Deletes temp files whose writer process is gone; a live writer's file is left
@@ -450,6 +454,8 @@ struct SummaryProbe {
     soul: SoulId,
     #[serde(default)]
     title: String,
+    #[serde(default)]
+    created_at: String,
     updated_at: String,
     #[serde(default)]
     tasks: Vec<IgnoredAny>,
@@ -466,19 +472,28 @@ enum Unlisted {
     Version(u32),
 }
 
-fn read_summary(path: &Path) -> Result<SessionSummary, Unlisted> {
+/// The summary, and its update time in milliseconds (0 when it does not parse).
+fn read_summary(path: &Path) -> Result<(u128, SessionSummary), Unlisted> {
     let file = File::open(path)?;
     let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))?;
     if probe.version != CONTEXT_VERSION {
         return Err(Unlisted::Version(probe.version));
     }
-    Ok(SessionSummary {
-        id: probe.session_id,
-        soul: probe.soul,
-        title: probe.title,
-        updated_at: context::unix_secs(&probe.updated_at).unwrap_or(0),
-        tasks: probe.tasks.len(),
-    })
+    let updated_ms = humantime::parse_rfc3339_weak(&probe.updated_at)
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis());
+    Ok((
+        updated_ms,
+        SessionSummary {
+            id: probe.session_id,
+            soul: probe.soul,
+            title: probe.title,
+            updated_at: context::unix_secs(&probe.updated_at).unwrap_or(0),
+            created_at: probe.created_at,
+            tasks: probe.tasks.len(),
+        },
+    ))
 }
 
 /// Moves `path` to `path.corrupt-<unix time>` (or `…-<unix time>-N` if that exists),

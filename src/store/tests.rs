@@ -303,6 +303,7 @@ fn sessions_are_listed_newest_first_skipping_corrupt_ones() {
                 soul: b.soul.clone(),
                 title: b.title.clone(),
                 updated_at: 1_780_272_000,
+                created_at: b.created_at.clone(),
                 tasks: 1,
             },
             SessionSummary {
@@ -310,12 +311,33 @@ fn sessions_are_listed_newest_first_skipping_corrupt_ones() {
                 soul: a.soul.clone(),
                 title: a.title.clone(),
                 updated_at: 1_767_225_600,
+                created_at: a.created_at.clone(),
                 tasks: 1,
             },
         ]
     );
     // Listing never moves a file.
     assert!(store.context_path(&sid("c")).exists());
+}
+
+/// Regression (issue 26): sessions that ended in the same second were ordered by id,
+/// so `run -c` could continue an older one.
+#[test]
+fn sessions_ending_in_the_same_second_are_ordered_by_their_milliseconds() {
+    let (_dir, store) = store();
+    let mut later = sample("b-later");
+    later.updated_at = "2026-06-01T00:00:00.900Z".into();
+    let mut earlier = sample("a-earlier");
+    earlier.updated_at = "2026-06-01T00:00:00.100Z".into();
+    store.save_context(&mut later).unwrap();
+    store.save_context(&mut earlier).unwrap();
+    let ids: Vec<String> = store
+        .list_sessions()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id.to_string())
+        .collect();
+    assert_eq!(ids, ["b-later", "a-earlier"]);
 }
 
 #[test]

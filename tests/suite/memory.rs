@@ -337,6 +337,13 @@ async fn familiar_memory_clears_one_soul_or_everything() {
     assert_eq!(souls, ["research_agent", "*"]);
     let out = familiar(&home, &["memory", "clear", "--soul", "../x"]).await;
     assert_eq!(out.status.code(), Some(2));
+    // Regression (issue 26): a soul that does not exist cleared nothing, with rc 0.
+    let out = familiar(&home, &["memory", "clear", "--soul", "nosuch"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown soul `nosuch`"),
+        "{out:?}"
+    );
     let out = familiar(&home, &["memory", "clear"]).await;
     assert_eq!(stdout(&out), "removed 2 entries\n");
     assert!(memory.list().unwrap().is_empty());

@@ -295,6 +295,41 @@ async fn conditions_that_hold_let_the_task_run() {
     assert_eq!(server.requests().len(), 1);
 }
 
+/// Regression (issue 26): with no system bus (so no NetworkManager), `metered=no` was
+/// unmet ("cannot tell whether the network is metered") and the run skipped; docs say
+/// NetworkManager's absence means no metered connection is known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metered_no_holds_without_network_manager_or_a_system_bus() {
+    let server = LlmServer::start(vec![text_reply("unmetered")]).await;
+    let home = home_for(&server);
+    let nowhere = tempfile::tempdir().unwrap();
+    let mut cmd = home.familiar_process();
+    cmd.env(
+        "DBUS_SYSTEM_BUS_ADDRESS",
+        format!("unix:path={}", nowhere.path().join("no-bus").display()),
+    )
+    .args([
+        "run",
+        "--soul",
+        "safe_assistant",
+        "--when",
+        "metered=no",
+        "hello",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("unmetered"), "{stdout}");
+    assert_eq!(server.requests().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_holds_the_run_until_the_battery_charges() {
     let server = LlmServer::start(vec![text_reply("charged now")]).await;
@@ -358,6 +393,61 @@ async fn wait_holds_the_run_until_the_battery_charges() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("charged now"), "{stdout}");
     assert_eq!(server.requests().len(), 1);
+}
+
+/// Regression (issue 26): Ctrl-C while `--wait`ing printed "skipped"; it is an
+/// interruption (exit 130), and no task ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_waiting_says_interrupted() {
+    let server = LlmServer::start(vec![text_reply("should not be asked")]).await;
+    let home = home_for(&server);
+    let (system, _fakes) = system_bus(Machine {
+        on_battery: true,
+        ..AT_REST
+    })
+    .await;
+    let mut cmd = home.familiar_process();
+    cmd.env("DBUS_SYSTEM_BUS_ADDRESS", &system.address)
+        .args([
+            "run",
+            "--soul",
+            "safe_assistant",
+            "--when",
+            "ac",
+            "--wait",
+            "1h",
+            "hello",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stderr).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert!(first.contains("waiting up to 1h for --when ac"), "{first}");
+        lines
+    })
+    .await
+    .unwrap();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let (status, rest) = tokio::task::spawn_blocking(move || {
+        let rest: Vec<String> = lines.by_ref().map_while(Result::ok).collect();
+        (child.wait().unwrap(), rest.join("\n"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        rest.contains("interrupted while waiting for --when ac"),
+        "{rest}"
+    );
+    assert!(!rest.contains("skipped"), "{rest}");
+    assert!(server.requests().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -463,17 +463,6 @@ async fn a_stdio_server_cannot_reach_the_session_bus_or_any_unix_socket() {
     hub.shutdown().await;
 }
 
-/// `SigBlk:` of /proc/PID/status, the blocked signals as hex.
-fn blocked_signals(pid: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigBlk:"))
-        .unwrap()
-        .trim()
-        .to_owned()
-}
-
 /// Regression (issue 26): stdio servers started with SIGTERM, SIGINT, SIGHUP, SIGCHLD
 /// and SIGALRM blocked (the sandbox helper's mask), so every stop waited the helper's
 /// grace second and SIGKILLed them (`mcp list` took over a second). The server starts
@@ -515,8 +504,14 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
     )
     .await
     .unwrap();
-    let pid = std::fs::read_to_string(workspace.join("server.pid")).unwrap();
-    assert_eq!(blocked_signals(&pid), "0000000000000000");
+    // What the server read from /proc/thread-self/status as it started.
+    let blocked = std::fs::read_to_string(workspace.join("server.sigblk")).unwrap();
+    // Its state folder is the user's alone, like the rest of the data dir (issue 26).
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&workspace).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(blocked, "0000000000000000");
     let status = conn.shutdown().await.expect("the helper's exit");
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
 }

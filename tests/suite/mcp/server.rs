@@ -150,6 +150,17 @@ fn serve() {
                 // In its working directory (its state folder), for tests that check it
                 // is gone when its client is.
                 std::fs::write("server.pid", std::process::id().to_string()).unwrap();
+                // The signal mask this thread started with (inherited from the exec),
+                // read here: another thread's mask in /proc/PID/status may be mid-change
+                // (glibc blocks everything while it creates a thread).
+                let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+                let blocked = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigBlk:"))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned();
+                std::fs::write("server.sigblk", blocked).unwrap();
                 let running = TestServer
                     .serve((tokio::io::stdin(), tokio::io::stderr()))
                     .await
