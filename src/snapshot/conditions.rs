@@ -73,16 +73,70 @@ impl fmt::Display for Conditions {
     }
 }
 
+/// A `--when` value that is not a list of conditions: what is wrong, and the syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConditions(String);
+
+/// Why a fact a condition needs could not be read (the condition then does not hold).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConditionError {
+    #[error("the system bus cannot be reached: {0}")]
+    NoSystemBus(zbus::Error),
+    #[error("the system bus did not answer")]
+    SystemBusSilent,
+    #[error("{service} did not answer")]
+    Silent { service: &'static str },
+    #[error("{service}: {error}")]
+    Bus {
+        service: &'static str,
+        error: zbus::Error,
+    },
+    /// The service answered with something of another shape.
+    #[error("{service} {what}: {detail}")]
+    Unexpected {
+        service: &'static str,
+        what: &'static str,
+        detail: String,
+    },
+    #[error("logind knows no graphical session of this user")]
+    NoGraphicalSession,
+    #[error("{path}: {detail}")]
+    Read { path: &'static str, detail: String },
+}
+
+impl ConditionError {
+    /// Whether the service is not on the bus at all (and nothing can start it).
+    fn is_service_unknown(&self) -> bool {
+        match self {
+            ConditionError::Bus { error, .. } => match error {
+                zbus::Error::MethodError(name, _, _) => {
+                    name.as_str() == "org.freedesktop.DBus.Error.ServiceUnknown"
+                }
+                zbus::Error::FDO(e) => matches!(**e, zbus::fdo::Error::ServiceUnknown(_)),
+                _ => false,
+            },
+            ConditionError::NoSystemBus(_)
+            | ConditionError::SystemBusSilent
+            | ConditionError::Silent { .. }
+            | ConditionError::Unexpected { .. }
+            | ConditionError::NoGraphicalSession
+            | ConditionError::Read { .. } => false,
+        }
+    }
+}
+
 pub const SYNTAX: &str =
     "ac, battery>N (percent), load<N, idle>DURATION (e.g. 10m), unlocked, metered=no";
 
 impl FromStr for Conditions {
-    type Err = String;
+    type Err = InvalidConditions;
 
-    fn from_str(s: &str) -> Result<Conditions, String> {
+    fn from_str(s: &str) -> Result<Conditions, InvalidConditions> {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = |why: &str| format!("`{part}`: {why} (conditions: {SYNTAX})");
+            let bad =
+                |why: &str| InvalidConditions(format!("`{part}`: {why} (conditions: {SYNTAX})"));
             let c = if part == "ac" {
                 Condition::Ac
             } else if part == "unlocked" {
@@ -112,7 +166,9 @@ impl FromStr for Conditions {
             }
         }
         if out.is_empty() {
-            return Err(format!("no condition given (conditions: {SYNTAX})"));
+            return Err(InvalidConditions(format!(
+                "no condition given (conditions: {SYNTAX})"
+            )));
         }
         Ok(Conditions(out))
     }
@@ -131,7 +187,7 @@ impl fmt::Display for Unmet {
 /// Reads the facts the conditions need.
 pub struct Checker {
     /// `None` when the system bus cannot be reached (the reason kept).
-    system: Result<zbus::Connection, String>,
+    system: Result<zbus::Connection, ConditionError>,
 }
 
 impl Checker {
@@ -139,8 +195,8 @@ impl Checker {
     pub async fn connect() -> Checker {
         let system = match tokio::time::timeout(READ_TIMEOUT, zbus::Connection::system()).await {
             Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(format!("the system bus cannot be reached: {e}")),
-            Err(_) => Err("the system bus did not answer".to_owned()),
+            Ok(Err(e)) => Err(ConditionError::NoSystemBus(e)),
+            Err(_) => Err(ConditionError::SystemBusSilent),
         };
         Checker { system }
     }
@@ -218,12 +274,12 @@ impl Checker {
         }
     }
 
-    fn bus(&self) -> Result<&zbus::Connection, String> {
+    fn bus(&self) -> Result<&zbus::Connection, ConditionError> {
         self.system.as_ref().map_err(Clone::clone)
     }
 
     /// UPower's `OnBattery`, else the power supplies in sysfs.
-    async fn on_battery(&self) -> Result<bool, String> {
+    async fn on_battery(&self) -> Result<bool, ConditionError> {
         match self
             .prop::<bool>(UPOWER, UPOWER_PATH, UPOWER, "OnBattery")
             .await
@@ -237,7 +293,7 @@ impl Checker {
     }
 
     /// The battery's charge, `None` without a battery.
-    async fn battery_percent(&self) -> Result<Option<f64>, String> {
+    async fn battery_percent(&self) -> Result<Option<f64>, ConditionError> {
         let iface = "org.freedesktop.UPower.Device";
         match self
             .prop::<bool>(UPOWER, DISPLAY_DEVICE, iface, "IsPresent")
@@ -256,7 +312,7 @@ impl Checker {
     }
 
     /// How long the user has been idle; `None` when they are not.
-    async fn idle_for(&self) -> Result<Option<Duration>, String> {
+    async fn idle_for(&self) -> Result<Option<Duration>, ConditionError> {
         let user = self.logind_user().await?;
         let iface = "org.freedesktop.login1.User";
         if !self
@@ -277,7 +333,7 @@ impl Checker {
     }
 
     /// Whether the user's graphical session is locked.
-    async fn locked(&self) -> Result<bool, String> {
+    async fn locked(&self) -> Result<bool, ConditionError> {
         let user = self.logind_user().await?;
         let (id, session): (String, OwnedObjectPath) = self
             .prop(
@@ -288,7 +344,7 @@ impl Checker {
             )
             .await?;
         if id.is_empty() {
-            return Err("logind knows no graphical session of this user".to_owned());
+            return Err(ConditionError::NoGraphicalSession);
         }
         self.prop::<bool>(
             LOGIND,
@@ -301,16 +357,16 @@ impl Checker {
 
     /// NetworkManager's `Metered` (yes and guess-yes count); not metered when
     /// NetworkManager is not there to ask.
-    async fn metered(&self) -> Result<bool, String> {
+    async fn metered(&self) -> Result<bool, ConditionError> {
         match self.prop::<u32>(NM, NM_PATH, NM, "Metered").await {
             // NMMetered: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
             Ok(m) => Ok(m == 1 || m == 3),
-            Err(e) if e.contains("ServiceUnknown") || e.contains("not provided") => Ok(false),
+            Err(e) if e.is_service_unknown() => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    async fn logind_user(&self) -> Result<OwnedObjectPath, String> {
+    async fn logind_user(&self) -> Result<OwnedObjectPath, ConditionError> {
         let uid = nix::unistd::getuid().as_raw();
         let reply = self
             .call(
@@ -324,11 +380,21 @@ impl Checker {
         reply
             .body()
             .deserialize::<OwnedObjectPath>()
-            .map_err(|e| format!("logind's GetUser answered something else: {e}"))
+            .map_err(|e| ConditionError::Unexpected {
+                service: LOGIND,
+                what: "GetUser",
+                detail: e.to_string(),
+            })
     }
 
     /// One property, read fresh (no cache).
-    async fn prop<T>(&self, dest: &str, path: &str, iface: &str, name: &str) -> Result<T, String>
+    async fn prop<T>(
+        &self,
+        dest: &'static str,
+        path: &str,
+        iface: &str,
+        name: &'static str,
+    ) -> Result<T, ConditionError>
     where
         T: TryFrom<OwnedValue>,
         <T as TryFrom<OwnedValue>>::Error: fmt::Display,
@@ -337,22 +403,27 @@ impl Checker {
         let reply = self
             .call(dest, path, properties, "Get", &(iface, name))
             .await?;
+        let unexpected = |detail: String| ConditionError::Unexpected {
+            service: dest,
+            what: name,
+            detail,
+        };
         let value: OwnedValue = reply
             .body()
             .deserialize()
-            .map_err(|e| format!("{dest} {name}: {e}"))?;
-        T::try_from(value).map_err(|e| format!("{dest} {name}: {e}"))
+            .map_err(|e| unexpected(e.to_string()))?;
+        T::try_from(value).map_err(|e| unexpected(e.to_string()))
     }
 
     /// One method call on the system bus, bounded by [`READ_TIMEOUT`].
     async fn call<B>(
         &self,
-        dest: &str,
+        dest: &'static str,
         path: &str,
         iface: &str,
         method: &str,
         args: &B,
-    ) -> Result<zbus::Message, String>
+    ) -> Result<zbus::Message, ConditionError>
     where
         B: serde::Serialize + zbus::zvariant::DynamicType,
     {
@@ -361,8 +432,11 @@ impl Checker {
             .call_method(Some(dest), path, Some(iface), method, args);
         tokio::time::timeout(READ_TIMEOUT, call)
             .await
-            .map_err(|_| format!("{dest} did not answer"))?
-            .map_err(|e| format!("{dest}: {e}"))
+            .map_err(|_| ConditionError::Silent { service: dest })?
+            .map_err(|error| ConditionError::Bus {
+                service: dest,
+                error,
+            })
     }
 
     /// Waits until every condition holds, `wait` passes, or `cancel` fires; what still
@@ -421,12 +495,19 @@ async fn next_change(changes: &mut Option<zbus::MessageStream>) -> Option<()> {
 }
 
 /// The 1-minute load average.
-fn load_average() -> Result<f64, String> {
-    let text = std::fs::read_to_string("/proc/loadavg").map_err(|e| e.to_string())?;
+fn load_average() -> Result<f64, ConditionError> {
+    const PATH: &str = "/proc/loadavg";
+    let text = std::fs::read_to_string(PATH).map_err(|e| ConditionError::Read {
+        path: PATH,
+        detail: e.to_string(),
+    })?;
     text.split_whitespace()
         .next()
         .and_then(|l| l.parse().ok())
-        .ok_or_else(|| format!("/proc/loadavg says {text:?}"))
+        .ok_or_else(|| ConditionError::Read {
+            path: PATH,
+            detail: format!("says {text:?}"),
+        })
 }
 
 struct SysfsPower {
@@ -436,8 +517,9 @@ struct SysfsPower {
 
 /// `/sys/class/power_supply`: on battery when a battery discharges and no mains supply
 /// is online; the mean charge of the batteries.
-fn sysfs_power() -> Result<SysfsPower, String> {
-    let dir = std::path::Path::new("/sys/class/power_supply");
+fn sysfs_power() -> Result<SysfsPower, ConditionError> {
+    const DIR: &str = "/sys/class/power_supply";
+    let dir = std::path::Path::new(DIR);
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -446,7 +528,12 @@ fn sysfs_power() -> Result<SysfsPower, String> {
                 battery_percent: None,
             });
         }
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(e) => {
+            return Err(ConditionError::Read {
+                path: DIR,
+                detail: e.to_string(),
+            });
+        }
     };
     let read = |p: &std::path::Path, f: &str| {
         std::fs::read_to_string(p.join(f))
@@ -510,7 +597,7 @@ mod tests {
                 "`charging`: unknown condition (conditions: ac, battery>N",
             ),
         ] {
-            let e = s.parse::<Conditions>().unwrap_err();
+            let e = s.parse::<Conditions>().unwrap_err().to_string();
             assert!(e.starts_with(want), "{s}: {e}");
         }
     }
