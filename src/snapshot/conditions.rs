@@ -14,17 +14,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::dbus::desktop::{
+    LOGIND, Login1ManagerProxy, Login1SessionProxy, Login1UserProxy, NETWORK_MANAGER,
+    NetworkManagerProxy, UPOWER, UPowerDeviceProxy, UPowerProxy,
+};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
-
-const UPOWER: &str = "org.freedesktop.UPower";
-const UPOWER_PATH: &str = "/org/freedesktop/UPower";
-const DISPLAY_DEVICE: &str = "/org/freedesktop/UPower/devices/DisplayDevice";
-const LOGIND: &str = "org.freedesktop.login1";
-const LOGIND_PATH: &str = "/org/freedesktop/login1";
-const NM: &str = "org.freedesktop.NetworkManager";
-const NM_PATH: &str = "/org/freedesktop/NetworkManager";
 
 /// How long one fact may take to read before it counts as unknown.
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
@@ -92,13 +87,6 @@ pub enum ConditionError {
         service: &'static str,
         error: zbus::Error,
     },
-    /// The service answered with something of another shape.
-    #[error("{service} {what}: {detail}")]
-    Unexpected {
-        service: &'static str,
-        what: &'static str,
-        detail: String,
-    },
     #[error("logind knows no graphical session of this user")]
     NoGraphicalSession,
     #[error("{path}: {detail}")]
@@ -119,7 +107,6 @@ impl ConditionError {
             ConditionError::NoSystemBus(_)
             | ConditionError::SystemBusSilent
             | ConditionError::Silent { .. }
-            | ConditionError::Unexpected { .. }
             | ConditionError::NoGraphicalSession
             | ConditionError::Read { .. } => false,
         }
@@ -280,10 +267,11 @@ impl Checker {
 
     /// UPower's `OnBattery`, else the power supplies in sysfs.
     async fn on_battery(&self) -> Result<bool, ConditionError> {
-        match self
-            .prop::<bool>(UPOWER, UPOWER_PATH, UPOWER, "OnBattery")
-            .await
-        {
+        let asked = async {
+            let upower = read(UPOWER, fresh(UPowerProxy::builder(self.bus()?))).await?;
+            read(UPOWER, upower.on_battery()).await
+        };
+        match asked.await {
             Ok(b) => Ok(b),
             Err(e) => {
                 tracing::debug!("UPower: {e}; reading /sys/class/power_supply");
@@ -294,16 +282,15 @@ impl Checker {
 
     /// The battery's charge, `None` without a battery.
     async fn battery_percent(&self) -> Result<Option<f64>, ConditionError> {
-        let iface = "org.freedesktop.UPower.Device";
-        match self
-            .prop::<bool>(UPOWER, DISPLAY_DEVICE, iface, "IsPresent")
-            .await
-        {
-            Ok(false) => Ok(None),
-            Ok(true) => self
-                .prop::<f64>(UPOWER, DISPLAY_DEVICE, iface, "Percentage")
-                .await
-                .map(Some),
+        let asked = async {
+            let device = read(UPOWER, fresh(UPowerDeviceProxy::builder(self.bus()?))).await?;
+            match read(UPOWER, device.is_present()).await? {
+                false => Ok(None),
+                true => read(UPOWER, device.percentage()).await.map(Some),
+            }
+        };
+        match asked.await {
+            Ok(p) => Ok(p),
             Err(e) => {
                 tracing::debug!("UPower: {e}; reading /sys/class/power_supply");
                 sysfs_power().map(|p| p.battery_percent)
@@ -314,16 +301,10 @@ impl Checker {
     /// How long the user has been idle; `None` when they are not.
     async fn idle_for(&self) -> Result<Option<Duration>, ConditionError> {
         let user = self.logind_user().await?;
-        let iface = "org.freedesktop.login1.User";
-        if !self
-            .prop::<bool>(LOGIND, user.as_str(), iface, "IdleHint")
-            .await?
-        {
+        if !read(LOGIND, user.idle_hint()).await? {
             return Ok(None);
         }
-        let since_us = self
-            .prop::<u64>(LOGIND, user.as_str(), iface, "IdleSinceHint")
-            .await?;
+        let since_us = read(LOGIND, user.idle_since_hint()).await?;
         let since = UNIX_EPOCH + Duration::from_micros(since_us);
         Ok(Some(
             SystemTime::now()
@@ -335,30 +316,27 @@ impl Checker {
     /// Whether the user's graphical session is locked.
     async fn locked(&self) -> Result<bool, ConditionError> {
         let user = self.logind_user().await?;
-        let (id, session): (String, OwnedObjectPath) = self
-            .prop(
-                LOGIND,
-                user.as_str(),
-                "org.freedesktop.login1.User",
-                "Display",
-            )
-            .await?;
+        let (id, session) = read(LOGIND, user.display()).await?;
         if id.is_empty() {
             return Err(ConditionError::NoGraphicalSession);
         }
-        self.prop::<bool>(
-            LOGIND,
-            session.as_str(),
-            "org.freedesktop.login1.Session",
-            "LockedHint",
-        )
-        .await
+        let builder = Login1SessionProxy::builder(self.bus()?).path(session);
+        let session = read(LOGIND, fresh(builder)).await?;
+        read(LOGIND, session.locked_hint()).await
     }
 
     /// NetworkManager's `Metered` (yes and guess-yes count); not metered when
     /// NetworkManager is not there to ask.
     async fn metered(&self) -> Result<bool, ConditionError> {
-        match self.prop::<u32>(NM, NM_PATH, NM, "Metered").await {
+        let asked = async {
+            let nm = read(
+                NETWORK_MANAGER,
+                fresh(NetworkManagerProxy::builder(self.bus()?)),
+            )
+            .await?;
+            read(NETWORK_MANAGER, nm.metered()).await
+        };
+        match asked.await {
             // NMMetered: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
             Ok(m) => Ok(m == 1 || m == 3),
             Err(e) if e.is_service_unknown() => Ok(false),
@@ -366,77 +344,14 @@ impl Checker {
         }
     }
 
-    async fn logind_user(&self) -> Result<OwnedObjectPath, ConditionError> {
+    /// logind's object for this user.
+    async fn logind_user(&self) -> Result<Login1UserProxy<'_>, ConditionError> {
+        let bus = self.bus()?;
+        let manager = read(LOGIND, fresh(Login1ManagerProxy::builder(bus))).await?;
         let uid = nix::unistd::getuid().as_raw();
-        let reply = self
-            .call(
-                LOGIND,
-                LOGIND_PATH,
-                "org.freedesktop.login1.Manager",
-                "GetUser",
-                &(uid,),
-            )
-            .await?;
-        reply
-            .body()
-            .deserialize::<OwnedObjectPath>()
-            .map_err(|e| ConditionError::Unexpected {
-                service: LOGIND,
-                what: "GetUser",
-                detail: e.to_string(),
-            })
-    }
-
-    /// One property, read fresh (no cache).
-    async fn prop<T>(
-        &self,
-        dest: &'static str,
-        path: &str,
-        iface: &str,
-        name: &'static str,
-    ) -> Result<T, ConditionError>
-    where
-        T: TryFrom<OwnedValue>,
-        <T as TryFrom<OwnedValue>>::Error: fmt::Display,
-    {
-        let properties = "org.freedesktop.DBus.Properties";
-        let reply = self
-            .call(dest, path, properties, "Get", &(iface, name))
-            .await?;
-        let unexpected = |detail: String| ConditionError::Unexpected {
-            service: dest,
-            what: name,
-            detail,
-        };
-        let value: OwnedValue = reply
-            .body()
-            .deserialize()
-            .map_err(|e| unexpected(e.to_string()))?;
-        T::try_from(value).map_err(|e| unexpected(e.to_string()))
-    }
-
-    /// One method call on the system bus, bounded by [`READ_TIMEOUT`].
-    async fn call<B>(
-        &self,
-        dest: &'static str,
-        path: &str,
-        iface: &str,
-        method: &str,
-        args: &B,
-    ) -> Result<zbus::Message, ConditionError>
-    where
-        B: serde::Serialize + zbus::zvariant::DynamicType,
-    {
-        let call = self
-            .bus()?
-            .call_method(Some(dest), path, Some(iface), method, args);
-        tokio::time::timeout(READ_TIMEOUT, call)
-            .await
-            .map_err(|_| ConditionError::Silent { service: dest })?
-            .map_err(|error| ConditionError::Bus {
-                service: dest,
-                error,
-            })
+        let path = read(LOGIND, manager.get_user(uid)).await?;
+        let builder = Login1UserProxy::builder(bus).path(path);
+        read(LOGIND, fresh(builder)).await
     }
 
     /// Waits until every condition holds, `wait` passes, or `cancel` fires; what still
@@ -470,6 +385,29 @@ impl Checker {
             }
         }
     }
+}
+
+/// A proxy that reads each property fresh: a condition is read when it is checked, and
+/// a caching proxy would subscribe to every change for one read.
+async fn fresh<'a, P>(builder: zbus::proxy::Builder<'a, P>) -> zbus::Result<P>
+where
+    P: From<zbus::Proxy<'a>> + zbus::proxy::Defaults,
+{
+    builder
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+}
+
+/// One read from `service` on the system bus, bounded by [`READ_TIMEOUT`].
+async fn read<T>(
+    service: &'static str,
+    read: impl std::future::Future<Output = zbus::Result<T>>,
+) -> Result<T, ConditionError> {
+    tokio::time::timeout(READ_TIMEOUT, read)
+        .await
+        .map_err(|_| ConditionError::Silent { service })?
+        .map_err(|error| ConditionError::Bus { service, error })
 }
 
 /// A stream of `PropertiesChanged` signals on the system bus, if it can be had.
