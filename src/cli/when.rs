@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::snapshot::conditions::{Checker, Conditions};
+use crate::snapshot::conditions::{Checker, Conditions, InvalidConditions};
 
 /// The `--when` value parser.
-pub fn parse(s: &str) -> Result<Conditions, String> {
+pub fn parse(s: &str) -> Result<Conditions, InvalidConditions> {
     s.parse()
 }
 

@@ -8,6 +8,7 @@
 //! server and client cannot disagree; `docs/dbus.md` mirrors them for users. This
 //! module never imports the daemon: cli, tools and daemon import it, one way.
 
+pub mod desktop;
 pub mod notifications;
 pub mod proxy;
 pub mod systemd;

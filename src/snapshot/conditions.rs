@@ -14,17 +14,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::dbus::desktop::{
+    LOGIND, Login1ManagerProxy, Login1SessionProxy, Login1UserProxy, NETWORK_MANAGER,
+    NetworkManagerProxy, UPOWER, UPowerDeviceProxy, UPowerProxy,
+};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
-
-const UPOWER: &str = "org.freedesktop.UPower";
-const UPOWER_PATH: &str = "/org/freedesktop/UPower";
-const DISPLAY_DEVICE: &str = "/org/freedesktop/UPower/devices/DisplayDevice";
-const LOGIND: &str = "org.freedesktop.login1";
-const LOGIND_PATH: &str = "/org/freedesktop/login1";
-const NM: &str = "org.freedesktop.NetworkManager";
-const NM_PATH: &str = "/org/freedesktop/NetworkManager";
 
 /// How long one fact may take to read before it counts as unknown.
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
@@ -73,16 +68,68 @@ impl fmt::Display for Conditions {
     }
 }
 
+/// A `--when` value that is not a list of conditions: what is wrong, and the syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConditions(String);
+
+/// Why a fact a condition needs could not be read (the condition then does not hold).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConditionError {
+    #[error("the system bus cannot be reached: {0}")]
+    NoSystemBus(zbus::Error),
+    #[error("the system bus did not answer")]
+    SystemBusSilent,
+    #[error("{service} did not answer")]
+    Silent { service: &'static str },
+    #[error("{service}: {error}")]
+    Bus {
+        service: &'static str,
+        error: zbus::Error,
+    },
+    #[error("logind knows no graphical session of this user")]
+    NoGraphicalSession,
+    #[error("{path}: {detail}")]
+    Read { path: &'static str, detail: String },
+}
+
+impl ConditionError {
+    /// Whether the service is not on the bus at all (and nothing can start it).
+    fn is_service_unknown(&self) -> bool {
+        match self {
+            ConditionError::Bus { error, .. } => match error {
+                // Not activatable, or activatable but not running.
+                zbus::Error::MethodError(name, _, _) => matches!(
+                    name.as_str(),
+                    "org.freedesktop.DBus.Error.ServiceUnknown"
+                        | "org.freedesktop.DBus.Error.NameHasNoOwner"
+                ),
+                zbus::Error::FDO(e) => matches!(
+                    **e,
+                    zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_)
+                ),
+                _ => false,
+            },
+            ConditionError::NoSystemBus(_)
+            | ConditionError::SystemBusSilent
+            | ConditionError::Silent { .. }
+            | ConditionError::NoGraphicalSession
+            | ConditionError::Read { .. } => false,
+        }
+    }
+}
+
 pub const SYNTAX: &str =
     "ac, battery>N (percent), load<N, idle>DURATION (e.g. 10m), unlocked, metered=no";
 
 impl FromStr for Conditions {
-    type Err = String;
+    type Err = InvalidConditions;
 
-    fn from_str(s: &str) -> Result<Conditions, String> {
+    fn from_str(s: &str) -> Result<Conditions, InvalidConditions> {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = |why: &str| format!("`{part}`: {why} (conditions: {SYNTAX})");
+            let bad =
+                |why: &str| InvalidConditions(format!("`{part}`: {why} (conditions: {SYNTAX})"));
             let c = if part == "ac" {
                 Condition::Ac
             } else if part == "unlocked" {
@@ -112,7 +159,9 @@ impl FromStr for Conditions {
             }
         }
         if out.is_empty() {
-            return Err(format!("no condition given (conditions: {SYNTAX})"));
+            return Err(InvalidConditions(format!(
+                "no condition given (conditions: {SYNTAX})"
+            )));
         }
         Ok(Conditions(out))
     }
@@ -131,7 +180,7 @@ impl fmt::Display for Unmet {
 /// Reads the facts the conditions need.
 pub struct Checker {
     /// `None` when the system bus cannot be reached (the reason kept).
-    system: Result<zbus::Connection, String>,
+    system: Result<zbus::Connection, ConditionError>,
 }
 
 impl Checker {
@@ -139,8 +188,8 @@ impl Checker {
     pub async fn connect() -> Checker {
         let system = match tokio::time::timeout(READ_TIMEOUT, zbus::Connection::system()).await {
             Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(format!("the system bus cannot be reached: {e}")),
-            Err(_) => Err("the system bus did not answer".to_owned()),
+            Ok(Err(e)) => Err(ConditionError::NoSystemBus(e)),
+            Err(_) => Err(ConditionError::SystemBusSilent),
         };
         Checker { system }
     }
@@ -218,16 +267,17 @@ impl Checker {
         }
     }
 
-    fn bus(&self) -> Result<&zbus::Connection, String> {
+    fn bus(&self) -> Result<&zbus::Connection, ConditionError> {
         self.system.as_ref().map_err(Clone::clone)
     }
 
     /// UPower's `OnBattery`, else the power supplies in sysfs.
-    async fn on_battery(&self) -> Result<bool, String> {
-        match self
-            .prop::<bool>(UPOWER, UPOWER_PATH, UPOWER, "OnBattery")
-            .await
-        {
+    async fn on_battery(&self) -> Result<bool, ConditionError> {
+        let asked = async {
+            let upower = read(UPOWER, fresh(UPowerProxy::builder(self.bus()?))).await?;
+            read(UPOWER, upower.on_battery()).await
+        };
+        match asked.await {
             Ok(b) => Ok(b),
             Err(e) => {
                 tracing::debug!("UPower: {e}; reading /sys/class/power_supply");
@@ -237,17 +287,16 @@ impl Checker {
     }
 
     /// The battery's charge, `None` without a battery.
-    async fn battery_percent(&self) -> Result<Option<f64>, String> {
-        let iface = "org.freedesktop.UPower.Device";
-        match self
-            .prop::<bool>(UPOWER, DISPLAY_DEVICE, iface, "IsPresent")
-            .await
-        {
-            Ok(false) => Ok(None),
-            Ok(true) => self
-                .prop::<f64>(UPOWER, DISPLAY_DEVICE, iface, "Percentage")
-                .await
-                .map(Some),
+    async fn battery_percent(&self) -> Result<Option<f64>, ConditionError> {
+        let asked = async {
+            let device = read(UPOWER, fresh(UPowerDeviceProxy::builder(self.bus()?))).await?;
+            match read(UPOWER, device.is_present()).await? {
+                false => Ok(None),
+                true => read(UPOWER, device.percentage()).await.map(Some),
+            }
+        };
+        match asked.await {
+            Ok(p) => Ok(p),
             Err(e) => {
                 tracing::debug!("UPower: {e}; reading /sys/class/power_supply");
                 sysfs_power().map(|p| p.battery_percent)
@@ -256,18 +305,12 @@ impl Checker {
     }
 
     /// How long the user has been idle; `None` when they are not.
-    async fn idle_for(&self) -> Result<Option<Duration>, String> {
+    async fn idle_for(&self) -> Result<Option<Duration>, ConditionError> {
         let user = self.logind_user().await?;
-        let iface = "org.freedesktop.login1.User";
-        if !self
-            .prop::<bool>(LOGIND, user.as_str(), iface, "IdleHint")
-            .await?
-        {
+        if !read(LOGIND, user.idle_hint()).await? {
             return Ok(None);
         }
-        let since_us = self
-            .prop::<u64>(LOGIND, user.as_str(), iface, "IdleSinceHint")
-            .await?;
+        let since_us = read(LOGIND, user.idle_since_hint()).await?;
         let since = UNIX_EPOCH + Duration::from_micros(since_us);
         Ok(Some(
             SystemTime::now()
@@ -277,104 +320,49 @@ impl Checker {
     }
 
     /// Whether the user's graphical session is locked.
-    async fn locked(&self) -> Result<bool, String> {
+    async fn locked(&self) -> Result<bool, ConditionError> {
         let user = self.logind_user().await?;
-        let (id, session): (String, OwnedObjectPath) = self
-            .prop(
-                LOGIND,
-                user.as_str(),
-                "org.freedesktop.login1.User",
-                "Display",
-            )
-            .await?;
+        let (id, session) = read(LOGIND, user.display()).await?;
         if id.is_empty() {
-            return Err("logind knows no graphical session of this user".to_owned());
+            return Err(ConditionError::NoGraphicalSession);
         }
-        self.prop::<bool>(
-            LOGIND,
-            session.as_str(),
-            "org.freedesktop.login1.Session",
-            "LockedHint",
-        )
-        .await
+        let builder = Login1SessionProxy::builder(self.bus()?).path(session);
+        let session = read(LOGIND, fresh(builder)).await?;
+        read(LOGIND, session.locked_hint()).await
     }
 
     /// NetworkManager's `Metered` (yes and guess-yes count); not metered when
     /// NetworkManager is not there to ask: not on the system bus (not activatable, or
     /// not running), or no system bus at all (a container, a minimal install), which
-    /// skipped `metered=no` though the docs say it holds (issue 26).
-    async fn metered(&self) -> Result<bool, String> {
-        if let Err(e) = self.bus() {
-            tracing::debug!("no system bus, so no NetworkManager: not metered ({e})");
-            return Ok(false);
-        }
-        match self.prop::<u32>(NM, NM_PATH, NM, "Metered").await {
+    /// skipped `metered=no` though the docs say it holds.
+    async fn metered(&self) -> Result<bool, ConditionError> {
+        let bus = match self.bus() {
+            Ok(bus) => bus,
+            Err(e) => {
+                tracing::debug!("no system bus, so no NetworkManager: not metered ({e})");
+                return Ok(false);
+            }
+        };
+        let asked = async {
+            let nm = read(NETWORK_MANAGER, fresh(NetworkManagerProxy::builder(bus))).await?;
+            read(NETWORK_MANAGER, nm.metered()).await
+        };
+        match asked.await {
             // NMMetered: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
             Ok(m) => Ok(m == 1 || m == 3),
-            Err(e)
-                if ["ServiceUnknown", "NameHasNoOwner", "not provided"]
-                    .iter()
-                    .any(|absent| e.contains(absent)) =>
-            {
-                Ok(false)
-            }
+            Err(e) if e.is_service_unknown() => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    async fn logind_user(&self) -> Result<OwnedObjectPath, String> {
+    /// logind's object for this user.
+    async fn logind_user(&self) -> Result<Login1UserProxy<'_>, ConditionError> {
+        let bus = self.bus()?;
+        let manager = read(LOGIND, fresh(Login1ManagerProxy::builder(bus))).await?;
         let uid = nix::unistd::getuid().as_raw();
-        let reply = self
-            .call(
-                LOGIND,
-                LOGIND_PATH,
-                "org.freedesktop.login1.Manager",
-                "GetUser",
-                &(uid,),
-            )
-            .await?;
-        reply
-            .body()
-            .deserialize::<OwnedObjectPath>()
-            .map_err(|e| format!("logind's GetUser answered something else: {e}"))
-    }
-
-    /// One property, read fresh (no cache).
-    async fn prop<T>(&self, dest: &str, path: &str, iface: &str, name: &str) -> Result<T, String>
-    where
-        T: TryFrom<OwnedValue>,
-        <T as TryFrom<OwnedValue>>::Error: fmt::Display,
-    {
-        let properties = "org.freedesktop.DBus.Properties";
-        let reply = self
-            .call(dest, path, properties, "Get", &(iface, name))
-            .await?;
-        let value: OwnedValue = reply
-            .body()
-            .deserialize()
-            .map_err(|e| format!("{dest} {name}: {e}"))?;
-        T::try_from(value).map_err(|e| format!("{dest} {name}: {e}"))
-    }
-
-    /// One method call on the system bus, bounded by [`READ_TIMEOUT`].
-    async fn call<B>(
-        &self,
-        dest: &str,
-        path: &str,
-        iface: &str,
-        method: &str,
-        args: &B,
-    ) -> Result<zbus::Message, String>
-    where
-        B: serde::Serialize + zbus::zvariant::DynamicType,
-    {
-        let call = self
-            .bus()?
-            .call_method(Some(dest), path, Some(iface), method, args);
-        tokio::time::timeout(READ_TIMEOUT, call)
-            .await
-            .map_err(|_| format!("{dest} did not answer"))?
-            .map_err(|e| format!("{dest}: {e}"))
+        let path = read(LOGIND, manager.get_user(uid)).await?;
+        let builder = Login1UserProxy::builder(bus).path(path);
+        read(LOGIND, fresh(builder)).await
     }
 
     /// Waits until every condition holds, `wait` passes, or `cancel` fires; what still
@@ -410,6 +398,29 @@ impl Checker {
     }
 }
 
+/// A proxy that reads each property fresh: a condition is read when it is checked, and
+/// a caching proxy would subscribe to every change for one read.
+async fn fresh<'a, P>(builder: zbus::proxy::Builder<'a, P>) -> zbus::Result<P>
+where
+    P: From<zbus::Proxy<'a>> + zbus::proxy::Defaults,
+{
+    builder
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+}
+
+/// One read from `service` on the system bus, bounded by [`READ_TIMEOUT`].
+async fn read<T>(
+    service: &'static str,
+    read: impl std::future::Future<Output = zbus::Result<T>>,
+) -> Result<T, ConditionError> {
+    tokio::time::timeout(READ_TIMEOUT, read)
+        .await
+        .map_err(|_| ConditionError::Silent { service })?
+        .map_err(|error| ConditionError::Bus { service, error })
+}
+
 /// A stream of `PropertiesChanged` signals on the system bus, if it can be had.
 async fn property_changes(bus: &zbus::Connection) -> Option<zbus::MessageStream> {
     let rule = zbus::MatchRule::builder()
@@ -433,12 +444,19 @@ async fn next_change(changes: &mut Option<zbus::MessageStream>) -> Option<()> {
 }
 
 /// The 1-minute load average.
-fn load_average() -> Result<f64, String> {
-    let text = std::fs::read_to_string("/proc/loadavg").map_err(|e| e.to_string())?;
+fn load_average() -> Result<f64, ConditionError> {
+    const PATH: &str = "/proc/loadavg";
+    let text = std::fs::read_to_string(PATH).map_err(|e| ConditionError::Read {
+        path: PATH,
+        detail: e.to_string(),
+    })?;
     text.split_whitespace()
         .next()
         .and_then(|l| l.parse().ok())
-        .ok_or_else(|| format!("/proc/loadavg says {text:?}"))
+        .ok_or_else(|| ConditionError::Read {
+            path: PATH,
+            detail: format!("says {text:?}"),
+        })
 }
 
 struct SysfsPower {
@@ -448,8 +466,9 @@ struct SysfsPower {
 
 /// `/sys/class/power_supply`: on battery when a battery discharges and no mains supply
 /// is online; the mean charge of the batteries.
-fn sysfs_power() -> Result<SysfsPower, String> {
-    let dir = std::path::Path::new("/sys/class/power_supply");
+fn sysfs_power() -> Result<SysfsPower, ConditionError> {
+    const DIR: &str = "/sys/class/power_supply";
+    let dir = std::path::Path::new(DIR);
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -458,7 +477,12 @@ fn sysfs_power() -> Result<SysfsPower, String> {
                 battery_percent: None,
             });
         }
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(e) => {
+            return Err(ConditionError::Read {
+                path: DIR,
+                detail: e.to_string(),
+            });
+        }
     };
     let read = |p: &std::path::Path, f: &str| {
         std::fs::read_to_string(p.join(f))
@@ -522,7 +546,7 @@ mod tests {
                 "`charging`: unknown condition (conditions: ac, battery>N",
             ),
         ] {
-            let e = s.parse::<Conditions>().unwrap_err();
+            let e = s.parse::<Conditions>().unwrap_err().to_string();
             assert!(e.starts_with(want), "{s}: {e}");
         }
     }

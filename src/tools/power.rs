@@ -10,30 +10,15 @@
 
 use futures::FutureExt;
 use serde_json::{Value, json};
-use zbus::proxy;
 
 use super::bus::{Bus, Presence};
 use super::util::{not_one_of, object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
+use crate::dbus::desktop::Login1ManagerProxy;
 
 /// logind's bus name.
-pub const SERVICE: &str = "org.freedesktop.login1";
-
-// Ours rather than `zbus_systemd`'s `login1` (issue 15): see `tools::systemd`.
-#[proxy(
-    interface = "org.freedesktop.login1.Manager",
-    default_service = "org.freedesktop.login1",
-    default_path = "/org/freedesktop/login1"
-)]
-trait Login1 {
-    fn can_suspend(&self) -> zbus::Result<String>;
-    fn can_reboot(&self) -> zbus::Result<String>;
-    fn can_power_off(&self) -> zbus::Result<String>;
-    fn suspend(&self, interactive: bool) -> zbus::Result<()>;
-    fn reboot(&self, interactive: bool) -> zbus::Result<()>;
-    fn power_off(&self, interactive: bool) -> zbus::Result<()>;
-}
+pub const SERVICE: &str = crate::dbus::desktop::LOGIND;
 
 /// What the model asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +122,7 @@ impl Tool for Power {
             let go = async {
                 let unreachable = |e| ToolError::model(format!("logind is not reachable: {e}"));
                 let conn = bus.connect().await.map_err(unreachable)?;
-                let logind = Login1Proxy::new(&conn).await.map_err(unreachable)?;
+                let logind = Login1ManagerProxy::new(&conn).await.map_err(unreachable)?;
                 let failed = |e| ToolError::model(format!("{a} failed: {e}"));
                 let can = match action {
                     Action::Suspend => logind.can_suspend().await,
