@@ -260,8 +260,10 @@ pub struct TtyFrontend {
 }
 
 /// The next line typed on the terminal, from a reader the caller shares with other
-/// uses of the terminal (`familiar run` steers with the lines no question takes).
-pub type LineSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+/// uses of the terminal (`familiar run` steers with the lines no question takes):
+/// called before the prompt is printed, it claims the next line; the function it
+/// returns waits for that line.
+pub type LineSource = Arc<dyn Fn() -> Box<dyn FnOnce() -> Option<String> + Send> + Send + Sync>;
 
 impl TtyFrontend {
     /// Interactive only when stdin is a terminal and /dev/tty can be opened.
@@ -319,11 +321,14 @@ fn prompt_tty(
     r: &ApprovalRequest,
     lines: Option<&LineSource>,
 ) -> std::io::Result<Answer> {
+    // Claimed before the prompt shows: an answer typed as soon as it appears is the
+    // answer, never a steering message.
+    let claimed = lines.map(|open| open());
     let mut w = tty;
     write!(w, "{}", prompt_text(r))?;
     w.flush()?;
-    let line = match lines {
-        Some(next) => next().unwrap_or_default(),
+    let line = match claimed {
+        Some(answer) => answer().unwrap_or_default(),
         None => {
             let mut line = String::new();
             std::io::BufReader::new(tty).read_line(&mut line)?;

@@ -479,6 +479,8 @@ fn ask_on_tty(
         else {
             return;
         };
+        // Claimed before the prompt shows, so the answer never steers the task.
+        let question = typed.as_ref().map(TypedLines::open);
         let mut w = &tty;
         // The daemon made the summary visible; a signal is still not trusted to have.
         let tool = crate::approval::visible(&tool);
@@ -492,8 +494,8 @@ fn ask_on_tty(
         if asked.is_err() {
             return;
         }
-        let line = match &typed {
-            Some(lines) => lines.next_line().unwrap_or_default(),
+        let line = match question {
+            Some(question) => question.answer().unwrap_or_default(),
             None => {
                 let mut line = String::new();
                 if std::io::BufReader::new(&tty).read_line(&mut line).is_err() {

@@ -42,7 +42,10 @@ fn tty_frontend(steering: &Steering, json: bool) -> TtyFrontend {
         writeln!(std::io::stderr().lock(), "{said}").ok();
     });
     match typed {
-        Some(lines) => tty.with_lines(Arc::new(move || lines.next_line())),
+        Some(lines) => tty.with_lines(Arc::new(move || {
+            let question = lines.open();
+            Box::new(move || question.answer())
+        })),
         None => tty,
     }
 }

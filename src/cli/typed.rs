@@ -3,10 +3,12 @@
 //! (issue 9 §3).
 //!
 //! One thread reads the terminal, so an approval prompt and steering never compete
-//! for the same line. A line typed in the instant before a prompt opens steers.
+//! for the same line. A question is opened before its prompt is printed
+//! ([`TypedLines::open`]), so the answer to a prompt on screen never steers; a line
+//! typed before the prompt appeared does.
 
 use std::io::{BufRead, IsTerminal};
-use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The terminal's lines; clones share the reader.
@@ -49,11 +51,21 @@ impl TypedLines {
         Some(lines)
     }
 
-    /// Blocks until the next typed line (for an approval prompt); `None` at the end of
-    /// input.
-    pub fn next_line(&self) -> Option<String> {
+    /// Opens a question: the next typed line goes to the returned [`Question`], not to
+    /// steering. Open it before printing the prompt.
+    pub fn open(&self) -> Question {
         let (tx, rx) = sync_channel(1);
         *self.waiting.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
-        rx.recv().ok()
+        Question(rx)
+    }
+}
+
+/// An open question's answer, to wait for.
+pub struct Question(Receiver<String>);
+
+impl Question {
+    /// Blocks until the answer is typed; `None` at the end of input.
+    pub fn answer(self) -> Option<String> {
+        self.0.recv().ok()
     }
 }
