@@ -183,6 +183,18 @@ impl Task {
             }
             ClientEvent::Event(StreamEvent::Usage { usage }) => c.usage = usage,
             ClientEvent::Event(StreamEvent::Finish { reason }) => c.finish = Some(reason),
+            ClientEvent::Event(StreamEvent::PromptProgress {
+                processed,
+                total,
+                cached,
+            }) => {
+                self.emit(EventPayload::ModelProgress {
+                    processed,
+                    total,
+                    cached,
+                })
+                .await;
+            }
             ClientEvent::Retry {
                 attempt,
                 delay,
@@ -477,6 +489,12 @@ impl Task {
             | LlmError::RetriesExhausted { .. }) => {
                 CallEnd::Finish(TaskStatus::Failed, model_failure(&e))
             }
+            // A local server still reading the prompt would only queue a new request.
+            LlmError::NoFirstToken(t) if t.local => CallEnd::Finish(
+                TaskStatus::Failed,
+                model_failure(&LlmError::NoFirstToken(t)),
+            ),
+            e @ LlmError::NoFirstToken(_) => CallEnd::Failed(e),
             e @ (LlmError::RateLimited { .. }
             | LlmError::Overloaded { .. }
             | LlmError::Server { .. }
@@ -499,6 +517,7 @@ pub(super) fn model_failure(e: &LlmError) -> String {
         | LlmError::NoToolSupport(_)
         | LlmError::Config(_)
         | LlmError::Connect(_)
+        | LlmError::NoFirstToken(_)
         | LlmError::Cancelled => "",
         LlmError::RetriesExhausted { .. }
         | LlmError::RateLimited { .. }

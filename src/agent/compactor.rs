@@ -143,7 +143,8 @@ impl Task {
                         | StreamEvent::ThinkingComplete { .. }
                         | StreamEvent::ToolCallStarted { .. }
                         | StreamEvent::ToolCallComplete { .. }
-                        | StreamEvent::Finish { .. },
+                        | StreamEvent::Finish { .. }
+                        | StreamEvent::PromptProgress { .. },
                     ))
                     | Ok(ClientEvent::Retry { .. } | ClientEvent::ModelFallback { .. }) => {}
                     Err(e) => {

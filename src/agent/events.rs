@@ -134,6 +134,13 @@ pub enum EventPayload {
         delay_ms: u64,
         reason: String,
     },
+    /// The server is reading the prompt (llama.cpp's prefill progress): `processed` of
+    /// `total` tokens so far, `cached` of them reused from its prompt cache.
+    ModelProgress {
+        processed: u64,
+        total: u64,
+        cached: u64,
+    },
     ModelFallback {
         from: String,
         to: String,
@@ -195,6 +202,7 @@ impl EventPayload {
             EventPayload::PlanUpdated { .. } => "plan_updated",
             EventPayload::Compaction { .. } => "compaction",
             EventPayload::Retry { .. } => "retry",
+            EventPayload::ModelProgress { .. } => "model_progress",
             EventPayload::ModelFallback { .. } => "model_fallback",
             EventPayload::RateLimited { .. } => "rate_limited",
             EventPayload::LoopWarning { .. } => "loop_warning",
