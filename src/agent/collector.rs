@@ -87,6 +87,10 @@ struct Folded {
     signatures: Vec<(String, serde_json::Value)>,
 }
 
+/// Closes an answer cut for repeating itself (`… {repeats} times]` follows), so the
+/// model reads on the next turn what happened to its answer.
+pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the same text repeated";
+
 /// What an answer with no text is recorded and reported as.
 pub const EMPTY_ANSWER: &str = "(empty answer)";
 
@@ -212,6 +216,23 @@ impl Task {
                 let reason = "repeated overload or a stalled stream".into();
                 self.emit(EventPayload::ModelFallback { from, to, reason })
                     .await;
+            }
+            ClientEvent::Repetition {
+                keep,
+                unit,
+                repeats,
+            } => {
+                if c.text.is_char_boundary(keep) {
+                    c.text.truncate(keep);
+                }
+                c.text
+                    .push_str(&format!("{DEGENERATE_MARKER} {repeats} times]"));
+                self.emit(EventPayload::DegenerateOutput {
+                    unit: unit.chars().take(200).collect(),
+                    repeats,
+                    kept_chars: c.text.chars().count(),
+                })
+                .await;
             }
             ClientEvent::AttemptDiscarded => {
                 c.blocks.clear();

@@ -137,6 +137,11 @@ impl Task {
                         usage.add(&u);
                     }
                     Ok(ClientEvent::AttemptDiscarded) => answer.clear(),
+                    Ok(ClientEvent::Repetition { keep, .. }) => {
+                        if answer.is_char_boundary(keep) {
+                            answer.truncate(keep);
+                        }
+                    }
                     // A summary request offers no tools; the rest is progress.
                     Ok(ClientEvent::Event(
                         StreamEvent::ThinkingDelta { .. }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::collector::{CallEnd, Turn, model_failure};
+use crate::agent::collector::{CallEnd, DEGENERATE_MARKER, Turn, model_failure};
 use crate::agent::events::{EventBus, EventPayload};
 use crate::agent::loop_detect::{LoopVerdict, signature};
 use crate::agent::runtime::Runtime;
@@ -124,6 +124,10 @@ fn after_answer(p: &mut Progress, finish: FinishReason, text: String) -> State {
                     TaskStatus::Failed,
                     "the model's answer hit the output limit again; ask for a shorter answer or raise max_output_tokens".into(),
                 )
+            } else if text.contains(DEGENERATE_MARKER) {
+                // "Continue where you stopped" would invite the same loop again.
+                p.notes.push("[familiar: your previous answer kept repeating the same text and was cut. Do not repeat it: finish the answer in a few sentences.]".into());
+                State::CheckLimits
             } else {
                 p.notes.push("[familiar: your previous answer was cut off at the output limit. Continue where you stopped, concisely.]".into());
                 State::CheckLimits

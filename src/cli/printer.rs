@@ -189,6 +189,9 @@ fn status_line(payload: &EventPayload) -> Option<String> {
             *delay_ms as f64 / 1000.0
         ),
         EventPayload::ModelFallback { from, to, .. } => format!("switching model: {from} → {to}"),
+        EventPayload::DegenerateOutput { repeats, .. } => {
+            format!("the model repeated itself {repeats} times; its answer was cut")
+        }
         EventPayload::ModelProgress {
             processed, total, ..
         } => format!(

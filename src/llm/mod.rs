@@ -27,6 +27,7 @@ pub mod models;
 mod ollama;
 mod openai;
 pub mod overflow;
+pub mod repetition;
 pub mod retry;
 pub mod sse;
 mod tls;
