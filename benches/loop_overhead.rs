@@ -25,10 +25,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use familiar::agent::context::prompt::{PromptParts, system_prompt};
 use familiar::agent::events::{Delivery, EventBus};
 use familiar::agent::hooks::{AuditHook, MetricsHook};
 use familiar::agent::metrics::Metrics;
-use familiar::agent::prompt::{PromptParts, system_prompt};
 use familiar::agent::{LlmFactory, Runtime, TaskSpec, run_task};
 use familiar::approval::ApprovalBroker;
 use familiar::catalog::ToolInfo;

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use familiar::agent::reminder::{self, Budget, Environment, Inputs};
+use familiar::agent::context::reminder::{self, Budget, Environment, Inputs};
 use familiar::snapshot::Snapshotter;
 use familiar::store::Plan;
 

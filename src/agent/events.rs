@@ -19,6 +19,22 @@ use crate::store::{Plan, TaskStatus};
 /// Per-subscriber buffer.
 pub const EVENT_BUFFER: usize = 256;
 
+/// Which compaction ran (the `compaction` event's `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionMode {
+    Micro,
+    Full,
+}
+
+impl CompactionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionMode::Micro => "micro",
+            CompactionMode::Full => "full",
+        }
+    }
+}
+
 /// One event of one task. Serialises as `{"kind": KIND, "task_id", "session_id", ...}`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {

@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use crate::agent::compaction::CompactionMode;
+use crate::agent::events::CompactionMode;
 use crate::agent::metrics::{Metrics, bump};
 use crate::ids::{CallId, SessionId, SoulId, TaskId};
 use crate::llm::{LlmError, Request, Usage};

@@ -1,43 +1,48 @@
 //! The agent loop: one task from prompt to finish status.
 //!
-//! [`turn`] is the state machine and its rules; [`task`] starts, reports and finishes a
-//! task; each model call is built by [`request`], its calls pass the [`gate`] (policy
-//! and quotas), and the [`collector`] turns its stream into a turn while [`dispatch`]
-//! schedules the calls as they stream in. [`plan`], [`compaction`], [`loop_detect`] and
-//! [`prompt`] are its pure parts ([`compactor`] runs compaction's rules on a live task,
-//! [`repair`] mends a history a crash left invalid);
-//! [`events`], [`hooks`] and [`metrics`] are what it reports to the outside; [`runtime`]
-//! is what the tasks of one process share, model clients included. [`subagent`] runs
-//! `delegate`'s sub-tasks, sharing the parent's [`budget`]; [`family`] is what a task
-//! knows of its parent and children (plain data the loop and the runner both read).
+//! [`turn`] is the state machine and runs each iteration, by the [`rules`] (plain
+//! functions of what the loop counted and the task's limits); [`task`] starts a task
+//! (opens its session, places it, assembles its parts) and finishes it. A running task
+//! is made of parts that each own one concern:
+//!
+//! - the [`Emitter`](emitter::Emitter) reports: events to the bus and the transcript,
+//!   the [`hooks`] (audit log, [`metrics`]);
+//! - [`calls`]: the task's call gate (policy, quotas, the sandbox rule, its tools and
+//!   [`calls::mcp`] tools), the collector that turns a model's stream into a turn, and
+//!   the dispatcher that runs the calls;
+//! - [`context`]: the context keeper, which owns the session and the model: each
+//!   request (system prompt, history, reminder), compaction, overflow recovery, and the
+//!   repair of a history a crash left invalid;
+//! - [`family`]: delegated sub-tasks, the budget they share with their parent, and the
+//!   runner that starts them.
+//!
+//! Beside them: [`events`] (what a task reports), [`plan`] (the steps a task took),
+//! [`loop_detect`] (repeated turns), [`steering`] (messages added while it runs),
+//! [`precheck`] (a soul's probes before the first call), [`choice`] (which soul and
+//! session a request runs in), [`runtime`] (what the tasks of one process share).
+//!
+//! Imports inside point down: `turn` → `task` → `rules` → `calls` → `context` and
+//! `family` → `emitter` → the rest. The family runs sub-tasks through a function the loop
+//! hands it (`family::subagent::RunChild`), so it never reaches up into the loop.
 
-pub mod budget;
+pub mod calls;
 pub mod choice;
-mod collector;
-pub mod compaction;
-mod compactor;
-pub mod dispatch;
+pub mod context;
+mod emitter;
 pub mod events;
 pub mod family;
-mod gate;
 pub mod hooks;
 pub mod loop_detect;
-mod mcp;
 pub mod metrics;
-mod overflow;
 pub mod plan;
 mod precheck;
-pub mod prompt;
-pub mod reminder;
-pub mod repair;
-mod request;
+mod rules;
 pub mod runtime;
 pub mod steering;
-pub mod subagent;
 pub mod task;
 pub mod turn;
 
-pub use repair::repair_dangling;
+pub use context::repair::repair_dangling;
 pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
 pub use task::{TaskError, TaskOutcome, TaskSpec};
 pub use turn::{discard_if_unanswered, run_task};

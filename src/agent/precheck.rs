@@ -10,9 +10,11 @@
 //! a week.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::agent::task::Task;
+use crate::ids::SoulId;
+use crate::snapshot::Snapshotter;
 use crate::soul::Precheck;
 use crate::tools::bus::Bus;
 
@@ -32,61 +34,59 @@ pub(super) struct Report {
     pub(super) quiet: Vec<String>,
 }
 
-impl Task {
-    /// Runs the soul's pre-check, if it has one.
-    pub(super) async fn precheck(&self) -> Option<Report> {
-        let p = self.spec.soul.precheck.as_ref()?;
-        let stamp = self
-            .rt
-            .store
-            .data_dir()
-            .join("precheck")
-            .join(self.spec.soul.id.as_str());
-        let since = last_run(&stamp);
-        let mut report = Report::default();
-        if p.failed_units {
-            failed_units(&mut report).await;
-        }
-        self.full_disks(p, &mut report).await;
-        if p.journal_errors {
-            journal_errors(since, &mut report).await;
-        }
-        record_run(&stamp);
-        Some(report)
+/// Runs soul `soul`'s pre-check `p`; the time of its previous run is kept under
+/// `data_dir`.
+pub(super) async fn run(
+    p: &Precheck,
+    soul: &SoulId,
+    data_dir: &Path,
+    snapshotter: &Arc<Mutex<Snapshotter>>,
+) -> Report {
+    let stamp = data_dir.join("precheck").join(soul.as_str());
+    let since = last_run(&stamp);
+    let mut report = Report::default();
+    if p.failed_units {
+        failed_units(&mut report).await;
     }
+    full_disks(p, snapshotter, &mut report).await;
+    if p.journal_errors {
+        journal_errors(since, &mut report).await;
+    }
+    record_run(&stamp);
+    report
+}
 
-    async fn full_disks(&self, p: &Precheck, report: &mut Report) {
-        let snap = std::sync::Arc::clone(&self.rt.snapshotter);
-        let taken = tokio::task::spawn_blocking(move || {
-            let mut s = snap.lock().unwrap_or_else(|e| e.into_inner());
-            s.take(None).disks
-        })
-        .await;
-        let disks = match taken {
-            Ok(d) => d,
-            Err(e) => {
-                report.quiet.push(format!("disks not checked ({e})"));
-                return;
-            }
-        };
-        let mut full = 0;
-        for d in disks.iter().filter(|d| d.total > 0) {
-            let used = 100.0 * (d.total - d.available.min(d.total)) as f64 / d.total as f64;
-            if used > f64::from(p.disk_percent) {
-                full += 1;
-                report.findings.push(format!(
-                    "disk {} is {used:.0}% full ({} of {} free)",
-                    d.mount_point.display(),
-                    human_bytes(d.available),
-                    human_bytes(d.total)
-                ));
-            }
+async fn full_disks(p: &Precheck, snapshotter: &Arc<Mutex<Snapshotter>>, report: &mut Report) {
+    let snap = Arc::clone(snapshotter);
+    let taken = tokio::task::spawn_blocking(move || {
+        let mut s = snap.lock().unwrap_or_else(|e| e.into_inner());
+        s.take(None).disks
+    })
+    .await;
+    let disks = match taken {
+        Ok(d) => d,
+        Err(e) => {
+            report.quiet.push(format!("disks not checked ({e})"));
+            return;
         }
-        if full == 0 {
-            report
-                .quiet
-                .push(format!("every disk below {}%", p.disk_percent));
+    };
+    let mut full = 0;
+    for d in disks.iter().filter(|d| d.total > 0) {
+        let used = 100.0 * (d.total - d.available.min(d.total)) as f64 / d.total as f64;
+        if used > f64::from(p.disk_percent) {
+            full += 1;
+            report.findings.push(format!(
+                "disk {} is {used:.0}% full ({} of {} free)",
+                d.mount_point.display(),
+                human_bytes(d.available),
+                human_bytes(d.total)
+            ));
         }
+    }
+    if full == 0 {
+        report
+            .quiet
+            .push(format!("every disk below {}%", p.disk_percent));
     }
 }
 

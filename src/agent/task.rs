@@ -1,9 +1,10 @@
-//! A task's lifecycle around the state machine: starting it (session, lock, sandbox,
-//! model client, deadline), reporting it (events, transcript, persistence) and finishing
-//! it (the status recorded with the partial work).
+//! A task's lifecycle around the state machine: starting it (opening the session under
+//! its lock, placing it: workspace, sandbox, resources; then its parts: the emitter, the
+//! call gate, the context keeper, the clock), and finishing it (the status recorded with
+//! the partial work).
 //!
 //! Every exit of a started task goes through [`Task::finish`]; everything the task
-//! writes to the transcript goes through [`SessionState::append`].
+//! reports goes through its [`Emitter`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,24 +14,24 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::events::{Event, EventBus, EventPayload};
-use crate::agent::family::{Family, ParentLink, memory_notes};
-use crate::agent::hooks::TaskRef;
-use crate::agent::loop_detect::LoopDetector;
-use crate::agent::mcp::McpTools;
+use crate::agent::calls::gate::CallGate;
+use crate::agent::calls::mcp::McpTools;
+use crate::agent::context::repair::repair_dangling;
+use crate::agent::context::{ContextKeeper, Model, Persona, SessionState, Settings, memory_notes};
+use crate::agent::emitter::Emitter;
+use crate::agent::events::{EventBus, EventPayload};
+use crate::agent::family::subagent::delegates;
+use crate::agent::family::{Family, ParentLink};
 use crate::agent::plan::PlanTracker;
-use crate::agent::repair::repair_dangling;
+use crate::agent::rules::{Limits, Progress, Stop};
 use crate::agent::runtime::Runtime;
 use crate::agent::steering::{self, Steering};
 use crate::ids::{SessionId, TaskId};
-use crate::llm::{ContentBlock, Estimator, LlmClient, LlmError, Message, Usage};
+use crate::llm::{ContentBlock, Message, Usage};
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, TaskResources};
 use crate::snapshot::conditions::{Checker, Conditions};
 use crate::soul::Soul;
-use crate::store::{
-    Context, ContextJournal, MemoryEntry, SessionLock, Store, StoreError, TaskRecord, TaskStatus,
-    Transcript,
-};
+use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
 
 /// One task to run.
 #[derive(Debug, Clone)]
@@ -53,6 +54,13 @@ pub struct TaskSpec {
     /// Run only if these hold right before the first model call; else it ends
     /// `skipped`, having cost nothing (`--when`).
     pub when: Option<Conditions>,
+}
+
+impl TaskSpec {
+    /// 1 for a task somebody submitted, 2 for its sub-tasks.
+    pub(super) fn depth(&self) -> u32 {
+        self.parent.as_ref().map_or(1, |p| p.depth)
+    }
 }
 
 /// How a task ended.
@@ -81,32 +89,19 @@ pub enum TaskError {
 pub(super) struct Task {
     pub(super) rt: Arc<Runtime>,
     pub(super) spec: TaskSpec,
-    pub(super) session: SessionState,
-    pub(super) bus: EventBus,
+    /// Events, transcript and hooks.
+    pub(super) emitter: Emitter,
+    /// What every tool call and model request passes.
+    pub(super) gate: CallGate,
+    /// The session's context and the model it is sent to.
+    pub(super) context: ContextKeeper,
     pub(super) clock: Clock,
-    pub(super) model: Model,
     pub(super) limits: Limits,
     pub(super) progress: Progress,
     pub(super) plan: PlanTracker,
     pub(super) place: Place,
     /// Its budget (shared with its parent's, if it has one) and its sub-task slots.
     pub(super) family: Family,
-    /// Long-term memory entries for the system prompt (souls with `memory = true`),
-    /// read once when the task starts so the prompt stays the same for the whole task.
-    pub(super) memory: Vec<MemoryEntry>,
-    /// The MCP tools its soul names, found once when it starts.
-    pub(super) mcp: McpTools,
-}
-
-/// The session on disk, held for the task's life.
-pub(super) struct SessionState {
-    pub(super) ctx: Context,
-    _lock: SessionLock,
-    transcript: Transcript,
-    /// Where each iteration is made durable (see `store/journal.rs`).
-    journal: ContextJournal,
-    /// This task's record in `ctx.tasks`.
-    task_index: usize,
 }
 
 /// When the task must stop.
@@ -117,87 +112,10 @@ pub(super) struct Clock {
     started: Instant,
 }
 
-/// The task's model client, or why it has none.
-pub(super) struct Model {
-    pub(super) client: Option<LlmClient>,
-    pub(super) client_error: Option<LlmError>,
-    /// The model requests name (a client's override wins).
-    pub(super) name: String,
-    /// Tokens; 0 when unknown (no full compaction then).
-    pub(super) context_window: u32,
-    pub(super) estimator: Estimator,
-}
-
 /// Where the task's tools run.
 pub(super) struct Place {
     pub(super) workspace: PathBuf,
     pub(super) sandbox: Arc<SandboxPolicy>,
-}
-
-/// The limits a task runs under: its soul's, `max_iterations` lowered by the spec.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
-    pub(super) max_iterations: u32,
-    pub(super) max_tokens: u64,
-    pub(super) max_wall_clock: Duration,
-}
-
-impl Limits {
-    fn for_spec(spec: &TaskSpec) -> Limits {
-        let soul = &spec.soul;
-        Limits {
-            max_iterations: lowered(soul.max_iterations, spec.max_iterations),
-            max_tokens: soul.max_tokens,
-            max_wall_clock: soul.max_wall_clock,
-        }
-    }
-}
-
-/// A task's `max_iterations`: the request may only lower the soul's, and a task makes at
-/// least one model call.
-fn lowered(souls: u32, requested: Option<u32>) -> u32 {
-    requested.map_or(souls, |m| m.min(souls)).max(1)
-}
-
-/// What the loop counts and remembers from turn to turn; the state machine's rules
-/// (in [`turn`](crate::agent::turn)) read and update it.
-#[derive(Debug, Default)]
-pub(super) struct Progress {
-    /// Model calls made.
-    pub(super) iteration: u32,
-    pub(super) usage: Usage,
-    pub(super) consecutive_errors: u32,
-    pub(super) denied_turns: u32,
-    pub(super) length_continuations: u32,
-    pub(super) full_compactions: u32,
-    pub(super) loops: LoopDetector,
-    /// Notes for the model's next reminder (loop warnings, continuations).
-    pub(super) notes: Vec<String>,
-    /// The snapshot the last reminder was built from: the next one says what changed.
-    pub(super) last_snapshot: Option<crate::snapshot::Snapshot>,
-}
-
-/// Why a task stops before its work is done, as the clock sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
-    Cancelled,
-    TimedOut,
-}
-
-impl Stop {
-    /// The status and result a task stopped this way finishes with.
-    pub(super) fn status(self, max_wall_clock: Duration) -> (TaskStatus, String) {
-        match self {
-            Stop::TimedOut => (
-                TaskStatus::Timeout,
-                format!(
-                    "stopped: the task ran longer than its wall-clock budget of {}",
-                    humantime::format_duration(max_wall_clock)
-                ),
-            ),
-            Stop::Cancelled => (TaskStatus::Cancelled, "cancelled".to_owned()),
-        }
-    }
 }
 
 impl Clock {
@@ -257,16 +175,6 @@ impl Clock {
     }
 }
 
-impl SessionState {
-    /// Appends one entry to the transcript. A failure is logged, not returned: the
-    /// task's work matters more than its record, and the session file keeps the history.
-    pub(super) fn append(&mut self, entry: &serde_json::Value) {
-        if let Err(e) = self.transcript.append(entry) {
-            tracing::error!(session_id = %self.ctx.session_id, "cannot append to the transcript: {e}");
-        }
-    }
-}
-
 /// Opens (or creates) the session under its lock, repairs what a crash left behind, and
 /// marks tasks that were running as interrupted.
 fn open_session(
@@ -316,37 +224,17 @@ fn refusal(rt: &Runtime, soul: &Soul) -> Option<String> {
     })
 }
 
-impl Model {
-    fn for_soul(rt: &Runtime, soul: &Soul) -> Model {
-        let (client, client_error, name, context_window) = match rt.llm.client(soul) {
-            Ok((c, m, w)) => (Some(c), None, m, w),
-            Err(e) => (None, Some(e), soul.model.clone().unwrap_or_default(), 0),
-        };
-        Model {
-            client,
-            client_error,
-            name,
-            context_window,
-            estimator: Estimator::new(),
-        }
-    }
-}
-
-impl Task {
-    /// Records the task as `running` with its prompt, persists, and reports
-    /// `task_started`. Returns the task, and why it may not run when it may not.
-    pub(super) async fn start(
-        rt: Arc<Runtime>,
-        spec: TaskSpec,
-        bus: EventBus,
-        caller_cancel: CancellationToken,
-    ) -> Result<(Task, Option<String>), TaskError> {
-        let store = Arc::clone(&rt.store);
-        let (mut ctx, lock, mut transcript) =
-            crate::store::off_runtime(|| open_session(&store, &spec))?;
+impl Place {
+    /// Where a task of `spec` in session `session` runs: its workspace, the sandbox
+    /// made for it there, and its `[resources]` (a systemd slice), if its soul has any.
+    async fn for_task(
+        rt: &Runtime,
+        spec: &TaskSpec,
+        session: &SessionId,
+    ) -> Result<Place, TaskError> {
         let workspace = match &spec.workspace {
             Some(w) => w.clone(),
-            None => store.ensure_workspace(&ctx.session_id)?,
+            None => rt.store.ensure_workspace(session)?,
         };
         let sandbox = SandboxPolicy::new(
             &spec.soul.sandbox,
@@ -362,74 +250,81 @@ impl Task {
                     .await,
             )),
         };
-        let refusal = refusal(&rt, &spec.soul);
-        let limits = Limits::for_spec(&spec);
-        let model = Model::for_soul(&rt, &spec.soul);
-        let family = Family::new(
-            spec.parent.as_ref(),
-            limits.max_iterations,
-            limits.max_tokens,
+        Ok(Place {
+            workspace,
+            sandbox: Arc::new(sandbox),
+        })
+    }
+}
+
+/// Records the task in its session as `running` with its prompt (after the messages a
+/// steered task ended before reading), and starts the session's journal.
+fn record_start(
+    store: &Store,
+    spec: &TaskSpec,
+    mut ctx: Context,
+    lock: SessionLock,
+    transcript: &mut Transcript,
+    workspace: &std::path::Path,
+) -> Result<SessionState, TaskError> {
+    ctx.tasks.push(TaskRecord {
+        task_id: spec.task_id.clone(),
+        prompt: spec.prompt.clone(),
+        status: TaskStatus::Running,
+        origin: spec.origin.clone(),
+        workspace: Some(workspace.to_path_buf()),
+        started_at: crate::store::now_rfc3339(),
+        finished_at: None,
+        plan: Default::default(),
+        usage: Usage::default(),
+        result: None,
+    });
+    let task_index = ctx.tasks.len() - 1;
+    // Messages a steered task ended before reading open this one, before its prompt.
+    let mut prompt_msg = Message::user_text(spec.prompt.clone());
+    for pending in std::mem::take(&mut ctx.pending_steering).into_iter().rev() {
+        prompt_msg.content.insert(
+            0,
+            ContentBlock::Text {
+                text: steering::as_text(&pending),
+            },
         );
-        let memory = memory_notes(&rt, &spec.soul);
+    }
+    transcript
+        .append(&json!({"kind": "message", "task_id": spec.task_id, "message": prompt_msg}))?;
+    ctx.history.push(prompt_msg);
+    ctx.touch();
+    let journal = store.start_journal(&mut ctx)?;
+    Ok(SessionState {
+        ctx,
+        _lock: lock,
+        journal,
+        task_index,
+    })
+}
 
-        ctx.tasks.push(TaskRecord {
-            task_id: spec.task_id.clone(),
-            prompt: spec.prompt.clone(),
-            status: TaskStatus::Running,
-            origin: spec.origin.clone(),
-            workspace: Some(workspace.clone()),
-            started_at: crate::store::now_rfc3339(),
-            finished_at: None,
-            plan: Default::default(),
-            usage: Usage::default(),
-            result: None,
-        });
-        let task_index = ctx.tasks.len() - 1;
-        // Messages a steered task ended before reading open this one, before its prompt.
-        let mut prompt_msg = Message::user_text(spec.prompt.clone());
-        for pending in std::mem::take(&mut ctx.pending_steering).into_iter().rev() {
-            prompt_msg.content.insert(
-                0,
-                ContentBlock::Text {
-                    text: steering::as_text(&pending),
-                },
-            );
-        }
-        transcript
-            .append(&json!({"kind": "message", "task_id": spec.task_id, "message": prompt_msg}))?;
-        ctx.history.push(prompt_msg);
-        ctx.touch();
-        let journal = store.start_journal(&mut ctx)?;
-
-        let mut task = Task {
-            plan: PlanTracker::new(&spec.prompt),
-            clock: Clock::start(&caller_cancel, spec.soul.max_wall_clock),
-            session: SessionState {
-                ctx,
-                _lock: lock,
-                transcript,
-                journal,
-                task_index,
-            },
-            rt,
-            bus,
-            model,
-            limits,
-            progress: Progress::default(),
-            place: Place {
-                workspace,
-                sandbox: Arc::new(sandbox),
-            },
-            family,
-            memory,
-            mcp: McpTools::default(),
-            spec,
-        };
-        task.emit(EventPayload::TaskStarted {
+impl Task {
+    /// Opens the session and places the task, records it as `running` with its prompt,
+    /// persists, and reports `task_started`. Returns the task, and why it may not run
+    /// when it may not.
+    pub(super) async fn start(
+        rt: Arc<Runtime>,
+        spec: TaskSpec,
+        bus: EventBus,
+        caller_cancel: CancellationToken,
+    ) -> Result<(Task, Option<String>), TaskError> {
+        let store = Arc::clone(&rt.store);
+        let (ctx, lock, mut transcript) =
+            crate::store::off_runtime(|| open_session(&store, &spec))?;
+        let place = Place::for_task(&rt, &spec, &ctx.session_id).await?;
+        let session = record_start(&store, &spec, ctx, lock, &mut transcript, &place.workspace)?;
+        let refusal = refusal(&rt, &spec.soul);
+        let mut task = Task::assemble(rt, spec, bus, &caller_cancel, session, transcript, place);
+        let started = EventPayload::TaskStarted {
             soul: task.spec.soul.id.to_string(),
             prompt: task.spec.prompt.clone(),
             origin: task.spec.origin.clone(),
-            model: task.model.name.clone(),
+            model: task.context.model.name.clone(),
             workspace: task.place.workspace.display().to_string(),
             max_iterations: task.limits.max_iterations,
             sandbox: serde_json::to_value(&task.rt.enforcement).unwrap_or_default(),
@@ -439,9 +334,78 @@ impl Task {
                 .resources
                 .as_ref()
                 .and_then(|r| serde_json::to_value(r.report()).ok()),
-        })
-        .await;
+        };
+        task.emitter.emit(started).await;
         Ok((task, refusal))
+    }
+
+    /// The task's parts, over its open session and its place.
+    fn assemble(
+        rt: Arc<Runtime>,
+        spec: TaskSpec,
+        bus: EventBus,
+        caller_cancel: &CancellationToken,
+        session: SessionState,
+        transcript: Transcript,
+        place: Place,
+    ) -> Task {
+        let limits = Limits::new(&spec.soul, spec.max_iterations);
+        let session_id = session.ctx.session_id.clone();
+        let emitter = Emitter::new(
+            bus,
+            transcript,
+            &rt.hooks,
+            spec.task_id.clone(),
+            session_id.clone(),
+            spec.soul.id.clone(),
+        );
+        let ancestors = spec.parent.as_ref().map_or(&[][..], |p| &p.quota[..]);
+        let gate = CallGate::new(
+            &rt,
+            Arc::clone(&spec.soul),
+            &session_id,
+            ancestors,
+            place.workspace.clone(),
+        );
+        let persona = Persona {
+            soul: Arc::clone(&spec.soul),
+            policy: Arc::clone(&rt.policy),
+            workspace: place.workspace.clone(),
+            memory: memory_notes(&rt, &spec.soul),
+            delegates: delegates(&spec.soul, spec.depth()).to_vec(),
+            prompt: spec.prompt.clone(),
+        };
+        let provider = rt.config.provider(spec.soul.provider.as_deref());
+        let settings = Settings {
+            provider: spec
+                .soul
+                .provider
+                .clone()
+                .unwrap_or_else(|| rt.config.default_provider.clone()),
+            max_output_tokens: provider.map_or(crate::config::DEFAULT_MAX_OUTPUT_TOKENS, |p| {
+                p.max_output_tokens
+            }),
+            snapshotter: Arc::clone(&rt.snapshotter),
+        };
+        let context =
+            ContextKeeper::new(session, Model::for_soul(&rt, &spec.soul), persona, settings);
+        Task {
+            plan: PlanTracker::new(&spec.prompt),
+            clock: Clock::start(caller_cancel, spec.soul.max_wall_clock),
+            family: Family::new(
+                spec.parent.as_ref(),
+                limits.max_iterations,
+                limits.max_tokens,
+            ),
+            emitter,
+            gate,
+            context,
+            limits,
+            progress: Progress::default(),
+            place,
+            rt,
+            spec,
+        }
     }
 
     /// Why the task must not run after all: its `--when` conditions do not hold now.
@@ -460,56 +424,29 @@ impl Task {
             &self.clock.cancel,
         )
         .await;
-        self.mcp = mcp;
+        self.gate.offer_mcp(mcp);
         self.progress.notes.extend(notes);
-    }
-
-    pub(super) fn task_ref(&self) -> TaskRef<'_> {
-        TaskRef {
-            task_id: &self.spec.task_id,
-            session_id: &self.session.ctx.session_id,
-            soul: &self.spec.soul.id,
-        }
-    }
-
-    pub(super) async fn emit(&mut self, payload: EventPayload) {
-        let event = Arc::new(Event {
-            payload,
-            task_id: self.spec.task_id.clone(),
-            session_id: self.session.ctx.session_id.clone(),
-        });
-        // Text deltas are many and small; the final assistant message has the text.
-        if !matches!(event.payload, EventPayload::TextDelta { .. }) {
-            let entry = serde_json::to_value(&*event).unwrap_or_default();
-            self.session.append(&entry);
-        }
-        self.bus.publish(event).await;
-    }
-
-    pub(super) fn record_message(&mut self, message: Message) {
-        let entry = json!({"kind": "message", "task_id": self.spec.task_id, "message": message});
-        self.session.append(&entry);
-        self.session.ctx.history.push(message);
     }
 
     /// Saves the iteration (a journal line) and syncs the transcript. A failure is logged
     /// (and returned): the task goes on and the next save tries again.
-    pub(super) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
+    pub(super) fn persist(&mut self) -> Result<(), StoreError> {
         self.save(false)
     }
 
     /// [`Task::persist`], or with `whole` the whole context file, which is what a task
     /// leaves behind: between tasks `context/SESSION_ID.json` is complete on its own.
-    fn save(&mut self, whole: bool) -> Result<(), crate::store::StoreError> {
-        let ctx = &mut self.session.ctx;
-        if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
+    fn save(&mut self, whole: bool) -> Result<(), StoreError> {
+        let session = &mut self.context.session;
+        let ctx = &mut session.ctx;
+        if let Some(t) = ctx.tasks.get_mut(session.task_index) {
             t.plan = self.plan.plan().clone();
             t.usage = self.progress.usage;
         }
         ctx.touch();
-        let journal = &mut self.session.journal;
+        let journal = &mut session.journal;
         let store = &self.rt.store;
-        let transcript = &mut self.session.transcript;
+        let emitter = &mut self.emitter;
         crate::store::off_runtime(|| {
             let saved = match whole {
                 // A whole file that cannot be written (a full disk) may still fit as a line.
@@ -522,9 +459,7 @@ impl Task {
             if let Err(e) = &saved {
                 tracing::error!(session_id = %ctx.session_id, "cannot save the session: {e}");
             }
-            if let Err(e) = transcript.sync() {
-                tracing::error!(session_id = %ctx.session_id, "cannot sync the transcript: {e}");
-            }
+            emitter.sync();
             saved
         })
     }
@@ -534,15 +469,6 @@ impl Task {
         self.clock
             .cancelled_cause()
             .status(self.limits.max_wall_clock)
-    }
-
-    pub(super) fn max_output_tokens(&self) -> u32 {
-        self.rt
-            .config
-            .provider(self.spec.soul.provider.as_deref())
-            .map_or(crate::config::DEFAULT_MAX_OUTPUT_TOKENS, |p| {
-                p.max_output_tokens
-            })
     }
 
     /// Records the status with the partial work, persists, and reports `task_finished`.
@@ -559,9 +485,10 @@ impl Task {
         // nothing accepted is lost.
         let unread = self.spec.steering.close();
         let pending_steering = unread.len();
-        let ctx = &mut self.session.ctx;
+        let session = &mut self.context.session;
+        let ctx = &mut session.ctx;
         ctx.pending_steering.extend(unread);
-        if let Some(t) = ctx.tasks.get_mut(self.session.task_index) {
+        if let Some(t) = ctx.tasks.get_mut(session.task_index) {
             t.status = status;
             t.finished_at = Some(crate::store::now_rfc3339());
             t.result = Some(result.clone());
@@ -577,40 +504,26 @@ impl Task {
             ),
         };
         // Before the event, so a reader who saw `task_finished` sees it counted.
-        for h in &self.rt.hooks {
-            h.task_finished(&self.task_ref(), status);
+        for h in self.emitter.hooks() {
+            h.task_finished(&self.emitter.task_ref(), status);
         }
-        self.emit(EventPayload::TaskFinished {
-            status,
-            result: result.clone(),
-            usage,
-            iterations,
-            pending_steering,
-        })
-        .await;
-        if let Err(e) = self.session.transcript.sync() {
-            tracing::error!("cannot sync the transcript: {e}");
-        }
+        self.emitter
+            .emit(EventPayload::TaskFinished {
+                status,
+                result: result.clone(),
+                usage,
+                iterations,
+                pending_steering,
+            })
+            .await;
+        self.emitter.sync();
         TaskOutcome {
             task_id: self.spec.task_id.clone(),
-            session_id: self.session.ctx.session_id.clone(),
+            session_id: self.context.ctx().session_id.clone(),
             status,
             result,
             usage,
             iterations,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spec_may_only_lower_the_souls_max_iterations() {
-        assert_eq!(lowered(20, None), 20);
-        assert_eq!(lowered(20, Some(25)), 20);
-        assert_eq!(lowered(20, Some(7)), 7);
-        assert_eq!(lowered(20, Some(0)), 1);
     }
 }

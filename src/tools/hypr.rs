@@ -5,7 +5,7 @@
 //! accepts only dispatchers it knows, with arguments on one line and without the `;`
 //! that would let one request carry a second command. `exec`-style dispatchers start
 //! programs *through the compositor*, outside familiar's sandbox: the loop always asks
-//! before them, whatever the policy's execute mode (see `agent::gate`).
+//! before them, whatever the policy's execute mode (see `agent::calls::gate`).
 
 use std::sync::Arc;
 

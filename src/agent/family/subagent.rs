@@ -20,72 +20,57 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
-use crate::agent::budget::Budget;
 use crate::agent::events::{Event, EventBus, EventPayload};
-pub use crate::agent::family::{Family, MAX_CHILDREN, MAX_DEPTH, ParentLink};
-use crate::agent::task::Task;
-use crate::agent::{Runtime, TaskSpec, run_task};
+use crate::agent::family::budget::Budget;
+use crate::agent::family::{MAX_DEPTH, ParentLink};
+use crate::agent::runtime::Runtime;
 use crate::ids::{SessionId, SoulId, TaskId};
+use crate::llm::Usage;
 use crate::soul::Soul;
 use crate::store::{Context, Outcome, TaskStatus};
 use crate::tools::ToolFuture;
 use crate::tools::delegate::{DelegateRequest, Subagents};
 use crate::tools::{ToolContext, ToolError};
 
-impl Task {
-    /// What runs this task's `delegate` calls: `None` when the soul delegates to nobody
-    /// or the task is a sub-task itself (so the call fails saying why).
-    pub(super) fn delegator(&self) -> Option<Arc<dyn Subagents>> {
-        if self.delegates().is_empty() {
-            return None;
-        }
-        let depth = self.depth();
-        Some(Arc::new(Delegator {
-            rt: Arc::clone(&self.rt),
-            task_id: self.spec.task_id.clone(),
-            session_id: self.session.ctx.session_id.clone(),
-            soul: Arc::clone(&self.spec.soul),
-            depth,
-            workspace: self.place.workspace.clone(),
-            budget: Arc::clone(&self.family.budget),
-            deadline: self.clock.deadline(self.limits.max_wall_clock),
-            quota: self
-                .spec
-                .parent
-                .as_ref()
-                .map(|p| p.quota.clone())
-                .unwrap_or_default(),
-            bus: self.bus.fork(),
-            slots: Arc::clone(&self.family.slots),
-        }))
+/// The souls a task of `soul` at `depth` may hand sub-tasks to: none at the depth limit,
+/// or when the soul's allowlist has no `delegate`.
+pub(in crate::agent) fn delegates(soul: &Soul, depth: u32) -> &[SoulId] {
+    if depth >= MAX_DEPTH || !soul.grant.allows_tool("delegate") {
+        return &[];
     }
-
-    /// 1 for a task somebody submitted, 2 for its sub-tasks.
-    fn depth(&self) -> u32 {
-        self.spec.parent.as_ref().map_or(1, |p| p.depth)
-    }
-
-    /// The souls this task may hand sub-tasks to: none at the depth limit, or when the
-    /// soul's allowlist has no `delegate`.
-    pub(super) fn delegates(&self) -> &[SoulId] {
-        let soul = &self.spec.soul;
-        if self.depth() >= MAX_DEPTH || !soul.grant.allows_tool("delegate") {
-            return &[];
-        }
-        &soul.delegates
-    }
-
-    /// An approval summary, saying whose sub-task asks.
-    pub(super) fn on_behalf(&self, summary: String) -> String {
-        match &self.spec.parent {
-            Some(p) => format!("{summary} (on behalf of task {})", p.task_id),
-            None => summary,
-        }
-    }
+    &soul.delegates
 }
+
+/// A sub-task to run: what the loop needs to make it a task of its own.
+pub struct Child {
+    pub task_id: TaskId,
+    /// Created (linked to the parent's) before the child starts.
+    pub session_id: SessionId,
+    /// The stricter of the target soul and the parent's, its budgets clamped.
+    pub soul: Arc<Soul>,
+    pub prompt: String,
+    pub workspace: PathBuf,
+    pub origin: String,
+    pub parent: ParentLink,
+}
+
+/// How a sub-task ended, as its parent reports it.
+pub struct ChildEnd {
+    pub status: TaskStatus,
+    pub result: String,
+    pub usage: Usage,
+    pub iterations: u32,
+}
+
+/// Runs a child as a task of its own to its end: the loop's `run_task`, handed down by
+/// the loop, which sits above the family.
+pub type RunChild =
+    fn(Arc<Runtime>, Child, EventBus, CancellationToken) -> BoxFuture<'static, ChildEnd>;
 
 /// Runs the children of one task (one per iteration; cheap to make).
 pub struct Delegator {
@@ -103,14 +88,21 @@ pub struct Delegator {
     pub quota: Vec<(SessionId, Arc<Soul>)>,
     /// A fork of the parent's event bus: the same subscribers.
     pub bus: EventBus,
-    /// [`MAX_CHILDREN`] permits, shared by every iteration of the task.
+    /// [`MAX_CHILDREN`](crate::agent::family::MAX_CHILDREN) permits, shared by every
+    /// iteration of the task.
     pub slots: Arc<Semaphore>,
+    /// How a child runs as a task of its own.
+    pub run_child: RunChild,
 }
 
 impl Subagents for Delegator {
     fn run(&self, request: DelegateRequest, ctx: ToolContext) -> ToolFuture {
         let prepared = self.prepare(&request);
-        let (rt, slots) = (Arc::clone(&self.rt), Arc::clone(&self.slots));
+        let (rt, slots, run) = (
+            Arc::clone(&self.rt),
+            Arc::clone(&self.slots),
+            self.run_child,
+        );
         let (parent_task, parent_session) = (self.task_id.clone(), self.session_id.clone());
         let (mut started_bus, child_bus, mut finished_bus) =
             (self.bus.fork(), self.bus.fork(), self.bus.fork());
@@ -119,9 +111,7 @@ impl Subagents for Delegator {
         // It sees the same cancellation through its token and ends promptly.
         let child_run = tokio::spawn(async move {
             let spec = prepared?;
-            let Some(child_session) = spec.session.clone() else {
-                return Err(ToolError::Fatal("a sub-task without a session".into()));
-            };
+            let child_session = spec.session_id.clone();
             let cancel = ctx.cancel.child_token();
             let _slot = tokio::select! {
                 permit = slots.acquire_owned() => permit.map_err(|_| ToolError::Fatal("the subagent slots are closed".into()))?,
@@ -150,20 +140,16 @@ impl Subagents for Delegator {
                 child_session_id: child_session.to_string(),
                 soul: soul.clone(),
                 prompt: spec.prompt.clone(),
-                max_iterations: spec.max_iterations.unwrap_or(spec.soul.max_iterations),
+                max_iterations: spec.soul.max_iterations,
             });
             record(&rt, &parent_session, &started);
             started_bus.publish(started).await;
-            let outcome = run_task(Arc::clone(&rt), spec, child_bus, cancel).await;
-            let (status, result, usage, iterations) = match outcome {
-                Ok(o) => (o.status, o.result, o.usage, o.iterations),
-                Err(e) => (
-                    TaskStatus::Failed,
-                    format!("the sub-task could not start: {e}"),
-                    Default::default(),
-                    0,
-                ),
-            };
+            let ChildEnd {
+                status,
+                result,
+                usage,
+                iterations,
+            } = run(Arc::clone(&rt), spec, child_bus, cancel).await;
             let finished = parent_event(EventPayload::SubagentFinished {
                 child_task_id: child.to_string(),
                 child_session_id: child_session.to_string(),
@@ -195,7 +181,7 @@ impl Subagents for Delegator {
 
 impl Delegator {
     /// The child's task, or the reason it may not run.
-    fn prepare(&self, req: &DelegateRequest) -> Result<TaskSpec, ToolError> {
+    fn prepare(&self, req: &DelegateRequest) -> Result<Child, ToolError> {
         if self.depth >= MAX_DEPTH {
             return Err(ToolError::model(format!(
                 "a delegated sub-task cannot delegate further (sub-tasks nest at most {MAX_DEPTH} deep): do the work yourself or report back what is left"
@@ -242,24 +228,20 @@ impl Delegator {
         soul.max_tokens = budget.max_tokens();
         let mut quota = self.quota.clone();
         quota.push((self.session_id.clone(), Arc::clone(&self.soul)));
-        Ok(TaskSpec {
+        Ok(Child {
             task_id: TaskId::generate(),
+            session_id: SessionId::generate(),
             prompt: req.prompt.clone(),
-            session: Some(SessionId::generate()),
-            workspace: Some(self.workspace.clone()),
+            workspace: self.workspace.clone(),
             origin: format!("delegate:{}", self.task_id),
-            max_iterations: Some(soul.max_iterations),
             soul: Arc::new(soul),
-            parent: Some(ParentLink {
+            parent: ParentLink {
                 task_id: self.task_id.clone(),
                 session_id: self.session_id.clone(),
                 depth: self.depth + 1,
                 budget,
                 quota,
-            }),
-            // A sub-task is steered through its parent's conversation, not directly.
-            steering: crate::agent::steering::Steering::new(),
-            when: None,
+            },
         })
     }
 }

@@ -34,7 +34,7 @@ use crate::tools::{Tool, ToolContext, ToolError};
 /// Non-mutating calls running at once.
 pub const MAX_PARALLEL: usize = 10;
 
-/// How the dispatcher treats a call: what the call gate ([`crate::agent::gate`])
+/// How the dispatcher treats a call: what the call gate ([`crate::agent::calls::gate`])
 /// concluded before it was submitted.
 #[derive(Debug, Clone)]
 pub enum Disposition {

@@ -8,15 +8,32 @@
 //! dispatcher and a trail of the decision's steps for the audit log.
 //!
 //! A model request waits (cancellably) for the session's LLM quota instead of failing.
+//!
+//! A task's [`CallGate`] is made when it starts, with everything a decision reads: the
+//! soul's grant, the policy, the limiters and the sessions whose quotas a call spends,
+//! the sandbox's enforcement, and the tools it offers (built-ins and, once found, its
+//! MCP tools with the ones that run outside the sandbox). It reports nothing itself
+//! but the LLM quota's waits: the collector reports each call's decision.
 
-use crate::agent::dispatch::Disposition;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::calls::dispatch::Disposition;
+use crate::agent::calls::mcp::McpTools;
+use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
-use crate::agent::task::Task;
-use crate::ids::CallId;
-use crate::policy::{self, Call, Decision, Outcome, PathContext, StepName, Verdict};
-use crate::ratelimit::{RateLimited, Scope};
+use crate::agent::runtime::Runtime;
+use crate::ids::SessionId;
+use crate::llm::ToolDef;
+use crate::mcp::McpHub;
+use crate::policy::{self, Call, Decision, Outcome, PathContext, Policy, StepName, Tier, Verdict};
+use crate::ratelimit::{RateLimited, RateLimiters, Scope};
 use crate::sandbox::Enforcement;
-use crate::store::{AuditDecision, TaskStatus};
+use crate::soul::Soul;
+use crate::store::AuditDecision;
+use crate::tools::{Registry, Tool};
 
 /// The disposition of a call the policy judged `verdict`, in the gate's order. The
 /// quota is only spent (`spend_quota` called) for a call that is not refused already.
@@ -77,7 +94,7 @@ pub(super) fn trail(verdict: &Verdict, enforcement: &Enforcement) -> String {
 }
 
 /// The `rate_limited` event for a spent quota; `tool` is `None` for the LLM quota.
-fn rate_limited_event(limited: &RateLimited, tool: Option<&str>) -> EventPayload {
+pub(super) fn rate_limited_event(limited: &RateLimited, tool: Option<&str>) -> EventPayload {
     EventPayload::RateLimited {
         scope: limited.scope.as_str().to_owned(),
         limit: limited.spec.to_string(),
@@ -86,81 +103,141 @@ fn rate_limited_event(limited: &RateLimited, tool: Option<&str>) -> EventPayload
     }
 }
 
-impl Task {
-    /// Decides one call: policy, then rate limits. Emits `rate_limited` when a quota
-    /// refused it, then `tool_call_started`. Returns the disposition and the trail.
-    pub(super) async fn decide_call(
-        &mut self,
-        id: &CallId,
-        name: &str,
-        args: &serde_json::Value,
-    ) -> (Disposition, String) {
-        let tier = self.tier_of(name, args);
+/// What one task's calls pass: the decision's inputs, made once when the task starts.
+pub(in crate::agent) struct CallGate {
+    /// Its id and grant are what the policy decides over.
+    soul: Arc<Soul>,
+    policy: Arc<Policy>,
+    limiters: Arc<RateLimiters>,
+    /// The sessions whose quotas a call spends, with their souls' limits: the task's
+    /// own, then (for a delegated sub-task) each ancestor's, so a parent's limits count
+    /// its sub-tasks' calls as its own.
+    quota: Vec<(String, Arc<Soul>)>,
+    enforcement: Enforcement,
+    home: PathBuf,
+    workspace: PathBuf,
+    tools: Arc<Registry>,
+    hub: Arc<McpHub>,
+    /// The MCP tools its soul names, found before the first model call.
+    mcp: McpTools,
+}
+
+/// A call, decided.
+pub(in crate::agent) struct Decided {
+    pub(in crate::agent) tier: Tier,
+    pub(in crate::agent) disposition: Disposition,
+    /// The decision's steps for the audit log.
+    pub(in crate::agent) trail: String,
+    /// The quota that refused it, if one did.
+    pub(in crate::agent) limited: Option<RateLimited>,
+}
+
+impl CallGate {
+    /// The gate of a task of `soul` in `session`; `ancestors` are a sub-task's parents'
+    /// sessions and souls (empty for a task somebody submitted).
+    pub(in crate::agent) fn new(
+        rt: &Runtime,
+        soul: Arc<Soul>,
+        session: &SessionId,
+        ancestors: &[(SessionId, Arc<Soul>)],
+        workspace: PathBuf,
+    ) -> CallGate {
+        let mut quota = vec![(session.to_string(), Arc::clone(&soul))];
+        quota.extend(
+            ancestors
+                .iter()
+                .map(|(session, soul)| (session.to_string(), Arc::clone(soul))),
+        );
+        CallGate {
+            soul,
+            policy: Arc::clone(&rt.policy),
+            limiters: Arc::clone(&rt.limiters),
+            quota,
+            enforcement: rt.enforcement.clone(),
+            home: rt.config.paths.home.clone(),
+            workspace,
+            tools: Arc::clone(&rt.tools),
+            hub: Arc::clone(&rt.mcp),
+            mcp: McpTools::default(),
+        }
+    }
+
+    /// Adds the task's MCP tools (found once, before the first model call).
+    pub(in crate::agent) fn offer_mcp(&mut self, mcp: McpTools) {
+        self.mcp = mcp;
+    }
+
+    /// The tools this task offers: its soul's built-ins in the allowlist's order, then
+    /// its MCP tools sorted by name.
+    pub(in crate::agent) fn definitions(&self) -> Vec<ToolDef> {
+        let mut defs = self.tools.definitions(&self.soul.grant.tools);
+        defs.extend_from_slice(self.mcp.definitions());
+        defs
+    }
+
+    /// The names of [`CallGate::definitions`], in the same order.
+    pub(in crate::agent) fn tool_names(&self) -> Vec<String> {
+        self.tools
+            .offered(&self.soul.grant.tools)
+            .iter()
+            .map(|t| t.info().name)
+            .chain(self.mcp.names())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The implementation of a tool by name: a built-in, or one of the task's MCP tools.
+    pub(in crate::agent) fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        match self.tools.get(name) {
+            Some(t) => Some(Arc::clone(t)),
+            None => self.mcp.tool(&self.hub, name),
+        }
+    }
+
+    /// The tier of a call: the catalog's for a built-in (by its arguments), the
+    /// server's for an MCP tool, `system_critical` for a name nobody offers.
+    pub(in crate::agent) fn tier(&self, name: &str, args: &serde_json::Value) -> Tier {
+        match crate::catalog::info(name) {
+            Some(i) => crate::catalog::tier_for_call(i, args),
+            None => self.mcp.tier(name).unwrap_or(Tier::SystemCritical),
+        }
+    }
+
+    /// Decides one call: policy, then rate limits.
+    pub(in crate::agent) fn decide(&self, name: &str, args: &serde_json::Value) -> Decided {
+        let tier = self.tier(name, args);
         let ctx = PathContext {
-            home: &self.rt.config.paths.home,
-            cwd: &self.place.workspace,
+            home: &self.home,
+            cwd: &self.workspace,
         };
         let call = Call {
             tool: name,
             tier,
             args,
         };
-        let mut verdict = policy::decide(
-            &self.spec.soul.id,
-            &self.spec.soul.grant,
-            &self.rt.policy,
-            &call,
-            &ctx,
-        );
+        let mut verdict =
+            policy::decide(&self.soul.id, &self.soul.grant, &self.policy, &call, &ctx);
         let outside = crate::catalog::runs_outside_sandbox(name, args)
             .or_else(|| self.mcp.outside_sandbox(name));
         let (disposition, limited) = dispose(&mut verdict, outside, || self.check_tool_quota(name));
-        if let Some(limited) = limited {
-            self.emit(rate_limited_event(&limited, Some(name))).await;
+        Decided {
+            tier,
+            disposition,
+            trail: trail(&verdict, &self.enforcement),
+            limited,
         }
-        let (decision, reason) = match &disposition {
-            Disposition::Run => ("allow", None),
-            Disposition::Ask { reason } => ("ask", Some(reason.clone())),
-            Disposition::Refuse { reason, .. } => ("deny", Some(reason.clone())),
-        };
-        self.emit(EventPayload::ToolCallStarted {
-            call_id: id.to_string(),
-            tool: name.to_owned(),
-            args: args.clone(),
-            tier: tier.to_string(),
-            decision: decision.to_owned(),
-            reason,
-        })
-        .await;
-        (disposition, trail(&verdict, &self.rt.enforcement))
-    }
-
-    /// The sessions whose quotas a call of this task spends, with their souls' limits:
-    /// its own, then (for a delegated sub-task) each ancestor's, so a parent's limits
-    /// count its sub-tasks' calls as its own.
-    fn quota_sessions(&self) -> Vec<(String, &crate::policy::RateLimits)> {
-        let mut sessions = vec![(
-            self.session.ctx.session_id.to_string(),
-            &self.spec.soul.rate_limits,
-        )];
-        if let Some(p) = &self.spec.parent {
-            for (session, soul) in &p.quota {
-                sessions.push((session.to_string(), &soul.rate_limits));
-            }
-        }
-        sessions
     }
 
     fn check_tool_quota(&self, tool: &str) -> Result<(), RateLimited> {
-        let sessions = self.quota_sessions();
-        let keys: Vec<(String, String)> = sessions
+        let keys: Vec<(String, String)> = self
+            .quota
             .iter()
             .map(|(s, _)| (s.clone(), format!("{s}/{tool}")))
             .collect();
-        let pol = &self.rt.policy.rate_limits;
+        let pol = &self.policy.rate_limits;
         let mut checks = Vec::new();
-        for ((_, soul), (session, per_tool_key)) in sessions.iter().zip(&keys) {
-            for limits in [*soul, pol] {
+        for ((_, soul), (session, per_tool_key)) in self.quota.iter().zip(&keys) {
+            for limits in [&soul.rate_limits, pol] {
                 if let Some(spec) = limits.tool_calls {
                     checks.push((Scope::SessionTools, session.as_str(), spec));
                 }
@@ -169,37 +246,41 @@ impl Task {
                 }
             }
         }
-        if let Some(spec) = self.rt.policy.global_tool_calls {
+        if let Some(spec) = self.policy.global_tool_calls {
             checks.push((Scope::GlobalTools, "global", spec));
         }
-        self.rt.limiters.check_all(checks)
+        self.limiters.check_all(checks)
     }
 
-    /// Waits (cancellably) until the session may make another model request; the
-    /// finish status when the task was stopped while it waited.
-    pub(super) async fn wait_for_llm_quota(&mut self) -> Result<(), (TaskStatus, String)> {
-        let policy_llm = self.rt.policy.rate_limits.llm_calls;
-        let specs: Vec<(String, crate::policy::RateSpec)> = self
-            .quota_sessions()
-            .into_iter()
+    /// Waits (cancellably) until the session may make another model request, reporting
+    /// each wait; `false` when `cancel` stopped it first.
+    pub(in crate::agent) async fn wait_for_llm_quota(
+        &self,
+        emitter: &mut Emitter,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let policy_llm = self.policy.rate_limits.llm_calls;
+        let specs: Vec<(&str, crate::policy::RateSpec)> = self
+            .quota
+            .iter()
             .flat_map(|(session, soul)| {
-                [soul.llm_calls, policy_llm]
+                [soul.rate_limits.llm_calls, policy_llm]
                     .into_iter()
                     .flatten()
-                    .map(move |spec| (session.clone(), spec))
+                    .map(move |spec| (session.as_str(), spec))
             })
             .collect();
         loop {
             let checks = specs
                 .iter()
-                .map(|(session, s)| (Scope::SessionLlm, session.as_str(), *s));
-            let Err(limited) = self.rt.limiters.check_all(checks) else {
-                return Ok(());
+                .map(|(session, s)| (Scope::SessionLlm, *session, *s));
+            let Err(limited) = self.limiters.check_all(checks) else {
+                return true;
             };
-            self.emit(rate_limited_event(&limited, None)).await;
+            emitter.emit(rate_limited_event(&limited, None)).await;
             tokio::select! {
                 () = tokio::time::sleep(limited.retry_after) => {}
-                () = self.clock.cancel.cancelled() => return Err(self.cancelled_status()),
+                () = cancel.cancelled() => return false,
             }
         }
     }

@@ -2,7 +2,7 @@
 //! notes, the tools, the paths and the session's memory. It holds nothing that changes
 //! within a task (no step counter, no clock, no figure of the machine), so every
 //! request of a task starts with the same bytes and a server's prompt cache holds; what
-//! changes travels as a system reminder ([`crate::agent::reminder`]).
+//! changes travels as a system reminder ([`crate::agent::context::reminder`]).
 //!
 //! Tool results reach the model wrapped by [`wrap_tool_output`]: a delimited block the
 //! output cannot close, cut to [`MODEL_OUTPUT_CHARS`] with a marker. The model is told

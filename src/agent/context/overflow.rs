@@ -4,25 +4,31 @@
 //! request that still does not fit fails the task, with a message naming the limit and
 //! the setting to change.
 
-use crate::agent::task::Task;
-use crate::llm::{ContextOverflow, LlmClient, Request};
+use tokio_util::sync::CancellationToken;
 
-impl Task {
+use crate::agent::context::ContextKeeper;
+use crate::agent::emitter::Emitter;
+use crate::llm::{ContextOverflow, LlmClient, Request, Usage};
+
+impl ContextKeeper {
     /// Makes room after `overflow`; rebuilds `request` and returns its new estimate, or
-    /// `None` when nothing could be compacted (the request would fail again).
-    pub(super) async fn recover_overflow(
+    /// `None` when nothing could be compacted (the request would fail again); and what
+    /// the summary cost either way.
+    pub(in crate::agent) async fn recover_overflow(
         &mut self,
         client: &mut LlmClient,
+        emitter: &mut Emitter,
         overflow: &ContextOverflow,
         request: &mut Request,
         estimate: u64,
-    ) -> Option<u64> {
+        cancel: &CancellationToken,
+    ) -> (Option<u64>, Usage) {
         if let Some(limit) = overflow.limit {
             let limit = u32::try_from(limit).unwrap_or(u32::MAX);
             let configured = self.model.context_window;
             if configured == 0 || limit < configured {
                 tracing::warn!(
-                    task_id = %self.spec.task_id,
+                    task_id = %emitter.task_id(),
                     "the server's context is {limit} tokens, not the configured context_window \
                      of {configured}: using {limit} for the rest of the task"
                 );
@@ -33,24 +39,19 @@ impl Task {
         if let Some(requested) = overflow.requested {
             self.model.estimator.calibrate(estimate, requested);
         }
-        let system = self.system_parts();
-        if !self.full_compact(client, estimate).await {
-            return None;
+        let (cut, usage) = self.full_compact(client, emitter, estimate, cancel).await;
+        if !cut {
+            return (None, usage);
         }
-        request.system = system.build(self, &self.session.ctx);
+        request.system = self.system();
         request.messages = self.session.ctx.history.clone();
-        Some(self.model.estimator.request(request))
+        (Some(self.model.estimator.request(request)), usage)
     }
 
     /// The task's failure message for a request that does not fit even after
     /// compaction (or could not be compacted).
-    pub(super) fn overflow_failure(&self, overflow: &ContextOverflow) -> String {
-        let provider = self
-            .spec
-            .soul
-            .provider
-            .clone()
-            .unwrap_or_else(|| self.rt.config.default_provider.clone());
+    pub(in crate::agent) fn overflow_failure(&self, overflow: &ContextOverflow) -> String {
+        let provider = &self.settings.provider;
         let limit = match overflow.limit {
             Some(l) => format!("the server's limit of {l} tokens"),
             None => "the server's context".to_owned(),

@@ -47,7 +47,7 @@ struct Offered {
 
 /// The MCP tools one task offers, by the name the model sees (`NAME__TOOL`).
 #[derive(Default)]
-pub(super) struct McpTools {
+pub(in crate::agent) struct McpTools {
     /// Sorted by name.
     defs: Vec<ToolDef>,
     offered: BTreeMap<String, Offered>,
@@ -56,7 +56,7 @@ pub(super) struct McpTools {
 impl McpTools {
     /// The tools `allowlist`'s `mcp:` entries name, from servers started as needed; and
     /// a note for the model for each server that is unknown or could not be started.
-    pub(super) async fn for_allowlist(
+    pub(in crate::agent) async fn for_allowlist(
         hub: &McpHub,
         allowlist: &[String],
         cancel: &CancellationToken,
@@ -122,23 +122,23 @@ impl McpTools {
     }
 
     /// Definitions for the model request, sorted by name.
-    pub(super) fn definitions(&self) -> &[ToolDef] {
+    pub(in crate::agent) fn definitions(&self) -> &[ToolDef] {
         &self.defs
     }
 
     /// The offered names, sorted.
-    pub(super) fn names(&self) -> impl Iterator<Item = &str> {
+    pub(in crate::agent) fn names(&self) -> impl Iterator<Item = &str> {
         self.defs.iter().map(|d| d.name.as_str())
     }
 
     /// The tier of an offered tool.
-    pub(super) fn tier(&self, name: &str) -> Option<Tier> {
+    pub(in crate::agent) fn tier(&self, name: &str) -> Option<Tier> {
         self.offered.get(name).map(|o| o.tier)
     }
 
     /// Why a call of `name` runs outside familiar's sandbox, if it does (a `url`
     /// server): such calls are always asked.
-    pub(super) fn outside_sandbox(&self, name: &str) -> Option<&'static str> {
+    pub(in crate::agent) fn outside_sandbox(&self, name: &str) -> Option<&'static str> {
         self.offered
             .get(name)
             .filter(|o| o.remote)
@@ -146,7 +146,7 @@ impl McpTools {
     }
 
     /// The tool that runs a call of `name` on its server, if it is offered.
-    pub(super) fn tool(&self, hub: &Arc<McpHub>, name: &str) -> Option<Arc<dyn Tool>> {
+    pub(in crate::agent) fn tool(&self, hub: &Arc<McpHub>, name: &str) -> Option<Arc<dyn Tool>> {
         let o = self.offered.get(name)?;
         Some(Arc::new(McpCall {
             hub: Arc::clone(hub),

@@ -13,11 +13,19 @@
 //! always a user message; the session transcript, which compaction never touches, keeps
 //! every original message.
 //!
-//! This module holds the rules, as plain functions of a history; the
-//! [`compactor`](crate::agent::compactor) runs them on a live task (with the model call a
-//! summary needs, and the events it reports).
+//! The rules are plain functions of a history; the [`ContextKeeper`]'s methods at the end
+//! run them on a live task, with the model call a summary needs, and report each
+//! compaction as a `compaction` event and to the hooks.
 
-use crate::llm::{ContentBlock, Message, Role};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::context::ContextKeeper;
+use crate::agent::emitter::Emitter;
+use crate::agent::events::{CompactionMode, EventPayload};
+use crate::llm::{
+    ClientEvent, ContentBlock, LlmClient, LlmError, Message, Request, Role, StreamEvent, Usage,
+};
 
 pub const KEEP_TOOL_RESULTS: usize = 3;
 pub const MICRO_MIN_SAVING: usize = 2_000;
@@ -31,22 +39,6 @@ pub const MAX_FULL_COMPACTIONS: u32 = 3;
 pub const CONTEXT_RESERVE: u64 = 2_000;
 /// Facts kept across compactions.
 pub const MAX_FACTS: usize = 40;
-
-/// Which compaction ran (the `compaction` event's `mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompactionMode {
-    Micro,
-    Full,
-}
-
-impl CompactionMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CompactionMode::Micro => "micro",
-            CompactionMode::Full => "full",
-        }
-    }
-}
 
 pub const CLEARED_MARKER: &str = "[familiar: this tool output was cleared to save context; the full output is in the session transcript]";
 
@@ -219,6 +211,175 @@ pub fn merge_facts(old: &mut Vec<String>, new: Vec<String>, max: usize) {
     if old.len() > max {
         let excess = old.len() - max;
         old.drain(..excess);
+    }
+}
+
+impl ContextKeeper {
+    /// Clears old tool results when that saves enough.
+    pub(super) async fn micro_compact(&mut self, emitter: &mut Emitter) {
+        let history = &mut self.session.ctx.history;
+        let Some(stats) = micro_compact(history) else {
+            return;
+        };
+        let messages = history.len();
+        compacted(emitter, CompactionMode::Micro);
+        emitter
+            .emit(EventPayload::Compaction {
+                mode: CompactionMode::Micro.as_str().into(),
+                tokens_before: (stats.chars_saved / 4) as u64,
+                tokens_after: 0,
+                messages_before: messages,
+                messages_after: messages,
+            })
+            .await;
+    }
+
+    /// Runs a full compaction when `estimate` (of `request`) leaves too little room, and
+    /// rebuilds the request over the compacted history. Returns the request's estimate
+    /// and what the summary cost.
+    pub(super) async fn compact_if_full(
+        &mut self,
+        client: &mut LlmClient,
+        emitter: &mut Emitter,
+        request: &mut Request,
+        estimate: u64,
+        cancel: &CancellationToken,
+    ) -> (u64, Usage) {
+        let due = self.model.context_window > 0
+            && needs_full(
+                estimate,
+                self.model.context_window,
+                u64::from(request.max_tokens) + CONTEXT_RESERVE,
+                self.session.ctx.history.len(),
+            )
+            && self.full_compactions < MAX_FULL_COMPACTIONS;
+        if !due {
+            return (estimate, Usage::default());
+        }
+        let (_, usage) = self.full_compact(client, emitter, estimate, cancel).await;
+        request.system = self.system();
+        request.messages = self.session.ctx.history.clone();
+        (self.model.estimator.request(request), usage)
+    }
+
+    /// Summarises the older history with the model; on failure, keeps going without.
+    /// Returns whether the history was cut, and what the summary cost.
+    pub(super) async fn full_compact(
+        &mut self,
+        client: &mut LlmClient,
+        emitter: &mut Emitter,
+        tokens_before: u64,
+        cancel: &CancellationToken,
+    ) -> (bool, Usage) {
+        let ctx = &self.session.ctx;
+        let Some(cut) = split_point(&ctx.history) else {
+            return (false, Usage::default());
+        };
+        self.full_compactions += 1;
+        let messages_before = ctx.history.len();
+        let prompt = summary_prompt(ctx.summary.as_deref(), &ctx.facts, &ctx.history[..cut]);
+        let request = Request {
+            model: client
+                .model_override()
+                .unwrap_or(&self.model.name)
+                .to_owned(),
+            system: "You write concise, faithful summaries of agent sessions.".into(),
+            messages: vec![Message::user_text(prompt)],
+            tools: Vec::new(),
+            max_tokens: self.settings.max_output_tokens,
+            temperature: client.temperature(),
+        };
+        let (answer, usage) = summarise(client, emitter, &request, cancel).await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(task_id = %emitter.task_id(), "compaction summary failed: {e}");
+                return (false, usage);
+            }
+        };
+        let (summary, facts) = parse_summary(&answer);
+        if summary.is_empty() {
+            return (false, usage);
+        }
+        let ctx = &mut self.session.ctx;
+        ctx.summary = Some(summary);
+        merge_facts(&mut ctx.facts, facts, MAX_FACTS);
+        apply_cut(&mut ctx.history, cut, &self.persona.prompt);
+        compacted(emitter, CompactionMode::Full);
+        let tokens_after = self.model.estimator.messages(&self.session.ctx.history);
+        let messages_after = self.session.ctx.history.len();
+        emitter
+            .emit(EventPayload::Compaction {
+                mode: CompactionMode::Full.as_str().into(),
+                tokens_before,
+                tokens_after,
+                messages_before,
+                messages_after,
+            })
+            .await;
+        (true, usage)
+    }
+}
+
+/// The model's answer to the summary request, and its tokens (which count toward the
+/// task, answered or not).
+async fn summarise(
+    client: &mut LlmClient,
+    emitter: &Emitter,
+    request: &Request,
+    cancel: &CancellationToken,
+) -> (Result<String, LlmError>, Usage) {
+    for h in emitter.hooks() {
+        h.before_llm(&emitter.task_ref(), request);
+    }
+    let mut answer = String::new();
+    let mut usage = Usage::default();
+    let mut failed = None;
+    {
+        let mut stream = client.stream(request, cancel.child_token());
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(ClientEvent::Event(StreamEvent::TextDelta { text })) => answer.push_str(&text),
+                Ok(ClientEvent::Event(StreamEvent::Usage { usage: u })) => usage.add(&u),
+                Ok(ClientEvent::AttemptDiscarded) => answer.clear(),
+                Ok(ClientEvent::Repetition { keep, .. }) => {
+                    if answer.is_char_boundary(keep) {
+                        answer.truncate(keep);
+                    }
+                }
+                // A summary request offers no tools; the rest is progress.
+                Ok(ClientEvent::Event(
+                    StreamEvent::ThinkingDelta { .. }
+                    | StreamEvent::ThinkingComplete { .. }
+                    | StreamEvent::ToolCallStarted { .. }
+                    | StreamEvent::ToolCallComplete { .. }
+                    | StreamEvent::Finish { .. }
+                    | StreamEvent::PromptProgress { .. },
+                ))
+                | Ok(ClientEvent::Retry { .. } | ClientEvent::ModelFallback { .. }) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    let result = match &failed {
+        Some(e) => Err(e),
+        None => Ok(&usage),
+    };
+    for h in emitter.hooks() {
+        h.after_llm(&emitter.task_ref(), result);
+    }
+    match failed {
+        Some(e) => (Err(e), usage),
+        None => (Ok(answer), usage),
+    }
+}
+
+fn compacted(emitter: &Emitter, mode: CompactionMode) {
+    for h in emitter.hooks() {
+        h.compacted(&emitter.task_ref(), mode);
     }
 }
 

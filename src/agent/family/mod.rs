@@ -1,17 +1,19 @@
-//! A task's place in its family of delegated sub-tasks: the link a child keeps to its
-//! parent, the budget they share, the slots for running children, and the long-term
-//! memory a soul's system prompt carries. Plain data: it knows nothing of the loop, so
-//! the task, the loop and the sub-task runner can all read it.
+//! A task's family of delegated sub-tasks: the link a child keeps to its parent, the
+//! [`budget`] they share, the slots for running children, and the [`subagent`] runner
+//! that starts them. It knows nothing of the loop: the loop hands the runner its way of
+//! running a task ([`subagent::RunChild`]), so the family sits below it.
+
+pub mod budget;
+pub mod subagent;
 
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use crate::agent::budget::{Budget, Exhausted};
-use crate::agent::runtime::Runtime;
+use crate::agent::family::budget::{Budget, Exhausted};
 use crate::ids::{SessionId, TaskId};
 use crate::soul::Soul;
-use crate::store::{MemoryEntry, TaskStatus};
+use crate::store::TaskStatus;
 
 /// A top-level task is depth 1, its children depth 2; nothing deeper.
 pub const MAX_DEPTH: u32 = 2;
@@ -41,7 +43,11 @@ pub struct Family {
 
 impl Family {
     /// A child shares its parent's budget; a top-level task starts its own.
-    pub(super) fn new(parent: Option<&ParentLink>, max_iterations: u32, max_tokens: u64) -> Family {
+    pub(in crate::agent) fn new(
+        parent: Option<&ParentLink>,
+        max_iterations: u32,
+        max_tokens: u64,
+    ) -> Family {
         Family {
             budget: match parent {
                 Some(p) => Arc::clone(&p.budget),
@@ -53,7 +59,7 @@ impl Family {
 
     /// The finish status when the budget shared with sub-tasks (or, for a sub-task, its
     /// parent's) is spent; `None` while there is some left.
-    pub(super) fn check_budget(&self) -> Option<(TaskStatus, String)> {
+    pub(in crate::agent) fn check_budget(&self) -> Option<(TaskStatus, String)> {
         match self.budget.exhausted() {
             None => None,
             Some(Exhausted::Tokens { used, max }) => Some((
@@ -70,17 +76,4 @@ impl Family {
             )),
         }
     }
-}
-
-/// The soul's long-term memory for its system prompt: its own entries and those for
-/// every soul, when it has `memory = true`. An unreadable memory file is reported (and
-/// moved aside by the store) and the task goes on without notes.
-pub(super) fn memory_notes(rt: &Runtime, soul: &Soul) -> Vec<MemoryEntry> {
-    if !soul.memory {
-        return Vec::new();
-    }
-    rt.memory.for_soul(&soul.id).unwrap_or_else(|e| {
-        tracing::warn!(soul = %soul.id, "no long-term memory for this task: {e}");
-        Vec::new()
-    })
 }

@@ -7,52 +7,55 @@
 //! The calls' events are forwarded while the stream runs, so an approval prompt is seen
 //! at once, not at the end of the model's answer.
 
-use std::sync::Arc;
-
 use futures::StreamExt;
 use serde_json::json;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::dispatch::{
-    CallEnv, CallResult, CallSpec, Dispatcher, Disposition, MAX_PARALLEL, Submitted,
+use crate::agent::calls::dispatch::{
+    CallEnv, CallResult, CallSpec, Dispatcher, Disposition, Submitted,
 };
+use crate::agent::calls::gate::{CallGate, Decided, rate_limited_event};
+use crate::agent::context::prompt::wrap_tool_output;
+use crate::agent::context::record;
+use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::hooks::ToolCallRef;
-use crate::agent::plan::describe_call;
-use crate::agent::prompt::wrap_tool_output;
-use crate::agent::task::Task;
-use crate::ids::CallId;
+use crate::agent::plan::{PlanTracker, describe_call};
+use crate::ids::{CallId, TaskId};
 use crate::llm::{
     ClientEvent, ContentBlock, ContextOverflow, FinishReason, InvalidArguments, LlmClient,
     LlmError, Message, Request, Role, StreamEvent, Usage,
 };
-use crate::store::{AuditDecision, TaskStatus};
-use crate::tools::ToolContext;
+use crate::store::{AuditDecision, Context, TaskStatus};
 
 /// What one model call and its tools produced.
 #[derive(Debug)]
-pub(super) struct Turn {
-    pub(super) text: String,
-    pub(super) finish: FinishReason,
+pub(in crate::agent) struct Turn {
+    pub(in crate::agent) text: String,
+    pub(in crate::agent) finish: FinishReason,
     /// Signatures of the calls, for loop detection.
-    pub(super) calls: Vec<(String, serde_json::Value)>,
-    pub(super) all_refused: bool,
-    pub(super) fatal: Option<String>,
+    pub(in crate::agent) calls: Vec<(String, serde_json::Value)>,
+    pub(in crate::agent) all_refused: bool,
+    pub(in crate::agent) fatal: Option<String>,
 }
 
 /// How a model call ended.
-pub(super) enum CallEnd {
+pub(in crate::agent) enum CallEnd {
     Turn(Turn),
     /// A transient failure (the client's retries spent); the turn is dropped.
     Failed(LlmError),
-    /// The task cannot go on: cancelled, or a failure no retry will fix.
+    /// The task was stopped while the model wrote; what ran is recorded.
+    Cancelled,
+    /// Too long for the server, with output or calls besides (so it is not sent again).
+    Overflow(ContextOverflow),
+    /// The task cannot go on: a failure no retry will fix.
     Finish(TaskStatus, String),
 }
 
 /// What one model call left behind once every call it made has finished.
 #[derive(Default)]
-pub(super) struct Collected {
+pub(in crate::agent) struct Collected {
     /// The assistant's content so far (text before a call, thinking, calls).
     blocks: Vec<ContentBlock>,
     /// Text after the last block.
@@ -61,14 +64,20 @@ pub(super) struct Collected {
     usage: Usage,
     /// Calls the gate refused.
     refused: usize,
-    error: Option<LlmError>,
+    pub(in crate::agent) error: Option<LlmError>,
     calls: Vec<(Submitted, CallResult)>,
+}
+
+impl Collected {
+    pub(in crate::agent) fn usage(&self) -> &Usage {
+        &self.usage
+    }
 }
 
 impl Collected {
     /// The overflow the call failed with, when nothing else came of it (no output, no
     /// tool call): sending it again after compaction loses nothing.
-    pub(super) fn bare_overflow(&self) -> Option<ContextOverflow> {
+    pub(in crate::agent) fn bare_overflow(&self) -> Option<ContextOverflow> {
         match &self.error {
             Some(LlmError::ContextOverflow(o))
                 if self.blocks.is_empty() && self.text.is_empty() && self.calls.is_empty() =>
@@ -94,78 +103,78 @@ pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the sam
 /// What an answer with no text is recorded and reported as.
 pub const EMPTY_ANSWER: &str = "(empty answer)";
 
-type CallEvents = mpsc::UnboundedReceiver<EventPayload>;
+/// The events of one turn's calls, as they run.
+pub(in crate::agent) type CallEvents = mpsc::UnboundedReceiver<EventPayload>;
 
-impl Task {
-    /// Streams `request`, submitting calls as they complete, and waits for every call.
-    pub(super) async fn collect(&mut self, client: &mut LlmClient, request: &Request) -> Collected {
-        let (events_tx, mut events_rx) = mpsc::unbounded_channel();
-        let iter_cancel = self.clock.cancel.child_token();
-        let env = self.call_env(events_tx, iter_cancel.clone());
-        let mut dispatcher = Dispatcher::new();
+/// Collects one model call: the stream, the gate's decisions, the dispatcher's calls,
+/// and the conversation they are folded into.
+pub(in crate::agent) struct Collector<'t> {
+    gate: &'t CallGate,
+    emitter: &'t mut Emitter,
+    plan: &'t mut PlanTracker,
+    /// The session's context: the turn's messages and its tool statistics go here.
+    ctx: &'t mut Context,
+    /// A sub-task's parent: approval summaries say on whose behalf it asks.
+    parent: Option<&'t TaskId>,
+    dispatcher: Dispatcher,
+}
+
+impl<'t> Collector<'t> {
+    pub(in crate::agent) fn new(
+        gate: &'t CallGate,
+        emitter: &'t mut Emitter,
+        plan: &'t mut PlanTracker,
+        ctx: &'t mut Context,
+        parent: Option<&'t TaskId>,
+    ) -> Collector<'t> {
+        Collector {
+            gate,
+            emitter,
+            plan,
+            ctx,
+            parent,
+            dispatcher: Dispatcher::new(),
+        }
+    }
+
+    /// Streams `request` (stopped by `cancel`, which the calls in `env` share),
+    /// submitting calls as they complete, and waits for every call.
+    pub(in crate::agent) async fn collect(
+        mut self,
+        client: &mut LlmClient,
+        request: &Request,
+        env: CallEnv,
+        mut events_rx: CallEvents,
+        cancel: CancellationToken,
+    ) -> Collected {
         let mut c = Collected::default();
         {
-            let mut stream = client.stream(request, iter_cancel);
+            let mut stream = client.stream(request, cancel);
             loop {
                 tokio::select! {
-                    Some(ev) = events_rx.recv() => self.emit(ev).await,
+                    Some(ev) = events_rx.recv() => self.emitter.emit(ev).await,
                     item = stream.next() => match item {
                         None => break,
                         Some(Err(e)) => { c.error = Some(e); break; }
-                        Some(Ok(ev)) => self.on_stream_event(ev, &mut c, &mut dispatcher, &env).await,
+                        Some(Ok(ev)) => self.on_stream_event(ev, &mut c, &env).await,
                     },
                 }
             }
         }
-        let (calls, orphans) = self.drain(dispatcher, env, events_rx).await;
+        let (calls, orphans) = self.drain(env, events_rx).await;
         for o in orphans {
             let entry = json!({"kind": "orphaned_tool_result", "ok": o.ok, "output": o.output});
-            self.session.append(&entry);
+            self.emitter.append(&entry);
         }
         c.calls = calls;
         c
     }
 
-    /// What every call of this turn shares.
-    fn call_env(
-        &self,
-        events: mpsc::UnboundedSender<EventPayload>,
-        cancel: CancellationToken,
-    ) -> CallEnv {
-        CallEnv {
-            task_id: self.spec.task_id.clone(),
-            session_id: self.session.ctx.session_id.clone(),
-            soul: self.spec.soul.id.clone(),
-            approvals: self.rt.approvals.clone(),
-            tool_ctx: ToolContext {
-                workspace: self.place.workspace.clone(),
-                home: self.rt.config.paths.home.clone(),
-                snapshotter: Arc::clone(&self.rt.snapshotter),
-                cancel,
-                sandbox: Arc::clone(&self.place.sandbox),
-                launcher: Arc::clone(&self.rt.launcher),
-                soul: self.spec.soul.id.clone(),
-                session: self.session.ctx.session_id.clone(),
-                memory: self.rt.memory.clone(),
-                subagents: self.delegator(),
-            },
-            events,
-            parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),
-            hooks: self.rt.hooks.iter().cloned().collect(),
-        }
-    }
-
-    async fn on_stream_event(
-        &mut self,
-        ev: ClientEvent,
-        c: &mut Collected,
-        dispatcher: &mut Dispatcher,
-        env: &CallEnv,
-    ) {
+    async fn on_stream_event(&mut self, ev: ClientEvent, c: &mut Collected, env: &CallEnv) {
         match ev {
             ClientEvent::Event(StreamEvent::TextDelta { text }) => {
                 c.text.push_str(&text);
-                self.emit(EventPayload::TextDelta { text }).await;
+                self.emitter.emit(EventPayload::TextDelta { text }).await;
             }
             ClientEvent::Event(StreamEvent::ThinkingDelta { .. }) => {}
             ClientEvent::Event(StreamEvent::ThinkingComplete {
@@ -183,7 +192,7 @@ impl Task {
                     let text = std::mem::take(&mut c.text);
                     c.blocks.push(ContentBlock::Text { text });
                 }
-                self.submit_call(id, name, input, c, dispatcher, env).await;
+                self.submit_call(id, name, input, c, env).await;
             }
             ClientEvent::Event(StreamEvent::Usage { usage }) => c.usage = usage,
             ClientEvent::Event(StreamEvent::Finish { reason }) => c.finish = Some(reason),
@@ -192,12 +201,13 @@ impl Task {
                 total,
                 cached,
             }) => {
-                self.emit(EventPayload::ModelProgress {
-                    processed,
-                    total,
-                    cached,
-                })
-                .await;
+                self.emitter
+                    .emit(EventPayload::ModelProgress {
+                        processed,
+                        total,
+                        cached,
+                    })
+                    .await;
             }
             ClientEvent::Retry {
                 attempt,
@@ -205,16 +215,18 @@ impl Task {
                 reason,
             } => {
                 let delay_ms = delay.as_millis() as u64;
-                self.emit(EventPayload::Retry {
-                    attempt,
-                    delay_ms,
-                    reason,
-                })
-                .await;
+                self.emitter
+                    .emit(EventPayload::Retry {
+                        attempt,
+                        delay_ms,
+                        reason,
+                    })
+                    .await;
             }
             ClientEvent::ModelFallback { from, to } => {
                 let reason = "repeated overload or a stalled stream".into();
-                self.emit(EventPayload::ModelFallback { from, to, reason })
+                self.emitter
+                    .emit(EventPayload::ModelFallback { from, to, reason })
                     .await;
             }
             ClientEvent::Repetition {
@@ -227,36 +239,42 @@ impl Task {
                 }
                 c.text
                     .push_str(&format!("{DEGENERATE_MARKER} {repeats} times]"));
-                self.emit(EventPayload::DegenerateOutput {
-                    unit: unit.chars().take(200).collect(),
-                    repeats,
-                    kept_chars: c.text.chars().count(),
-                })
-                .await;
+                self.emitter
+                    .emit(EventPayload::DegenerateOutput {
+                        unit: unit.chars().take(200).collect(),
+                        repeats,
+                        kept_chars: c.text.chars().count(),
+                    })
+                    .await;
             }
             ClientEvent::AttemptDiscarded => {
                 c.blocks.clear();
                 c.text.clear();
                 c.refused = 0;
-                dispatcher.discard_attempt();
+                self.dispatcher.discard_attempt();
             }
         }
     }
 
-    /// Passes a complete call through the gate and hands it to the dispatcher.
+    /// Passes a complete call through the gate, reports the decision, and hands the
+    /// call to the dispatcher.
     async fn submit_call(
         &mut self,
         id: CallId,
         name: String,
         input: Result<serde_json::Value, InvalidArguments>,
         c: &mut Collected,
-        dispatcher: &mut Dispatcher,
         env: &CallEnv,
     ) {
-        let (args, disposition, trail) = match input {
+        let (args, decided) = match input {
             Ok(args) => {
-                let (disposition, trail) = self.decide_call(&id, &name, &args).await;
-                (args, disposition, trail)
+                let decided = self.gate.decide(&name, &args);
+                if let Some(limited) = &decided.limited {
+                    self.emitter
+                        .emit(rate_limited_event(limited, Some(&name)))
+                        .await;
+                }
+                (args, decided)
             }
             Err(invalid) => {
                 // Reported and stored like any refused call, with what arrived (a call
@@ -265,41 +283,58 @@ impl Task {
                 let reason = format!(
                     "{invalid}. Send the call again with a JSON object that matches the tool's schema."
                 );
-                let tier = self.tier_of(&name, &args);
-                self.emit(EventPayload::ToolCallStarted {
-                    call_id: id.to_string(),
-                    tool: name.clone(),
-                    args: args.clone(),
-                    tier: tier.to_string(),
-                    decision: "deny".to_owned(),
-                    reason: Some(reason.clone()),
-                })
-                .await;
-                let refuse = Disposition::Refuse {
-                    decision: AuditDecision::Denied,
-                    reason,
+                let decided = Decided {
+                    tier: self.gate.tier(&name, &args),
+                    disposition: Disposition::Refuse {
+                        decision: AuditDecision::Denied,
+                        reason,
+                    },
+                    trail: "arguments=deny".to_owned(),
+                    limited: None,
                 };
-                (args, refuse, "arguments=deny".to_owned())
+                (args, decided)
             }
         };
-        if matches!(disposition, Disposition::Refuse { .. }) {
-            c.refused += 1;
-        }
+        let Decided {
+            tier,
+            disposition,
+            trail,
+            limited: _,
+        } = decided;
+        let (decision, reason) = match &disposition {
+            Disposition::Run => ("allow", None),
+            Disposition::Ask { reason } => ("ask", Some(reason.clone())),
+            Disposition::Refuse { reason, .. } => {
+                c.refused += 1;
+                ("deny", Some(reason.clone()))
+            }
+        };
+        self.emitter
+            .emit(EventPayload::ToolCallStarted {
+                call_id: id.to_string(),
+                tool: name.clone(),
+                args: args.clone(),
+                tier: tier.to_string(),
+                decision: decision.to_owned(),
+                reason,
+            })
+            .await;
         c.blocks.push(ContentBlock::ToolUse {
             id: id.clone(),
             name: name.clone(),
             input: args.clone(),
         });
-        let tool = match self.rt.tools.get(&name) {
-            Some(t) => Some(Arc::clone(t)),
-            None => self.mcp.tool(&self.rt.mcp, &name),
-        };
-        let tier = self.tier_of(&name, &args);
+        let tool = self.gate.tool(&name);
         let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
-        self.plan.start(&id, describe_call(&name, &args));
+        let summary = describe_call(&name, &args);
+        let on_behalf = match self.parent {
+            Some(parent) => format!("{summary} (on behalf of task {parent})"),
+            None => summary.clone(),
+        };
+        self.plan.start(&id, summary);
         let spec = CallSpec {
             call_id: id,
-            summary: self.on_behalf(describe_call(&name, &args)),
+            summary: on_behalf,
             name,
             tier,
             args,
@@ -308,23 +343,23 @@ impl Task {
             disposition,
             trail,
         };
-        dispatcher.submit(env, spec);
+        self.dispatcher.submit(env, spec);
     }
 
     /// Every started call finishes (or sees the cancellation) before the turn ends;
     /// their events are forwarded meanwhile.
     async fn drain(
         &mut self,
-        dispatcher: Dispatcher,
         env: CallEnv,
         mut events_rx: CallEvents,
     ) -> (Vec<(Submitted, CallResult)>, Vec<CallResult>) {
+        let dispatcher = std::mem::replace(&mut self.dispatcher, Dispatcher::new());
         let finished = {
             let wait = dispatcher.finish();
             tokio::pin!(wait);
             loop {
                 tokio::select! {
-                    Some(ev) = events_rx.recv() => self.emit(ev).await,
+                    Some(ev) = events_rx.recv() => self.emitter.emit(ev).await,
                     done = &mut wait => break done,
                 }
             }
@@ -332,27 +367,9 @@ impl Task {
         // The last sender: once it is gone, what is queued is all there is.
         drop(env);
         while let Ok(ev) = events_rx.try_recv() {
-            self.emit(ev).await;
+            self.emitter.emit(ev).await;
         }
         finished
-    }
-
-    /// Accounts for the model call: usage, the estimator, the hooks.
-    pub(super) fn account(&mut self, estimate: u64, c: &Collected) {
-        self.progress.usage.add(&c.usage);
-        self.family.budget.spend_tokens(c.usage.total());
-        if c.usage.input_tokens > 0 {
-            self.model
-                .estimator
-                .calibrate(estimate, c.usage.input_tokens);
-        }
-        let llm_result = match &c.error {
-            Some(e) => Err(e),
-            None => Ok(&c.usage),
-        };
-        for h in &self.rt.hooks {
-            h.after_llm(&self.task_ref(), llm_result);
-        }
     }
 
     /// Tool results, in call order, whatever happened to the stream: recorded in the
@@ -376,15 +393,14 @@ impl Task {
                 decision: result.decision,
                 reason: Some(&audit_reason),
             };
-            for h in &self.rt.hooks {
-                h.after_tool(&self.task_ref(), &cref, result.outcome);
+            for h in self.emitter.hooks() {
+                h.after_tool(&self.emitter.task_ref(), &cref, result.outcome);
             }
-            self.session
-                .ctx
+            self.ctx
                 .record_tool_call(&call.name, !result.ok, result.duration_ms);
             self.plan.finish(&call.call_id, result.ok, &result.output);
             let entry = json!({"kind": "tool_result", "call_id": call.call_id, "tool": call.name, "ok": result.ok, "output": result.output});
-            self.session.append(&entry);
+            self.emitter.append(&entry);
             if result.fatal && folded.fatal.is_none() {
                 folded.fatal = Some(format!("{} failed fatally: {}", call.name, result.output));
             }
@@ -401,12 +417,13 @@ impl Task {
     }
 
     /// Folds the results into the conversation and says how the call ended.
-    pub(super) async fn conclude(&mut self, mut c: Collected) -> CallEnd {
+    pub(in crate::agent) async fn conclude(mut self, mut c: Collected) -> CallEnd {
         let folded = self.fold_results(&c.calls);
         if !c.calls.is_empty() {
             let plan = self.plan.plan().clone();
             let progress = self.plan.progress();
-            self.emit(EventPayload::PlanUpdated { plan, progress })
+            self.emitter
+                .emit(EventPayload::PlanUpdated { plan, progress })
                 .await;
         }
         if let Some(err) = c.error.take() {
@@ -456,17 +473,21 @@ impl Task {
         })
     }
 
+    fn record(&mut self, message: Message) {
+        record(self.ctx, self.emitter, message);
+    }
+
     /// Records the assistant's message and the user message with the tool results,
     /// each when it has content.
     fn record_turn(&mut self, blocks: Vec<ContentBlock>, results: Vec<ContentBlock>) {
         if !blocks.is_empty() {
-            self.record_message(Message {
+            self.record(Message {
                 role: Role::Assistant,
                 content: blocks,
             });
         }
         if !results.is_empty() {
-            self.record_message(Message {
+            self.record(Message {
                 role: Role::User,
                 content: results,
             });
@@ -486,21 +507,18 @@ impl Task {
                 // Calls that ran before the cancel are part of the work: keep them
                 // with their (possibly "cancelled") results.
                 if !results.is_empty() {
-                    self.record_message(Message {
+                    self.record(Message {
                         role: Role::Assistant,
                         content: blocks,
                     });
-                    self.record_message(Message {
+                    self.record(Message {
                         role: Role::User,
                         content: results,
                     });
                 }
-                let (s, r) = self.cancelled_status();
-                CallEnd::Finish(s, r)
+                CallEnd::Cancelled
             }
-            LlmError::ContextOverflow(o) => {
-                CallEnd::Finish(TaskStatus::Failed, self.overflow_failure(&o))
-            }
+            LlmError::ContextOverflow(o) => CallEnd::Overflow(o),
             e @ (LlmError::Auth(_)
             | LlmError::BadRequest(_)
             | LlmError::NotFound(_)
@@ -528,7 +546,7 @@ impl Task {
 }
 
 /// A failed model call as a task result: what failed, and what the person can do.
-pub(super) fn model_failure(e: &LlmError) -> String {
+pub(in crate::agent) fn model_failure(e: &LlmError) -> String {
     let hint = match e {
         // These carry their own remedy (fix the key, the model name, the request).
         LlmError::Auth(_)

@@ -1,0 +1,151 @@
+//! The model's side of a task: what it is sent each iteration, and keeping that within
+//! the model's window.
+//!
+//! A [`ContextKeeper`] owns the session state (the history on disk, under its lock) and
+//! the model; it builds each request ([`request`]: the stable system prompt of
+//! [`prompt`], the history, this iteration's [`reminder`]), compacts the history
+//! ([`compaction`]: the rules and the model's summary), recovers from a request the
+//! server says is too long ([`overflow`]), and [`repair`] mends a history a crash left
+//! invalid. It knows nothing of tool calls or the loop's rules: what it needs of them
+//! comes in as plain data at each iteration ([`Boundary`]).
+
+pub mod compaction;
+mod overflow;
+pub mod prompt;
+pub mod reminder;
+pub mod repair;
+mod request;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use crate::agent::emitter::Emitter;
+use crate::agent::runtime::Runtime;
+use crate::ids::SoulId;
+use crate::llm::{Estimator, LlmClient, LlmError, Message};
+use crate::policy::Policy;
+use crate::snapshot::{Snapshot, Snapshotter};
+use crate::soul::Soul;
+use crate::store::{Context, ContextJournal, MemoryEntry, SessionLock};
+
+pub(in crate::agent) use request::Boundary;
+
+/// The session on disk, held for the task's life.
+pub(in crate::agent) struct SessionState {
+    pub(in crate::agent) ctx: Context,
+    /// Held, never read: no other task writes the session meanwhile.
+    pub(in crate::agent) _lock: SessionLock,
+    /// Where each iteration is made durable (see `store/journal.rs`).
+    pub(in crate::agent) journal: ContextJournal,
+    /// This task's record in `ctx.tasks`.
+    pub(in crate::agent) task_index: usize,
+}
+
+/// The task's model client, or why it has none.
+pub(in crate::agent) struct Model {
+    pub(in crate::agent) client: Option<LlmClient>,
+    pub(in crate::agent) client_error: Option<LlmError>,
+    /// The model requests name (a client's override wins).
+    pub(in crate::agent) name: String,
+    /// Tokens; 0 when unknown (no full compaction then).
+    pub(in crate::agent) context_window: u32,
+    pub(in crate::agent) estimator: Estimator,
+}
+
+impl Model {
+    pub(in crate::agent) fn for_soul(rt: &Runtime, soul: &Soul) -> Model {
+        let (client, client_error, name, context_window) = match rt.llm.client(soul) {
+            Ok((c, m, w)) => (Some(c), None, m, w),
+            Err(e) => (None, Some(e), soul.model.clone().unwrap_or_default(), 0),
+        };
+        Model {
+            client,
+            client_error,
+            name,
+            context_window,
+            estimator: Estimator::new(),
+        }
+    }
+}
+
+/// What the system prompt says besides the tools and the session's summary and facts:
+/// the same for the task's life, so the prompt stays byte-stable for the prompt cache.
+pub(in crate::agent) struct Persona {
+    pub(in crate::agent) soul: Arc<Soul>,
+    pub(in crate::agent) policy: Arc<Policy>,
+    pub(in crate::agent) workspace: PathBuf,
+    /// Long-term memory entries (souls with `memory = true`), read once when the task
+    /// starts.
+    pub(in crate::agent) memory: Vec<MemoryEntry>,
+    /// The souls the task may hand sub-tasks to.
+    pub(in crate::agent) delegates: Vec<SoulId>,
+    /// The task's prompt, which a full compaction keeps.
+    pub(in crate::agent) prompt: String,
+}
+
+/// Fixed when the task starts: where requests go and how large they may be.
+pub(in crate::agent) struct Settings {
+    /// The provider's name, for the failure message of a request too long for it.
+    pub(in crate::agent) provider: String,
+    pub(in crate::agent) max_output_tokens: u32,
+    pub(in crate::agent) snapshotter: Arc<Mutex<Snapshotter>>,
+}
+
+/// The session's context and the model it is sent to.
+pub(in crate::agent) struct ContextKeeper {
+    pub(in crate::agent) session: SessionState,
+    pub(in crate::agent) model: Model,
+    persona: Persona,
+    settings: Settings,
+    /// The tools the last request offered, by name: an overflow's retry rebuilds its
+    /// system prompt with the same.
+    tool_names: Vec<String>,
+    full_compactions: u32,
+    /// The snapshot the last reminder was built from: the next one says what changed.
+    last_snapshot: Option<Snapshot>,
+}
+
+impl ContextKeeper {
+    pub(in crate::agent) fn new(
+        session: SessionState,
+        model: Model,
+        persona: Persona,
+        settings: Settings,
+    ) -> ContextKeeper {
+        ContextKeeper {
+            session,
+            model,
+            persona,
+            settings,
+            tool_names: Vec::new(),
+            full_compactions: 0,
+            last_snapshot: None,
+        }
+    }
+
+    pub(in crate::agent) fn ctx(&self) -> &Context {
+        &self.session.ctx
+    }
+}
+
+/// Appends `message` to the history and records it in the transcript.
+pub(in crate::agent) fn record(ctx: &mut Context, emitter: &mut Emitter, message: Message) {
+    let entry = json!({"kind": "message", "task_id": emitter.task_id(), "message": message});
+    emitter.append(&entry);
+    ctx.history.push(message);
+}
+
+/// The soul's long-term memory for its system prompt: its own entries and those for
+/// every soul, when it has `memory = true`. An unreadable memory file is reported (and
+/// moved aside by the store) and the task goes on without notes.
+pub(in crate::agent) fn memory_notes(rt: &Runtime, soul: &Soul) -> Vec<MemoryEntry> {
+    if !soul.memory {
+        return Vec::new();
+    }
+    rt.memory.for_soul(&soul.id).unwrap_or_else(|e| {
+        tracing::warn!(soul = %soul.id, "no long-term memory for this task: {e}");
+        Vec::new()
+    })
+}
