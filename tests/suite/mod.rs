@@ -8,6 +8,7 @@ mod desktop_tools;
 mod llm;
 mod mcp;
 mod memory;
+mod real_model;
 mod reliability;
 mod sandbox;
 mod sandbox_helper;
