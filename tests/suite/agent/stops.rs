@@ -195,3 +195,42 @@ async fn a_repeating_answer_is_cut_and_the_loop_goes_on() {
     assert!(second.contains("familiar cut this answer here"), "{second}");
     assert!(second.contains("kept repeating the same text"), "{second}");
 }
+
+/// Issue 25 §4: a task that failed before the model answered left its prompt as the
+/// session's last message, so the next task sent `user, user`, which templates that
+/// enforce alternation reject for every later task of the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_leaves_the_session_alternating() {
+    let h = Harness::new(vec![
+        text_reply("first answer"),
+        Reply::status(400, json!({"error": {"message": "bad request"}})),
+        text_reply("third answer"),
+    ])
+    .await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_iterations = 3\n");
+    let (first, _) = h.run(rt.clone(), h.spec(soul.clone(), "first", None)).await;
+    let session = Some(first.session_id.clone());
+    let (failed, _) = h
+        .run(rt.clone(), h.spec(soul.clone(), "second", session.clone()))
+        .await;
+    assert_eq!(failed.status, TaskStatus::Failed, "{}", failed.result);
+    let (second, _) = h.run(rt, h.spec(soul, "third", session)).await;
+    assert_eq!(second.status, TaskStatus::Completed, "{}", second.result);
+    let sent = &h.server.requests()[2].body["messages"];
+    let roles: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .filter(|r| *r != "system")
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "assistant", "user"],
+        "{sent}"
+    );
+    let ctx = h.store.load_context(&second.session_id).unwrap().unwrap();
+    let roles: Vec<_> = ctx.history.iter().map(|m| m.role).collect();
+    assert!(roles.windows(2).all(|w| w[0] != w[1]), "{roles:?}");
+}
