@@ -106,6 +106,9 @@ impl Printer {
                 if !write_tool_line(payload, "", &mut err)?
                     && let Some(line) = status_line(payload)
                 {
+                    // A prefill report comes between two requests' answers: start it
+                    // on a line of its own.
+                    self.end_text_line()?;
                     writeln!(err, "  {line}")?;
                 }
             }
