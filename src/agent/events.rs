@@ -150,6 +150,20 @@ pub enum EventPayload {
         delay_ms: u64,
         reason: String,
     },
+    /// The model's answer repeated `unit` `repeats` times in a row: the stream was
+    /// cancelled and the answer kept up to the first copy (`kept_chars`), with a marker.
+    DegenerateOutput {
+        unit: String,
+        repeats: usize,
+        kept_chars: usize,
+    },
+    /// The server is reading the prompt (llama.cpp's prefill progress): `processed` of
+    /// `total` tokens so far, `cached` of them reused from its prompt cache.
+    ModelProgress {
+        processed: u64,
+        total: u64,
+        cached: u64,
+    },
     ModelFallback {
         from: String,
         to: String,
@@ -211,6 +225,8 @@ impl EventPayload {
             EventPayload::PlanUpdated { .. } => "plan_updated",
             EventPayload::Compaction { .. } => "compaction",
             EventPayload::Retry { .. } => "retry",
+            EventPayload::ModelProgress { .. } => "model_progress",
+            EventPayload::DegenerateOutput { .. } => "degenerate_output",
             EventPayload::ModelFallback { .. } => "model_fallback",
             EventPayload::RateLimited { .. } => "rate_limited",
             EventPayload::LoopWarning { .. } => "loop_warning",

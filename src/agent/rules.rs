@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::agent::calls::collector::{Turn, model_failure};
+use crate::agent::calls::collector::{DEGENERATE_MARKER, Turn, model_failure};
 use crate::agent::loop_detect::{LoopDetector, LoopVerdict, signature};
 use crate::llm::{FinishReason, LlmError, Usage};
 use crate::soul::Soul;
@@ -106,6 +106,10 @@ fn after_answer(p: &mut Progress, finish: FinishReason, text: String) -> State {
                     TaskStatus::Failed,
                     "the model's answer hit the output limit again; ask for a shorter answer or raise max_output_tokens".into(),
                 )
+            } else if text.contains(DEGENERATE_MARKER) {
+                // "Continue where you stopped" would invite the same loop again.
+                p.notes.push("[familiar: your previous answer kept repeating the same text and was cut. Do not repeat it: finish the answer in a few sentences.]".into());
+                State::CheckLimits
             } else {
                 p.notes.push("[familiar: your previous answer was cut off at the output limit. Continue where you stopped, concisely.]".into());
                 State::CheckLimits

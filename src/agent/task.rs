@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::calls::gate::CallGate;
 use crate::agent::calls::mcp::McpTools;
-use crate::agent::context::repair::repair_dangling;
+use crate::agent::context::repair::{alternate_roles, repair_dangling};
 use crate::agent::context::{ContextKeeper, Model, Persona, SessionState, Settings, memory_notes};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::{EventBus, EventPayload};
@@ -202,6 +202,11 @@ fn open_session(
     if repaired > 0 {
         tracing::warn!(session_id = %session_id, "repaired {repaired} tool calls left without a result");
         transcript.append(&json!({"kind": "repair", "dangling_calls": repaired}))?;
+    }
+    let paired = alternate_roles(&mut ctx.history);
+    if paired > 0 {
+        tracing::warn!(session_id = %session_id, "paired {paired} user messages left without an answer");
+        transcript.append(&json!({"kind": "repair", "unanswered_messages": paired}))?;
     }
     for t in &mut ctx.tasks {
         if t.status == TaskStatus::Running || t.status == TaskStatus::Queued {

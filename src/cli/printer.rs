@@ -109,6 +109,9 @@ impl Printer {
                 if !write_tool_line(payload, "", &mut err)?
                     && let Some(line) = status_line(payload)
                 {
+                    // A prefill report comes between two requests' answers: start it
+                    // on a line of its own.
+                    self.end_text_line()?;
                     writeln!(err, "  {line}")?;
                 }
             }
@@ -194,6 +197,16 @@ fn status_line(payload: &EventPayload) -> Option<String> {
             *delay_ms as f64 / 1000.0
         ),
         EventPayload::ModelFallback { from, to, .. } => format!("switching model: {from} → {to}"),
+        EventPayload::DegenerateOutput { repeats, .. } => {
+            format!("the model repeated itself {repeats} times; its answer was cut")
+        }
+        EventPayload::ModelProgress {
+            processed, total, ..
+        } => format!(
+            "reading the prompt: {} / {} tokens",
+            thousands(*processed),
+            thousands(*total)
+        ),
         EventPayload::RateLimited { scope, limit, .. } => format!("rate limited: {limit} {scope}"),
         EventPayload::LoopWarning { .. } => "the model is repeating itself; steering it".to_owned(),
         EventPayload::Compaction { mode, .. } => format!("context compacted ({mode})"),
@@ -236,6 +249,19 @@ fn status_line(payload: &EventPayload) -> Option<String> {
         | EventPayload::TaskFinished { .. } => return None,
     };
     Some(line)
+}
+
+/// `2471` → `2,471`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// One event of a delegated sub-task, indented under its parent's lines: its tool
@@ -290,5 +316,26 @@ fn one_line(text: &str) -> String {
     match text.split_once('\n') {
         Some((first, _)) => format!("{first} …"),
         None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefill_shows_as_a_progress_line() {
+        let p = EventPayload::ModelProgress {
+            processed: 1024,
+            total: 2471,
+            cached: 0,
+        };
+        assert_eq!(
+            status_line(&p).as_deref(),
+            Some("reading the prompt: 1,024 / 2,471 tokens")
+        );
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }

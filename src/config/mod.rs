@@ -27,8 +27,10 @@ pub use paths::{
 };
 pub use providers::{
     DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_CONTEXT_WINDOW,
-    DEFAULT_LOCAL_BASE_URL, DEFAULT_LOCAL_MODEL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_RETRIES,
+    DEFAULT_HOSTED_FIRST_TOKEN_TIMEOUT, DEFAULT_LOCAL_BASE_URL, DEFAULT_LOCAL_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_LOCAL_MODEL, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_RETRIES, DEFAULT_OLLAMA_BASE_URL,
     DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_MODEL, DEFAULT_STALL_TIMEOUT,
+    default_first_token_timeout, is_local_url,
 };
 pub use types::{
     ApiKeySource, Config, ConfigToml, DaemonConfig, DaemonToml, MemoryConfig, MemoryToml,
@@ -283,9 +285,11 @@ pub(crate) mod tests {
             PathBuf::from("/home/u/.local/state/familiar")
         );
         let p = &c.providers["local"];
-        assert_eq!(p.kind, ProviderKind::Openai);
-        assert_eq!(p.base_url, DEFAULT_LOCAL_BASE_URL);
+        assert_eq!(p.kind, ProviderKind::Ollama);
+        assert_eq!(p.base_url, DEFAULT_OLLAMA_BASE_URL);
         assert_eq!(p.api_key, ApiKeySource::None);
+        assert!(!p.context_window_configured, "read from /api/show");
+        assert_eq!(p.first_token_timeout, DEFAULT_LOCAL_FIRST_TOKEN_TIMEOUT);
     }
 
     #[test]
@@ -311,7 +315,8 @@ pub(crate) mod tests {
         assert_eq!(openai.base_url, DEFAULT_OPENAI_BASE_URL);
         assert_eq!(openai.api_key, ApiKeySource::Env("OPENAI_API_KEY".into()));
         let ollama = c.provider(Some("ollama")).unwrap();
-        assert_eq!(ollama.base_url, DEFAULT_LOCAL_BASE_URL);
+        assert_eq!(ollama.kind, ProviderKind::Ollama);
+        assert_eq!(ollama.base_url, providers::DEFAULT_OLLAMA_BASE_URL);
         assert_eq!(ollama.api_key, ApiKeySource::None);
         let err = c.provider(Some("gemini")).unwrap_err().to_string();
         assert!(
@@ -385,7 +390,7 @@ base_url = "http://127.0.0.1:8080/v1/"
             ),
             (
                 "[providers.x]\nkind = \"gemini\"\n",
-                "c.toml:2: key `providers.x.kind`: unknown variant `gemini`, expected `openai` or `anthropic`",
+                "c.toml:2: key `providers.x.kind`: unknown variant `gemini`, expected one of `openai`, `anthropic`, `ollama`",
             ),
             (
                 "default_provider = \"nope\"\n",
@@ -404,8 +409,8 @@ base_url = "http://127.0.0.1:8080/v1/"
                 "c.toml:3: key `providers.x.temperature`: 3 is outside 0.0..=2.0",
             ),
             (
-                "[providers.x]\nkind = \"ollama\"\n",
-                "c.toml:2: key `providers.x.kind`: unknown variant `ollama`: `kind` is the protocol, and ollama speaks OpenAI's: use kind = \"openai\"",
+                "[providers.x]\nkind = \"vllm\"\n",
+                "c.toml:2: key `providers.x.kind`: unknown variant `vllm`: `kind` is the protocol, and vllm speaks OpenAI's: use kind = \"openai\"",
             ),
             (
                 "\n\ndefault_soul = \"Bad Soul\"\n",

@@ -12,6 +12,8 @@ use super::paths::Env;
 use super::types::{ApiKeySource, ProviderConfig, ProviderKind, ProviderToml};
 
 pub const DEFAULT_LOCAL_BASE_URL: &str = "http://127.0.0.1:11434/v1";
+/// Ollama's own API (`kind = "ollama"`), the built-in default provider's.
+pub const DEFAULT_OLLAMA_BASE_URL: &str = "http://127.0.0.1:11434";
 pub const DEFAULT_LOCAL_MODEL: &str = "qwen2.5:7b-instruct";
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
@@ -19,6 +21,13 @@ pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 pub const DEFAULT_CONTEXT_WINDOW: u32 = 32_768;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The wait for the first token from a server on this machine or the local network: a
+/// CPU reading a 2k-token prompt takes tens of seconds, a 30k one many minutes, and
+/// nothing else is waiting for that server.
+pub const DEFAULT_LOCAL_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(600);
+/// The wait for the first token from a hosted API: its prefill takes seconds, so a
+/// longer silence is a stuck connection worth retrying.
+pub const DEFAULT_HOSTED_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
@@ -32,6 +41,7 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
         match kind {
             ProviderKind::Openai => DEFAULT_LOCAL_BASE_URL,
             ProviderKind::Anthropic => DEFAULT_ANTHROPIC_BASE_URL,
+            ProviderKind::Ollama => DEFAULT_OLLAMA_BASE_URL,
         }
         .to_owned()
     });
@@ -43,7 +53,7 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
     }
     let model = p.model.unwrap_or_else(|| {
         match kind {
-            ProviderKind::Openai => DEFAULT_LOCAL_MODEL,
+            ProviderKind::Openai | ProviderKind::Ollama => DEFAULT_LOCAL_MODEL,
             ProviderKind::Anthropic => DEFAULT_ANTHROPIC_MODEL,
         }
         .to_owned()
@@ -53,6 +63,18 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
         Some(s) => parse_duration(&s).map_err(|e| ("stall_timeout", e.to_string()))?,
         None => DEFAULT_STALL_TIMEOUT,
     };
+    let first_token_timeout = match p.first_token_timeout {
+        Some(s) => parse_duration(&s).map_err(|e| ("first_token_timeout", e.to_string()))?,
+        None => default_first_token_timeout(&base_url),
+    };
+    if p.keep_alive.is_some() && kind != ProviderKind::Ollama {
+        return Err((
+            "keep_alive",
+            "only kind = \"ollama\" sends keep_alive (set OLLAMA_KEEP_ALIVE on the server for \
+             its OpenAI-compatible API)"
+                .to_owned(),
+        ));
+    }
     if let Some(t) = p.temperature
         && !(0.0..=2.0).contains(&t)
     {
@@ -65,9 +87,12 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
         model,
         api_key,
         context_window: p.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW),
+        context_window_configured: p.context_window.is_some(),
         fallback_model: p.fallback_model,
         fallback_provider: p.fallback_provider,
         stall_timeout,
+        first_token_timeout,
+        keep_alive: p.keep_alive,
         max_retries: p.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
         max_output_tokens: p.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
         temperature: p.temperature,
@@ -143,7 +168,8 @@ pub fn builtin_provider(name: &str) -> Option<&'static ProviderConfig> {
 }
 
 /// With no providers configured: `ANTHROPIC_API_KEY` → Anthropic, `OPENAI_API_KEY` →
-/// OpenAI, otherwise a local OpenAI-compatible server (Ollama's default port).
+/// OpenAI, otherwise Ollama's own API at its default port (its context length read
+/// from the model, since no `context_window` says it).
 pub(super) fn auto_provider(name: &str, env: &dyn Env) -> ProviderConfig {
     let has = |v: &str| env.var(v).is_some_and(|s| !s.is_empty());
     let which = if has("ANTHROPIC_API_KEY") {
@@ -180,8 +206,8 @@ fn preset(name: &str, which: Preset) -> ProviderConfig {
             128_000,
         ),
         Preset::Local => (
-            ProviderKind::Openai,
-            DEFAULT_LOCAL_BASE_URL,
+            ProviderKind::Ollama,
+            DEFAULT_OLLAMA_BASE_URL,
             DEFAULT_LOCAL_MODEL,
             ApiKeySource::None,
             DEFAULT_CONTEXT_WINDOW,
@@ -194,11 +220,103 @@ fn preset(name: &str, which: Preset) -> ProviderConfig {
         model: model.to_owned(),
         api_key,
         context_window,
+        context_window_configured: kind != ProviderKind::Ollama,
         fallback_model: None,
         fallback_provider: None,
         stall_timeout: DEFAULT_STALL_TIMEOUT,
+        first_token_timeout: default_first_token_timeout(base_url),
+        keep_alive: None,
         max_retries: DEFAULT_MAX_RETRIES,
         max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
         temperature: None,
+    }
+}
+
+/// [`DEFAULT_LOCAL_FIRST_TOKEN_TIMEOUT`] for a server on this machine or the local
+/// network, else [`DEFAULT_HOSTED_FIRST_TOKEN_TIMEOUT`].
+pub fn default_first_token_timeout(base_url: &str) -> Duration {
+    if is_local_url(base_url) {
+        DEFAULT_LOCAL_FIRST_TOKEN_TIMEOUT
+    } else {
+        DEFAULT_HOSTED_FIRST_TOKEN_TIMEOUT
+    }
+}
+
+/// Whether `url` points at this machine or the local network: a loopback, private,
+/// link-local or unique-local address, `localhost`, a single-label host name, or a
+/// `.local` / `.lan` / `.home.arpa` / `.internal` one. Such a server is the user's own,
+/// usually one model on one CPU or GPU: slow to read a prompt, and serving nobody else.
+pub fn is_local_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    let host = host.to_ascii_lowercase();
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified()
+        }
+        Ok(std::net::IpAddr::V6(ip)) => {
+            let first = ip.segments()[0];
+            ip.is_loopback()
+                || ip.is_unspecified()
+                // fc00::/7 unique local, fe80::/10 link-local
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+        Err(_) => {
+            !host.is_empty()
+                && (host == "localhost"
+                    || !host.contains('.')
+                    || [".localhost", ".local", ".lan", ".home.arpa", ".internal"]
+                        .iter()
+                        .any(|suffix| host.ends_with(suffix)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_urls_are_this_machine_and_the_lan() {
+        for url in [
+            "http://127.0.0.1:8080/v1",
+            "http://localhost:11434",
+            "http://[::1]:8080",
+            "http://192.168.1.20:11434",
+            "http://10.0.0.5/v1",
+            "http://172.20.1.1:8000/v1",
+            "http://gpu-box:8080/v1",
+            "http://studio.local:1234/v1",
+            "http://[fd00::1]:8080",
+        ] {
+            assert!(is_local_url(url), "{url}");
+        }
+        for url in [
+            "https://api.openai.com/v1",
+            "https://api.anthropic.com",
+            "https://openrouter.ai/api/v1",
+            "http://8.8.8.8:8080",
+            "https://[2001:db8::1]/v1",
+        ] {
+            assert!(!is_local_url(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn the_first_token_wait_is_generous_for_local_servers_only() {
+        assert_eq!(
+            default_first_token_timeout("http://127.0.0.1:8080/v1"),
+            DEFAULT_LOCAL_FIRST_TOKEN_TIMEOUT
+        );
+        assert_eq!(
+            default_first_token_timeout(DEFAULT_ANTHROPIC_BASE_URL),
+            DEFAULT_HOSTED_FIRST_TOKEN_TIMEOUT
+        );
     }
 }

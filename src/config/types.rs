@@ -58,6 +58,10 @@ pub struct ProviderToml {
     /// Another `[providers.NAME]` to switch to after repeated overload or a stall.
     pub fallback_provider: Option<String>,
     pub stall_timeout: Option<String>,
+    /// The wait for the first token (a prefill); default by where `base_url` points.
+    pub first_token_timeout: Option<String>,
+    /// `kind = "ollama"`: how long Ollama keeps the model loaded after a request.
+    pub keep_alive: Option<String>,
     pub max_retries: Option<u32>,
     pub max_output_tokens: Option<u32>,
     pub temperature: Option<f32>,
@@ -71,11 +75,12 @@ pub enum ProviderKind {
     Openai,
     /// The Messages API with SSE.
     Anthropic,
+    /// Ollama's native `/api/chat` (NDJSON), which takes `options.num_ctx`.
+    Ollama,
 }
 
 /// Servers people name as a `kind` that speak the OpenAI protocol.
 const OPENAI_COMPATIBLE: &[&str] = &[
-    "ollama",
     "llama.cpp",
     "llamacpp",
     "llama-cpp",
@@ -90,13 +95,14 @@ const OPENAI_COMPATIBLE: &[&str] = &[
 ];
 
 impl<'de> Deserialize<'de> for ProviderKind {
-    /// By hand for the hint: `kind = "ollama"` is a protocol mix-up, not a typo.
+    /// By hand for the hint: `kind = "vllm"` is a protocol mix-up, not a typo.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        const VARIANTS: &[&str] = &["openai", "anthropic"];
+        const VARIANTS: &[&str] = &["openai", "anthropic", "ollama"];
         let name = String::deserialize(d)?;
         match name.as_str() {
             "openai" => Ok(ProviderKind::Openai),
             "anthropic" => Ok(ProviderKind::Anthropic),
+            "ollama" => Ok(ProviderKind::Ollama),
             other if OPENAI_COMPATIBLE.contains(&other.to_ascii_lowercase().as_str()) => {
                 Err(serde::de::Error::custom(format!(
                     "unknown variant `{other}`: `kind` is the protocol, and {other} speaks OpenAI's: use kind = \"openai\" with its base_url"
@@ -133,8 +139,18 @@ pub struct ProviderConfig {
     pub context_window: u32,
     pub fallback_model: Option<String>,
     pub fallback_provider: Option<String>,
+    /// The most time between two chunks once the answer streams.
     #[serde(with = "humantime_serde_compat")]
     pub stall_timeout: Duration,
+    /// The most time from sending a request to its first token: the server reads the
+    /// whole prompt first, which on a laptop CPU takes minutes for a long one.
+    #[serde(with = "humantime_serde_compat")]
+    pub first_token_timeout: Duration,
+    /// `kind = "ollama"`: sent as `keep_alive` (Ollama's own duration text, e.g. "30m").
+    pub keep_alive: Option<String>,
+    /// Whether `context_window` was set in the table (else `kind = "ollama"` reads the
+    /// model's own from `/api/show`).
+    pub context_window_configured: bool,
     pub max_retries: u32,
     pub max_output_tokens: u32,
     pub temperature: Option<f32>,

@@ -19,6 +19,7 @@ use super::{
     ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, Usage,
     parse_arguments,
 };
+use crate::config::ProviderConfig;
 use crate::ids::CallId;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
@@ -42,7 +43,7 @@ impl Wire for Anthropic {
 
     type Body = Body;
 
-    fn body(req: &Request) -> Body {
+    fn body(req: &Request, _cfg: &ProviderConfig) -> Body {
         request_body(req)
     }
 

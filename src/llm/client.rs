@@ -16,8 +16,9 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
+use super::repetition::RepetitionGuard;
 use super::retry::RetryPolicy;
-use super::{LlmError, Provider, Request, StreamEvent};
+use super::{FinishReason, LlmError, Provider, Request, StreamEvent};
 use crate::config::{Env, ProviderConfig};
 
 /// Overload errors (529/503) in a row before switching to the fallback.
@@ -46,6 +47,15 @@ pub enum ClientEvent {
     },
     /// Everything the failed attempt emitted is void.
     AttemptDiscarded,
+    /// The answer turned degenerate (see [`super::repetition`]): the stream was
+    /// cancelled, so the server stops generating, and a `Finish` with
+    /// [`FinishReason::Length`] follows. Of the text since the last tool call, keep the
+    /// first `keep` bytes.
+    Repetition {
+        keep: usize,
+        unit: String,
+        repeats: usize,
+    },
 }
 
 /// Where to go when the model is overloaded or stalls.
@@ -176,6 +186,7 @@ impl LlmClient {
             queue: VecDeque::new(),
             wait: None,
             done: false,
+            guard: RepetitionGuard::new(),
         };
         Box::pin(futures::stream::unfold(state, |mut st| async move {
             let item = st.next().await?;
@@ -216,6 +227,8 @@ struct Attempts<'a> {
     queue: VecDeque<ClientEvent>,
     wait: Option<Duration>,
     done: bool,
+    /// Watches the current attempt's text since its last tool call.
+    guard: RepetitionGuard,
 }
 
 impl Attempts<'_> {
@@ -247,6 +260,7 @@ impl Attempts<'_> {
                         req.temperature = self.client.temperature;
                     }
                     self.emitted = false;
+                    self.guard.reset();
                     self.inner
                         .insert(self.client.provider.stream(&req, self.cancel.clone()))
                 }
@@ -254,9 +268,22 @@ impl Attempts<'_> {
             match inner.next().await {
                 Some(Ok(ev)) => {
                     self.emitted = true;
-                    if matches!(ev, StreamEvent::Finish { .. }) {
-                        self.client.overload_streak = 0;
-                        self.done = true;
+                    match &ev {
+                        StreamEvent::Finish { .. } => {
+                            self.client.overload_streak = 0;
+                            self.done = true;
+                        }
+                        StreamEvent::TextDelta { text } => {
+                            if let Some(r) = self.guard.push(text) {
+                                self.cut_degenerate(r);
+                            }
+                        }
+                        StreamEvent::ToolCallComplete { .. } => self.guard.reset(),
+                        StreamEvent::ThinkingDelta { .. }
+                        | StreamEvent::ThinkingComplete { .. }
+                        | StreamEvent::ToolCallStarted { .. }
+                        | StreamEvent::Usage { .. }
+                        | StreamEvent::PromptProgress { .. } => {}
                     }
                     return Some(Ok(ClientEvent::Event(ev)));
                 }
@@ -353,6 +380,23 @@ impl Attempts<'_> {
         });
         self.wait = Some(delay);
         None
+    }
+
+    /// Ends a degenerate answer: dropping the response closes the connection, which is
+    /// how llama.cpp, Ollama and the hosted APIs learn to stop generating.
+    fn cut_degenerate(&mut self, r: super::repetition::Repetition) {
+        self.inner = None;
+        self.done = true;
+        self.client.overload_streak = 0;
+        self.queue.push_back(ClientEvent::Repetition {
+            keep: r.keep,
+            unit: r.unit,
+            repeats: r.repeats,
+        });
+        self.queue
+            .push_back(ClientEvent::Event(StreamEvent::Finish {
+                reason: FinishReason::Length,
+            }));
     }
 
     fn fail(&mut self, e: LlmError) -> Option<Result<ClientEvent, LlmError>> {

@@ -54,6 +54,9 @@ pub enum LlmError {
     /// No bytes for the stall timeout.
     #[error("stream stalled: no data for {0:?}")]
     Stalled(Duration),
+    /// No token within `first_token_timeout` of sending the request.
+    #[error("{0}")]
+    NoFirstToken(NoFirstToken),
     /// The connection closed before the response was complete.
     #[error("stream ended early: {0}")]
     Truncated(String),
@@ -80,6 +83,9 @@ impl LlmError {
             | LlmError::Connect(_)
             | LlmError::Stalled(_)
             | LlmError::Truncated(_) => true,
+            // A server of one's own is still reading the prompt after the timeout, or
+            // stuck: a second request would only queue behind the first.
+            LlmError::NoFirstToken(t) => !t.local,
             LlmError::Auth(_)
             | LlmError::BadRequest(_)
             | LlmError::ContextOverflow(_)
@@ -107,6 +113,7 @@ impl LlmError {
             | LlmError::Http { .. }
             | LlmError::Connect(_)
             | LlmError::Stalled(_)
+            | LlmError::NoFirstToken(_)
             | LlmError::Truncated(_)
             | LlmError::Protocol(_)
             | LlmError::Cancelled
@@ -125,6 +132,38 @@ impl LlmError {
     /// server that is just restarting, not five with backoff).
     pub fn is_refused_locally(&self) -> bool {
         matches!(self, LlmError::Connect(c) if c.refused_locally)
+    }
+}
+
+/// No token came within `first_token_timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoFirstToken {
+    pub after: Duration,
+    /// The `[providers.NAME]`, for the fix.
+    pub provider: String,
+    pub base_url: String,
+    /// The server is on this machine or the local network (`config::is_local_url`).
+    pub local: bool,
+}
+
+impl std::fmt::Display for NoFirstToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let after = humantime::format_duration(self.after);
+        let (url, name) = (&self.base_url, &self.provider);
+        if self.local {
+            write!(
+                f,
+                "no answer from {url} within first_token_timeout ({after}): the server is still \
+                 reading the prompt, or stuck; raise first_token_timeout in [providers.{name}], or \
+                 use a smaller model or a soul with fewer tools"
+            )
+        } else {
+            write!(
+                f,
+                "no answer from {url} within first_token_timeout ({after}); raise \
+                 first_token_timeout in [providers.{name}] if its model thinks that long"
+            )
+        }
     }
 }
 

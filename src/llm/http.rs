@@ -9,6 +9,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use tokio::time::Instant;
+
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use reqwest::header::HeaderMap;
@@ -128,6 +130,16 @@ impl HttpCtx {
             },
             _ => LlmError::Http { status, message },
         }
+    }
+
+    /// The error for a request that got no token within `first_token_timeout`.
+    pub(crate) fn no_first_token(&self) -> LlmError {
+        LlmError::NoFirstToken(super::NoFirstToken {
+            after: self.cfg.first_token_timeout,
+            provider: self.cfg.name.clone(),
+            base_url: self.cfg.base_url.clone(),
+            local: crate::config::is_local_url(&self.cfg.base_url),
+        })
     }
 
     pub(crate) fn connect_error(&self, err: &reqwest::Error) -> LlmError {
@@ -292,10 +304,15 @@ enum Phase {
 struct Drive {
     ctx: Arc<HttpCtx>,
     model: String,
+    framing: Framing,
     phase: Phase,
     decoder: Box<dyn Decoder>,
     queue: VecDeque<StreamEvent>,
     cancel: CancellationToken,
+    /// When the wait for the first token ends (`first_token_timeout` after sending).
+    first_token_by: Option<Instant>,
+    /// A token came: from now on `stall_timeout` bounds the gap between events.
+    answering: bool,
 }
 
 /// One provider's wire format: where a request goes, how it carries the key, its body,
@@ -312,8 +329,8 @@ pub(crate) trait Wire: Send + Sync + 'static {
     /// declares (a `Value` would sort them), which keeps request prefixes stable.
     type Body: serde::Serialize;
 
-    /// The JSON body for `req`.
-    fn body(req: &Request) -> Self::Body;
+    /// The JSON body for `req` to the server `cfg` describes.
+    fn body(req: &Request, cfg: &ProviderConfig) -> Self::Body;
 
     /// A decoder for one response's stream.
     fn decoder() -> Box<dyn Decoder>;
@@ -346,12 +363,13 @@ impl<W: Wire> Provider for HttpProvider<W> {
             .client
             .post(url)
             .header("accept", "text/event-stream")
-            .json(&W::body(req));
+            .json(&W::body(req, &self.ctx.cfg));
         drive(
             Arc::clone(&self.ctx),
             builder,
             W::authorize,
             W::decoder(),
+            Framing::Sse,
             req.model.clone(),
             cancel,
         )
@@ -366,22 +384,35 @@ impl<W: Wire> Provider for HttpProvider<W> {
     }
 }
 
+/// How a response body is cut into events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Server-sent events (OpenAI, Anthropic).
+    Sse,
+    /// One JSON object per line (Ollama's native API).
+    Ndjson,
+}
+
 /// Streams the response to `request` through `decoder`.
 pub(crate) fn drive(
     ctx: Arc<HttpCtx>,
     request: reqwest::RequestBuilder,
     authorize: Authorize,
     decoder: Box<dyn Decoder>,
+    framing: Framing,
     model: String,
     cancel: CancellationToken,
 ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
     let state = Drive {
         ctx,
         model,
+        framing,
         phase: Phase::Send(Box::new(request), authorize),
         decoder,
         queue: VecDeque::new(),
         cancel,
+        first_token_by: None,
+        answering: false,
     };
     Box::pin(futures::stream::unfold(state, |mut st| async move {
         let item = st.next().await?;
@@ -398,6 +429,7 @@ impl Drive {
     async fn next(&mut self) -> Option<Result<StreamEvent, LlmError>> {
         loop {
             if let Some(ev) = self.queue.pop_front() {
+                self.answering |= ev.is_answer();
                 return Some(Ok(ev));
             }
             match std::mem::replace(&mut self.phase, Phase::Done) {
@@ -412,16 +444,40 @@ impl Drive {
                         Ok(key) => authorize(*request, key),
                         Err(e) => return Some(Err(e)),
                     };
-                    match send(&self.ctx, &self.cancel, &self.model, request).await {
+                    let by = Instant::now() + self.ctx.cfg.first_token_timeout;
+                    self.first_token_by = Some(by);
+                    match send(
+                        &self.ctx,
+                        &self.cancel,
+                        &self.model,
+                        request,
+                        by,
+                        self.framing,
+                    )
+                    .await
+                    {
                         Ok(sse) => self.phase = Phase::Read(sse),
                         Err(e) => return Some(Err(e)),
                     }
                 }
                 Phase::Read(mut sse) => {
+                    // Until the first token the server may be reading a long prompt
+                    // (with or without progress reports): that wait is bounded by
+                    // first_token_timeout alone, never by stall_timeout.
+                    let (deadline, timed_out) = match self.first_token_by {
+                        Some(by) if !self.answering => (by, self.ctx.no_first_token()),
+                        Some(_) | None => {
+                            let stall = self.ctx.cfg.stall_timeout;
+                            (Instant::now() + stall, LlmError::Stalled(stall))
+                        }
+                    };
                     let item = tokio::select! {
                         biased;
                         () = self.cancel.cancelled() => return Some(Err(LlmError::Cancelled)),
-                        item = sse.next() => item,
+                        item = tokio::time::timeout_at(deadline, sse.next()) => match item {
+                            Ok(item) => item,
+                            Err(_) => return Some(Err(timed_out)),
+                        },
                     };
                     let done = match item {
                         None => true,
@@ -445,20 +501,24 @@ impl Drive {
 }
 
 /// Sends `request`; a success becomes the SSE event stream, anything else an error.
+/// Some servers send the headers only with the first token (after the prefill), so the
+/// wait for them is the first token's.
 async fn send(
     ctx: &Arc<HttpCtx>,
     cancel: &CancellationToken,
     model: &str,
     request: reqwest::RequestBuilder,
+    first_token_by: Instant,
+    framing: Framing,
 ) -> Result<SseStream, LlmError> {
     let stall = ctx.cfg.stall_timeout;
     let response = tokio::select! {
         biased;
         () = cancel.cancelled() => return Err(LlmError::Cancelled),
-        r = tokio::time::timeout(stall, request.send()) => r,
+        r = tokio::time::timeout_at(first_token_by, request.send()) => r,
     };
     let response = match response {
-        Err(_) => return Err(LlmError::Stalled(stall)),
+        Err(_) => return Err(ctx.no_first_token()),
         Ok(Err(e)) => return Err(ctx.connect_error(&e)),
         Ok(Ok(r)) => r,
     };
@@ -482,8 +542,13 @@ async fn send(
             LlmError::Truncated(ctx.scrub(&format!("connection failed mid-response: {e}")))
         })
     }));
-    let bytes = sse::size_guard(sse::stall_guard(bytes, stall), sse::MAX_RESPONSE_BYTES);
-    Ok(sse::events(bytes))
+    // The gaps between events are bounded in `Drive`, which knows whether the answer
+    // has started (bytes alone do not tell a progress report from a token).
+    let bytes = sse::size_guard(bytes, sse::MAX_RESPONSE_BYTES);
+    Ok(match framing {
+        Framing::Sse => sse::events(bytes),
+        Framing::Ndjson => sse::ndjson_lines(bytes),
+    })
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ fn resolve(cfg: &ProviderConfig, env: &dyn Env) -> Result<Option<ApiKey>, LlmErr
         ApiKeySource::None if is_hosted(cfg) => {
             let var = match cfg.kind {
                 ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
-                ProviderKind::Openai => "OPENAI_API_KEY",
+                ProviderKind::Openai | ProviderKind::Ollama => "OPENAI_API_KEY",
             };
             Err(LlmError::Auth(format!(
                 "no API key for provider `{name}` ({}): set api_key_env = \"{var}\" (and export \
@@ -225,9 +225,12 @@ mod tests {
             model: "m".into(),
             api_key: key,
             context_window: 1000,
+            context_window_configured: true,
             fallback_model: None,
             fallback_provider: None,
             stall_timeout: Duration::from_secs(1),
+            first_token_timeout: Duration::from_secs(1),
+            keep_alive: None,
             max_retries: 0,
             max_output_tokens: 10,
             temperature: None,

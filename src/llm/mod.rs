@@ -11,7 +11,8 @@
 //! the last event of a successful stream, and `ToolCallComplete` is emitted only for a
 //! call whose arguments were received whole (a cut stream never completes a call).
 //!
-//! Layout: `openai.rs` and `anthropic.rs` are the two wire formats; `http.rs` is the
+//! Layout: `openai.rs` and `anthropic.rs` are the two SSE wire formats, `ollama.rs`
+//! Ollama's own NDJSON API (with its context size per request); `http.rs` is the
 //! transport both share and `tls.rs` its certificate checks; [`sse`] turns bytes into
 //! events and knows no provider; what both formats share (argument parsing, picking a
 //! decoder by kind) lives here.
@@ -23,8 +24,10 @@ mod http;
 pub use http::new_client;
 mod keys;
 pub mod models;
+mod ollama;
 mod openai;
 pub mod overflow;
+pub mod repetition;
 pub mod retry;
 pub mod sse;
 mod tls;
@@ -43,7 +46,7 @@ pub use client::{
     ClientEvent, Fallback, LlmClient, OVERLOADS_BEFORE_FALLBACK, REFUSED_RETRIES,
     REFUSED_RETRY_DELAY,
 };
-pub use error::{ConnectError, LlmError};
+pub use error::{ConnectError, LlmError, NoFirstToken};
 pub use overflow::ContextOverflow;
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
@@ -271,6 +274,22 @@ pub enum StreamEvent {
     Finish {
         reason: FinishReason,
     },
+    /// The server is still reading the prompt (llama.cpp's `prompt_progress`):
+    /// `processed` of `total` tokens, `cached` of them reused from its prompt cache.
+    /// Not an answer: it does not end the wait for the first token.
+    PromptProgress {
+        processed: u64,
+        total: u64,
+        cached: u64,
+    },
+}
+
+impl StreamEvent {
+    /// Whether this is part of the answer (text, thinking, a call, its end), as
+    /// opposed to news of the prefill.
+    pub fn is_answer(&self) -> bool {
+        !matches!(self, StreamEvent::PromptProgress { .. })
+    }
 }
 
 /// A model backend speaking one wire protocol.
@@ -308,6 +327,7 @@ pub fn build_with(
     Ok(match cfg.kind {
         ProviderKind::Openai => Arc::new(HttpProvider::<openai::OpenAi>::new(http)),
         ProviderKind::Anthropic => Arc::new(HttpProvider::<anthropic::Anthropic>::new(http)),
+        ProviderKind::Ollama => Arc::new(ollama::Ollama::new(http)),
     })
 }
 
@@ -316,6 +336,7 @@ pub(crate) fn decoder(kind: ProviderKind) -> Box<dyn sse::Decoder> {
     match kind {
         ProviderKind::Openai => openai::OpenAi::decoder(),
         ProviderKind::Anthropic => anthropic::Anthropic::decoder(),
+        ProviderKind::Ollama => Box::new(ollama::OllamaDecoder::default()),
     }
 }
 
@@ -325,7 +346,11 @@ pub fn decode_recorded(
     kind: ProviderKind,
     chunks: Vec<bytes::Bytes>,
 ) -> Vec<Result<StreamEvent, LlmError>> {
-    sse::decode_with(decoder(kind), chunks)
+    let frame = match kind {
+        ProviderKind::Openai | ProviderKind::Anthropic => sse::events,
+        ProviderKind::Ollama => sse::ndjson_lines,
+    };
+    sse::decode_with(decoder(kind), chunks, frame)
 }
 
 #[cfg(test)]

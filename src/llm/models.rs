@@ -20,6 +20,9 @@ pub struct ModelList {
     pub models: Vec<String>,
     /// The server answered Ollama's native listing.
     pub ollama: bool,
+    /// The server is llama.cpp's `llama-server` (`owned_by: "llamacpp"`): it answers
+    /// every request with the one model it loaded, whatever name the request gives.
+    pub llamacpp: bool,
 }
 
 impl ModelList {
@@ -27,6 +30,15 @@ impl ModelList {
     pub fn contains(&self, model: &str) -> bool {
         let bare = |m: &str| m.strip_suffix(":latest").unwrap_or(m).to_owned();
         self.models.iter().any(|m| bare(m) == bare(model))
+    }
+
+    /// The one model a `llama-server` serves under any name a request gives it, when
+    /// `model` is not its own name (so runs work although the listing lacks it).
+    pub fn serves_under_another_name(&self, model: &str) -> Option<&str> {
+        match &self.models[..] {
+            [only] if self.llamacpp && !self.contains(model) => Some(only),
+            _ => None,
+        }
     }
 }
 
@@ -38,6 +50,8 @@ struct OpenAiList {
 #[derive(Deserialize)]
 struct OpenAiModel {
     id: String,
+    #[serde(default)]
+    owned_by: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -73,6 +87,16 @@ pub async fn list_models(
             Ok(ModelList {
                 models: list.data.into_iter().map(|m| m.id).collect(),
                 ollama: false,
+                llamacpp: false,
+            })
+        }
+        ProviderKind::Ollama => {
+            let req = ctx.client.get(format!("{}/api/tags", cfg.base_url));
+            let tags: OllamaTags = get_json(&ctx, req, model).await?;
+            Ok(ModelList {
+                models: tags.models.into_iter().map(|m| m.name).collect(),
+                ollama: true,
+                llamacpp: false,
             })
         }
         ProviderKind::Openai => {
@@ -89,6 +113,10 @@ pub async fn list_models(
                 return Ok(tags);
             }
             compatible.map(|list| ModelList {
+                llamacpp: list
+                    .data
+                    .iter()
+                    .any(|m| m.owned_by.as_deref() == Some("llamacpp")),
                 models: list.data.into_iter().map(|m| m.id).collect(),
                 ollama: false,
             })
@@ -104,6 +132,7 @@ async fn ollama_tags(ctx: &HttpCtx, model: &str) -> Option<ModelList> {
     Some(ModelList {
         models: tags.models.into_iter().map(|m| m.name).collect(),
         ollama: true,
+        llamacpp: false,
     })
 }
 
@@ -139,10 +168,29 @@ mod tests {
         let list = ModelList {
             models: vec!["qwen2.5:latest".into(), "llama3.1:8b".into()],
             ollama: true,
+            llamacpp: false,
         };
         assert!(list.contains("qwen2.5"));
         assert!(list.contains("qwen2.5:latest"));
         assert!(list.contains("llama3.1:8b"));
         assert!(!list.contains("llama3.1"));
+    }
+
+    #[test]
+    fn llama_server_serves_its_one_model_under_any_name() {
+        let list = ModelList {
+            models: vec!["/models/SmolLM2-135M-Instruct.Q4_1.gguf".into()],
+            ollama: false,
+            llamacpp: true,
+        };
+        assert_eq!(
+            list.serves_under_another_name("smollm2"),
+            Some("/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        );
+        let vllm = ModelList {
+            llamacpp: false,
+            ..list.clone()
+        };
+        assert_eq!(vllm.serves_under_another_name("smollm2"), None);
     }
 }

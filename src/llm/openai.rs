@@ -20,6 +20,7 @@ use super::{
     ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, Usage,
     parse_arguments,
 };
+use crate::config::ProviderConfig;
 use crate::ids::CallId;
 
 /// The chat completions wire format.
@@ -40,8 +41,13 @@ impl Wire for OpenAi {
 
     type Body = Body;
 
-    fn body(req: &Request) -> Body {
-        request_body(req)
+    fn body(req: &Request, cfg: &ProviderConfig) -> Body {
+        let mut body = request_body(req);
+        // llama.cpp reports its prefill as `prompt_progress` chunks when asked. Only a
+        // server of one's own is asked: OpenAI refuses fields it does not know, and
+        // Ollama, vLLM and LM Studio ignore this one.
+        body.return_progress = crate::config::is_local_url(&cfg.base_url).then_some(true);
+        body
     }
 
     fn decoder() -> Box<dyn Decoder> {
@@ -60,6 +66,8 @@ pub(crate) struct Body {
     temperature: Option<f32>,
     stream: bool,
     stream_options: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    return_progress: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<Value>,
     messages: Vec<Value>,
@@ -90,6 +98,7 @@ pub(crate) fn request_body(req: &Request) -> Body {
         temperature: req.temperature,
         stream: true,
         stream_options: json!({"include_usage": true}),
+        return_progress: None,
         tools,
         messages,
     }
@@ -151,6 +160,19 @@ struct Chunk {
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<Value>,
+    /// llama.cpp with `return_progress`: the prefill so far.
+    #[serde(default)]
+    prompt_progress: Option<PromptProgress>,
+}
+
+#[derive(Deserialize)]
+struct PromptProgress {
+    #[serde(default)]
+    total: u64,
+    #[serde(default)]
+    cache: u64,
+    #[serde(default)]
+    processed: u64,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +265,13 @@ impl Decoder for OpenAiDecoder {
             .map_err(|e| LlmError::Protocol(format!("bad chat completions chunk: {e}")))?;
         if let Some(err) = chunk.error {
             return Err(stream_error(&err));
+        }
+        if let Some(p) = chunk.prompt_progress {
+            out.push_back(StreamEvent::PromptProgress {
+                processed: p.processed,
+                total: p.total,
+                cached: p.cache,
+            });
         }
         if let Some(u) = chunk.usage {
             let cached = u.prompt_tokens_details.map_or(0, |d| d.cached_tokens);

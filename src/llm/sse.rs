@@ -8,7 +8,6 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::time::Duration;
 
 use bytes::Bytes;
 use eventsource_stream::{EventStream, EventStreamError};
@@ -42,20 +41,75 @@ pub(crate) fn events(bytes: ByteStream) -> SseStream {
     }))
 }
 
-/// Fails the byte stream with [`LlmError::Stalled`] when no chunk arrives for `stall`.
-pub(crate) fn stall_guard(bytes: ByteStream, stall: Duration) -> ByteStream {
-    Box::pin(futures::stream::unfold(
-        Some(bytes),
-        move |state| async move {
-            let mut bytes = state?;
-            match tokio::time::timeout(stall, bytes.next()).await {
-                Err(_) => Some((Err(LlmError::Stalled(stall)), None)),
-                Ok(None) => None,
-                Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(bytes))),
-                Ok(Some(Err(e))) => Some((Err(e), None)),
+/// One event per line of a newline-delimited JSON body (Ollama's `/api/chat`), its
+/// `data` the line; blank lines are skipped and a last line without its newline counts.
+/// Same contract as [`events`], so the decoders and the drive do not care which.
+pub(crate) fn ndjson_lines(bytes: ByteStream) -> SseStream {
+    struct Lines {
+        bytes: ByteStream,
+        buf: Vec<u8>,
+        ended: bool,
+    }
+    fn take_line(buf: &mut Vec<u8>, at_end: bool) -> Option<Vec<u8>> {
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                let mut line: Vec<u8> = buf.drain(..=i).collect();
+                line.pop();
+                Some(line)
             }
-        },
-    ))
+            None if at_end && !buf.is_empty() => Some(std::mem::take(buf)),
+            None => None,
+        }
+    }
+    let state = Lines {
+        bytes,
+        buf: Vec::new(),
+        ended: false,
+    };
+    Box::pin(futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(line) = take_line(&mut st.buf, st.ended) {
+                let text = match String::from_utf8(line) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        st.ended = true;
+                        st.buf.clear();
+                        let err = LlmError::Protocol(format!("stream is not UTF-8: {e}"));
+                        return Some((Err(err), st));
+                    }
+                };
+                let data = text.trim();
+                if data.is_empty() {
+                    continue;
+                }
+                let ev = Event {
+                    data: data.to_owned(),
+                    ..Event::default()
+                };
+                return Some((Ok(ev), st));
+            }
+            if st.ended {
+                return None;
+            }
+            match st.bytes.next().await {
+                Some(Ok(chunk)) => st.buf.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    st.ended = true;
+                    st.buf.clear();
+                    return Some((Err(e), st));
+                }
+                None => st.ended = true,
+            }
+        }
+    }))
+}
+
+/// Decodes `chunks` (a recorded NDJSON body, split anywhere) to line events.
+pub fn decode_ndjson(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
+    let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
+    futures::executor::block_on(ndjson_lines(bytes).collect::<Vec<_>>())
+        .into_iter()
+        .collect()
 }
 
 /// The most a model's response body may hold. A real answer streams a few hundred
@@ -100,9 +154,10 @@ pub fn decode_sse(chunks: Vec<Bytes>) -> Result<Vec<Event>, LlmError> {
 pub(crate) fn decode_with(
     mut dec: Box<dyn Decoder>,
     chunks: Vec<Bytes>,
+    frame: fn(ByteStream) -> SseStream,
 ) -> Vec<Result<StreamEvent, LlmError>> {
     let bytes: ByteStream = Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)));
-    let mut sse = events(bytes);
+    let mut sse = frame(bytes);
     let mut queue = VecDeque::new();
     let mut out = Vec::new();
     let result = futures::executor::block_on(async {

@@ -77,6 +77,15 @@ impl Reply {
         }
     }
 
+    /// A streamed `/api/chat` reply (Ollama).
+    pub fn ndjson(body: impl Into<String>) -> Self {
+        Reply {
+            status: 200,
+            headers: vec![("content-type".into(), "application/x-ndjson".into())],
+            steps: vec![Step::Send(body.into().into_bytes())],
+        }
+    }
+
     pub fn status(status: u16, body: Value) -> Self {
         Reply {
             status,
@@ -355,6 +364,43 @@ pub fn oa_usage(input: u64, output: u64) -> String {
 
 pub fn oa_done() -> String {
     "data: [DONE]\n\n".to_owned()
+}
+
+/// llama.cpp's prefill report (`return_progress`): a chunk with an empty assistant
+/// delta and `prompt_progress`, as `llama-server` sends it.
+pub fn oa_progress(processed: u64, total: u64, cache: u64) -> String {
+    data(json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": null},
+            "finish_reason": null}],
+        "prompt_progress": {"total": total, "cache": cache, "processed": processed,
+            "time_ms": 1.5},
+    }))
+}
+
+// Ollama `/api/chat` NDJSON lines, one per helper; `ndjson(lines)` joins them.
+
+pub fn ndjson(lines: Vec<Value>) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+pub fn ol_text(text: &str) -> Value {
+    json!({"model": "m", "created_at": "2026-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": text}, "done": false})
+}
+
+pub fn ol_tool_call(name: &str, args: Value) -> Value {
+    json!({"model": "m", "created_at": "2026-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": "",
+            "tool_calls": [{"function": {"index": 0, "name": name, "arguments": args}}]},
+        "done": false})
+}
+
+pub fn ol_done(reason: &str, prompt_eval_count: u64, eval_count: u64) -> Value {
+    json!({"model": "m", "created_at": "2026-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": ""}, "done": true, "done_reason": reason,
+        "total_duration": 1000, "load_duration": 10, "prompt_eval_count": prompt_eval_count,
+        "prompt_eval_duration": 100, "eval_count": eval_count, "eval_duration": 100})
 }
 
 pub fn an_message_start(input: u64) -> String {

@@ -10,6 +10,7 @@ mod limits;
 mod llm;
 mod mcp;
 mod memory;
+mod real_model;
 mod reliability;
 mod sandbox;
 mod sandbox_helper;

@@ -96,6 +96,10 @@ struct Folded {
     signatures: Vec<(String, serde_json::Value)>,
 }
 
+/// Closes an answer cut for repeating itself (`… {repeats} times]` follows), so the
+/// model reads on the next turn what happened to its answer.
+pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the same text repeated";
+
 /// What an answer with no text is recorded and reported as.
 pub const EMPTY_ANSWER: &str = "(empty answer)";
 
@@ -192,6 +196,19 @@ impl<'t> Collector<'t> {
             }
             ClientEvent::Event(StreamEvent::Usage { usage }) => c.usage = usage,
             ClientEvent::Event(StreamEvent::Finish { reason }) => c.finish = Some(reason),
+            ClientEvent::Event(StreamEvent::PromptProgress {
+                processed,
+                total,
+                cached,
+            }) => {
+                self.emitter
+                    .emit(EventPayload::ModelProgress {
+                        processed,
+                        total,
+                        cached,
+                    })
+                    .await;
+            }
             ClientEvent::Retry {
                 attempt,
                 delay,
@@ -210,6 +227,24 @@ impl<'t> Collector<'t> {
                 let reason = "repeated overload or a stalled stream".into();
                 self.emitter
                     .emit(EventPayload::ModelFallback { from, to, reason })
+                    .await;
+            }
+            ClientEvent::Repetition {
+                keep,
+                unit,
+                repeats,
+            } => {
+                if c.text.is_char_boundary(keep) {
+                    c.text.truncate(keep);
+                }
+                c.text
+                    .push_str(&format!("{DEGENERATE_MARKER} {repeats} times]"));
+                self.emitter
+                    .emit(EventPayload::DegenerateOutput {
+                        unit: unit.chars().take(200).collect(),
+                        repeats,
+                        kept_chars: c.text.chars().count(),
+                    })
                     .await;
             }
             ClientEvent::AttemptDiscarded => {
@@ -494,6 +529,12 @@ impl<'t> Collector<'t> {
             | LlmError::RetriesExhausted { .. }) => {
                 CallEnd::Finish(TaskStatus::Failed, model_failure(&e))
             }
+            // A local server still reading the prompt would only queue a new request.
+            LlmError::NoFirstToken(t) if t.local => CallEnd::Finish(
+                TaskStatus::Failed,
+                model_failure(&LlmError::NoFirstToken(t)),
+            ),
+            e @ LlmError::NoFirstToken(_) => CallEnd::Failed(e),
             e @ (LlmError::RateLimited { .. }
             | LlmError::Overloaded { .. }
             | LlmError::Server { .. }
@@ -516,6 +557,7 @@ pub(in crate::agent) fn model_failure(e: &LlmError) -> String {
         | LlmError::NoToolSupport(_)
         | LlmError::Config(_)
         | LlmError::Connect(_)
+        | LlmError::NoFirstToken(_)
         | LlmError::Cancelled => "",
         LlmError::RetriesExhausted { .. }
         | LlmError::RateLimited { .. }

@@ -342,13 +342,19 @@ async fn summarise(
                 Ok(ClientEvent::Event(StreamEvent::TextDelta { text })) => answer.push_str(&text),
                 Ok(ClientEvent::Event(StreamEvent::Usage { usage: u })) => usage.add(&u),
                 Ok(ClientEvent::AttemptDiscarded) => answer.clear(),
+                Ok(ClientEvent::Repetition { keep, .. }) => {
+                    if answer.is_char_boundary(keep) {
+                        answer.truncate(keep);
+                    }
+                }
                 // A summary request offers no tools; the rest is progress.
                 Ok(ClientEvent::Event(
                     StreamEvent::ThinkingDelta { .. }
                     | StreamEvent::ThinkingComplete { .. }
                     | StreamEvent::ToolCallStarted { .. }
                     | StreamEvent::ToolCallComplete { .. }
-                    | StreamEvent::Finish { .. },
+                    | StreamEvent::Finish { .. }
+                    | StreamEvent::PromptProgress { .. },
                 ))
                 | Ok(ClientEvent::Retry { .. } | ClientEvent::ModelFallback { .. }) => {}
                 Err(e) => {

@@ -26,6 +26,15 @@ pub(super) async fn provider_checks(cfg: &ProviderConfig, model: &str) -> Vec<Ch
     let answers = Check::ok("provider", format!("[providers.{name}] answers at {url}"));
     let model_check = if list.contains(model) {
         Check::ok("model", format!("`{model}` is served at {url}"))
+    } else if let Some(own) = list.serves_under_another_name(model) {
+        // llama-server answers any model name with the model it loaded, so runs work.
+        Check::ok(
+            "model",
+            format!(
+                "`{model}` is served at {url} by llama-server, as its one model `{own}` \
+                 (it answers requests for any name with it)"
+            ),
+        )
     } else {
         let shown: Vec<&str> = list.models.iter().take(8).map(String::as_str).collect();
         let detail = if shown.is_empty() {
@@ -76,7 +85,7 @@ fn provider_failure(cfg: &ProviderConfig, model: &str, e: &LlmError) -> (Check, 
             ),
             Some(not_checked()),
         ),
-        LlmError::Connect(_) | LlmError::Stalled(_) => (
+        LlmError::Connect(_) | LlmError::Stalled(_) | LlmError::NoFirstToken(_) => (
             Check::fail(
                 "provider",
                 e.to_string(),

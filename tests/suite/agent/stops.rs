@@ -151,3 +151,86 @@ async fn cancel_mid_tool_stops_the_tool_and_records_its_result() {
     );
     assert_eq!(ctx.tasks[0].plan.steps[0].status, StepStatus::Failed);
 }
+
+/// Issue 25 §5: a small model streamed 4,096 tokens of the same sentence for minutes.
+/// The guard cuts it after a few copies: the connection is closed (the server stops
+/// generating), the answer keeps one copy and a marker, and the loop goes on like
+/// after any cut-off answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeating_answer_is_cut_and_the_loop_goes_on() {
+    let line = "I will check the disk usage of your home folder now.\n";
+    let repeating = Reply::sse_steps(vec![
+        Step::Send(sse((0..40).map(|_| oa_text(line)).collect::<Vec<_>>()).into_bytes()),
+        // A server that would go on generating: only a closed connection stops it.
+        Step::Hang,
+    ]);
+    let h = Harness::new(vec![repeating, text_reply("Your home folder uses 3 GB.")]).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_iterations = 4\n");
+    let (out, events) = h.run(rt, h.spec(soul, "how big is ~?", None)).await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    assert_eq!(out.result, "Your home folder uses 3 GB.");
+    h.server.wait_closed(1).await;
+    let cut = events
+        .iter()
+        .find(|e| e.kind() == "degenerate_output")
+        .expect("a degenerate_output event");
+    let payload: serde_json::Value = serde_json::from_str(&cut.payload_json()).unwrap();
+    assert_eq!(
+        payload["unit"].as_str().unwrap().trim_end(),
+        line.trim_end()
+    );
+    let repeats = payload["repeats"].as_u64().unwrap();
+    assert!(
+        (8..40).contains(&repeats),
+        "cut within a few copies: {repeats}"
+    );
+    // The second request carries the first answer: one copy, the marker, the note.
+    let second = h.server.requests()[1].body.to_string();
+    assert_eq!(
+        second.matches("I will check the disk usage").count(),
+        1,
+        "{second}"
+    );
+    assert!(second.contains("familiar cut this answer here"), "{second}");
+    assert!(second.contains("kept repeating the same text"), "{second}");
+}
+
+/// Issue 25 §4: a task that failed before the model answered left its prompt as the
+/// session's last message, so the next task sent `user, user`, which templates that
+/// enforce alternation reject for every later task of the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_leaves_the_session_alternating() {
+    let h = Harness::new(vec![
+        text_reply("first answer"),
+        Reply::status(400, json!({"error": {"message": "bad request"}})),
+        text_reply("third answer"),
+    ])
+    .await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_iterations = 3\n");
+    let (first, _) = h.run(rt.clone(), h.spec(soul.clone(), "first", None)).await;
+    let session = Some(first.session_id.clone());
+    let (failed, _) = h
+        .run(rt.clone(), h.spec(soul.clone(), "second", session.clone()))
+        .await;
+    assert_eq!(failed.status, TaskStatus::Failed, "{}", failed.result);
+    let (second, _) = h.run(rt, h.spec(soul, "third", session)).await;
+    assert_eq!(second.status, TaskStatus::Completed, "{}", second.result);
+    let sent = &h.server.requests()[2].body["messages"];
+    let roles: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .filter(|r| *r != "system")
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "assistant", "user"],
+        "{sent}"
+    );
+    let ctx = h.store.load_context(&second.session_id).unwrap().unwrap();
+    let roles: Vec<_> = ctx.history.iter().map(|m| m.role).collect();
+    assert!(roles.windows(2).all(|w| w[0] != w[1]), "{roles:?}");
+}

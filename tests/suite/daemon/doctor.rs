@@ -120,6 +120,31 @@ async fn doctor_says_ollama_pull_for_a_missing_ollama_model() {
     assert_eq!(paths, ["/v1/models", "/api/tags"]);
 }
 
+/// Issue 25 §7: llama-server answers any model name with the one model it loaded, so a
+/// config naming it otherwise works; doctor said `FAIL model … is not served`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_passes_llama_server_serving_its_model_under_another_name() {
+    let gguf = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    let server = LlmServer::start(vec![Reply::status(
+        200,
+        json!({"object": "list", "data": [{"id": gguf, "object": "model",
+            "owned_by": "llamacpp", "meta": {"n_ctx": 4096}}]}),
+    )])
+    .await;
+    let home = TestHome::new();
+    home.write_config("config.toml", &config_for(&server));
+    let bus = TestBus::start();
+    let out = familiar(&home, &bus, &["doctor", "--json"], &[]).await;
+    let c = checks(&out.stdout);
+    assert_eq!(status(&c, "provider"), "ok", "{c:#?}");
+    assert_eq!(status(&c, "model"), "ok", "{c:#?}");
+    let detail = c["model"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("llama-server") && detail.contains(gguf),
+        "the note names the server and its model: {detail}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_names_a_dead_provider_and_a_broken_soul_with_their_fixes() {
     let port = {

@@ -8,6 +8,8 @@
 mod decode;
 mod fallback;
 mod faults;
+mod ollama;
+mod prefill;
 mod requests;
 
 use std::collections::BTreeMap;
@@ -50,9 +52,12 @@ impl Wire {
             model: "main-model".into(),
             api_key: ApiKeySource::Env(KEY_VAR.into()),
             context_window: 32_768,
+            context_window_configured: true,
             fallback_model: None,
             fallback_provider: None,
             stall_timeout: Duration::from_secs(10),
+            first_token_timeout: Duration::from_secs(10),
+            keep_alive: None,
             max_retries: 4,
             max_output_tokens: 100,
             temperature: None,
