@@ -4,6 +4,9 @@
 bare `/bin/true` (what any exec costs here).
 
 Run: `cargo build --release && python3 benches/helper_exec.py [target/release]`
+(`VS=OTHER/familiar-sandbox` adds that helper's two runs, interleaved with the rest:
+another build of it, say the commit before a change, on the same machine at the same
+time)
 (as an unprivileged user, as BENCHMARKS.md says why: `setpriv --reuid=65534
 --regid=65534 --clear-groups env HOME=/tmp python3 …`).
 
@@ -74,6 +77,12 @@ def main():
         ("familiar-sandbox -- /bin/true", [helper, "--", "/bin/true"], "true"),
         ("familiar sandbox-exec -- /bin/true", [familiar, "sandbox-exec", "--", "/bin/true"], "true"),
     ]
+    other = os.environ.get("VS")
+    if other:
+        variants += [
+            ("VS familiar-sandbox --op read", [other, "--op", "read"], "read"),
+            ("VS familiar-sandbox -- /bin/true", [other, "--", "/bin/true"], "true"),
+        ]
     wall = {v[0]: [] for v in variants}
     cpu = {v[0]: [] for v in variants}
     for i in range(RUNS + 20):
