@@ -17,11 +17,7 @@
 
 use std::path::Path;
 
-use super::launcher::{HELPER_NAME, HELPER_SUBCOMMAND};
-
-/// Set in a helper's environment: who started it (`task t-… of soul S`, `mcp server
-/// NAME`). The command never sees it: its environment is the spec's.
-pub const OWNER_ENV: &str = "FAMILIAR_SANDBOX_OWNER";
+use super::launcher::{HELPER_NAME, HELPER_SUBCOMMAND, OWNER_ENV};
 
 /// Ancestors looked at before giving up (a process tree is never this deep in practice).
 const MAX_DEPTH: usize = 128;

@@ -23,9 +23,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-use super::ancestry::OWNER_ENV;
 use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, TERM_GRACE_SECS, frame};
 use super::fileops::{FileOp, FileReply};
+use super::pin::PinnedHelper;
 use super::status::{Enforcement, TEST_ABI_ENV};
 use super::{SandboxError, SandboxPolicy, limits};
 
@@ -70,64 +70,12 @@ pub struct SandboxOutput {
 
 /// The helper binary, looked for beside the running `familiar`.
 pub const HELPER_NAME: &str = "familiar-sandbox";
+/// Set in a helper's own environment: who started it (`task t-… of soul S`, `mcp server
+/// NAME`), for the daemon's caller check ([`super::ancestry`]). The command never sees
+/// it: its environment is the spec's.
+pub const OWNER_ENV: &str = "FAMILIAR_SANDBOX_OWNER";
 /// `familiar`'s own entry to the helper, for when [`HELPER_NAME`] is not installed.
 pub const HELPER_SUBCOMMAND: &str = "sandbox-exec";
-
-/// The helper binary, opened once and executed through that descriptor
-/// (`/proc/self/fd/N`): whatever is put at its path later (a tool that may write
-/// `~/.local/bin` replacing `familiar-sandbox`), every call runs the file that was
-/// checked when the launcher was made. The check: a regular file owned by the user or
-/// root and writable by neither its group nor others.
-#[derive(Debug, Clone)]
-pub struct PinnedHelper(Result<Arc<std::fs::File>, String>);
-
-impl PinnedHelper {
-    /// Opens and checks `path`.
-    pub fn open(path: &Path) -> PinnedHelper {
-        PinnedHelper(pin(path).map(Arc::new))
-    }
-
-    /// Why the helper cannot be used, if it cannot.
-    pub fn problem(&self) -> Option<&str> {
-        self.0.as_ref().err().map(String::as_str)
-    }
-}
-
-/// Launchers are the same when they start the same path the same way; the descriptor
-/// is how, not what.
-impl PartialEq for PinnedHelper {
-    fn eq(&self, _: &PinnedHelper) -> bool {
-        true
-    }
-}
-
-impl Eq for PinnedHelper {}
-
-fn pin(path: &Path) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::MetadataExt;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot stat it: {e}"))?;
-    if !meta.is_file() {
-        return Err("it is not a regular file".to_owned());
-    }
-    let uid = nix::unistd::geteuid().as_raw();
-    if meta.uid() != uid && meta.uid() != 0 {
-        return Err(format!(
-            "it belongs to uid {}, neither you (uid {uid}) nor root: another user could replace what runs your tools",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "it is writable by its group or others (mode {:o}): run `chmod go-w {}`",
-            meta.mode() & 0o7777,
-            path.display()
-        ));
-    }
-    Ok(file)
-}
 
 /// familiar's own binaries as this process found them (symlinks resolved): the
 /// running one and its helper. Tools may never write them (see
@@ -262,15 +210,19 @@ impl SandboxLauncher {
         Ok(cmd)
     }
 
-    /// `policy`, with this launcher's helper among the paths no tool may write.
+    /// `policy`, with familiar's own binaries and this launcher's helper among the
+    /// paths no tool may write (a tool that replaced `familiar-sandbox` in
+    /// `~/.local/bin` ran the next call unconfined).
     pub(crate) fn guarding(&self, policy: &SandboxPolicy) -> SandboxPolicy {
         let mut p = policy.clone();
         let helper = self
             .helper
             .canonicalize()
             .unwrap_or_else(|_| self.helper.clone());
-        if !p.write_protected.contains(&helper) {
-            p.write_protected.push(helper);
+        for path in own_binaries().into_iter().chain([helper]) {
+            if !p.write_protected.contains(&path) {
+                p.write_protected.push(path);
+            }
         }
         p
     }

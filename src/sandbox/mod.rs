@@ -19,6 +19,7 @@
 //! - [`lines`]: lines from a child's pipe, each held to a ceiling.
 //! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
 //! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
+//! - [`pin`]: the helper binary, opened and checked once, executed from that descriptor.
 //! - [`seccomp`]: the helper's filter: no unix sockets (the session bus, the keyring).
 //! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
 //! - [`status`]: what the kernel enforces ([`probe`]).
@@ -29,6 +30,7 @@ pub mod fileops;
 pub mod launcher;
 pub mod limits;
 pub mod lines;
+pub mod pin;
 pub mod plan;
 pub mod resources;
 pub mod ruleset;

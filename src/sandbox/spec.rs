@@ -298,23 +298,19 @@ struct HelperSpecRef<'a> {
     cwd: &'a Path,
 }
 
-/// What no tool may write, whatever its soul's `write` trees: familiar's own binaries
-/// (a tool that replaced `familiar-sandbox` in `~/.local/bin` ran the next call
-/// unconfined; the launcher adds the helper it runs, see
-/// [`super::SandboxLauncher::command`]), and the places that decide what runs outside
-/// any sandbox later: the user's systemd units and D-Bus activation files.
+/// What no tool may write, whatever its soul's `write` trees: the places that decide
+/// what runs outside any sandbox later, the user's systemd units and D-Bus activation
+/// files. The launcher adds familiar's own binaries and the helper it runs as it starts
+/// each call.
 pub fn write_protected(home: &Path) -> Vec<PathBuf> {
-    let mut paths = super::launcher::own_binaries();
-    paths.extend(
-        [
-            ".config/systemd/user",
-            ".local/share/systemd/user",
-            ".local/share/dbus-1/services",
-        ]
-        .iter()
-        .map(|p| home.join(p)),
-    );
-    paths
+    [
+        ".config/systemd/user",
+        ".local/share/systemd/user",
+        ".local/share/dbus-1/services",
+    ]
+    .iter()
+    .map(|p| home.join(p))
+    .collect()
 }
 
 /// The command's environment: the allowlisted variables of `vars`, `HOME` set to
