@@ -364,7 +364,6 @@ fn parts_alone(
                 soul,
                 policy,
                 tools: &tools,
-                workspace: work,
                 summary: None,
                 facts: &[],
                 memory: &[],

@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use familiar::agent::context::reminder::{self, Budget, Environment, Inputs};
+use familiar::agent::context::reminder::{self, Budget, Environment, Inputs, Place};
+use familiar::ids::SessionId;
 use familiar::snapshot::Snapshotter;
 use familiar::store::Plan;
 
@@ -46,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         steps: Vec::new(),
     };
     let mut snapshotter = Snapshotter::with_hyprland(None)?;
+    let session = SessionId::generate();
     let ws = std::env::temp_dir();
 
     let (mut times, mut chars) = (Vec::new(), Vec::new());
@@ -54,6 +56,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let snap = snapshotter.take(Some(&ws));
         let text = reminder::build(&Inputs {
+            place: Some(Place {
+                session: &session,
+                workspace: &ws,
+            }),
             environment: Environment::Fresh {
                 previous: None,
                 current: &snap,
@@ -75,6 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let snap = snapshotter.take(Some(&ws));
         let text = reminder::build(&Inputs {
+            place: None,
             environment: Environment::Fresh {
                 previous: Some(&previous),
                 current: &snap,

@@ -5,7 +5,9 @@
 //! the call is reported complete. Thinking blocks keep their signature so the loop can
 //! send them back unchanged. Prompt caching puts `cache_control` breakpoints on the
 //! system prompt, the last tool and the last block of the last message, so each turn
-//! reuses everything the previous one sent.
+//! reuses everything the previous one sent. The API caches tools, then system, then
+//! messages: the system block's breakpoint ends the prefix every task of a soul shares
+//! (the system prompt names no session), so a new task reads it too.
 
 use std::collections::{BTreeMap, VecDeque};
 

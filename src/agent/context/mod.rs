@@ -75,6 +75,8 @@ impl Model {
 pub(in crate::agent) struct Persona {
     pub(in crate::agent) soul: Arc<Soul>,
     pub(in crate::agent) policy: Arc<Policy>,
+    /// Named in the task's first reminder, never in the system prompt: it names the
+    /// session, and the system prompt is the same for every task of the soul.
     pub(in crate::agent) workspace: PathBuf,
     /// Long-term memory entries (souls with `memory = true`), read once when the task
     /// starts.

@@ -8,12 +8,15 @@
 //! Anthropic). [`build`] is pure: the loop gathers its inputs under a deadline (a slow
 //! snapshot is skipped, not waited for) and passes what it got.
 //!
-//! The first reminder of a task carries the whole environment; later ones only what
-//! moved ([`crate::snapshot::changes`]), the plan's progress and the budget left. The
+//! The first reminder of a task carries what is the task's own, which the system
+//! prompt leaves out so it stays the same for every task of a soul ([`Place`]: the
+//! session and its workspace), and the whole environment; later ones only what moved ([`crate::snapshot::changes`]), the plan's progress and the budget left. The
 //! text is capped at [`MAX_CHARS`] (first) and [`MAX_CHANGE_CHARS`] (later) characters.
 
+use std::path::Path;
 use std::time::Duration;
 
+use crate::ids::SessionId;
 use crate::snapshot::{self, Snapshot};
 use crate::store::{Plan, StepStatus};
 
@@ -52,9 +55,20 @@ pub enum Environment<'a> {
     Skipped,
 }
 
+/// Where the task runs: the session and its workspace. They name the session, so they
+/// stay out of the system prompt (whose bytes every task of a soul shares) and go in
+/// the task's first reminder, which the history keeps as sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub session: &'a SessionId,
+    pub workspace: &'a Path,
+}
+
 /// Everything one reminder is built from.
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs<'a> {
+    /// The task's place, on its first reminder only.
+    pub place: Option<Place<'a>>,
     pub environment: Environment<'a>,
     pub plan: &'a Plan,
     pub budget: Budget,
@@ -71,6 +85,9 @@ pub fn build(inputs: &Inputs<'_>) -> String {
     );
     let cap = if first { MAX_CHARS } else { MAX_CHANGE_CHARS };
     let mut body = String::with_capacity(1024);
+    if let Some(place) = inputs.place {
+        body.push_str(&place_lines(&place));
+    }
     for note in inputs.notes {
         body.push_str(note.trim_end());
         body.push('\n');
@@ -107,6 +124,14 @@ pub fn build(inputs: &Inputs<'_>) -> String {
         tail.push_str(&p);
     }
     wrap(&body, &tail, cap)
+}
+
+fn place_lines(p: &Place<'_>) -> String {
+    format!(
+        "Session: {}\nWorkspace (writable; relative paths resolve here): {}\n",
+        p.session,
+        p.workspace.display()
+    )
 }
 
 fn budget_line(b: &Budget) -> String {
@@ -237,7 +262,13 @@ mod tests {
     #[test]
     fn first_reminder_carries_the_whole_environment() {
         let s = snap();
+        let session = SessionId::new("s-20261102-abcd").unwrap();
+        let workspace = PathBuf::from("/home/u/.local/share/familiar/workspaces/s-20261102-abcd");
         let text = build(&Inputs {
+            place: Some(Place {
+                session: &session,
+                workspace: &workspace,
+            }),
             environment: Environment::Fresh {
                 previous: None,
                 current: &s,
@@ -247,6 +278,14 @@ mod tests {
             notes: &[],
         });
         assert!(is_reminder(&text), "{text}");
+        assert!(
+            text.starts_with(
+                "<system-reminder>\nSession: s-20261102-abcd\nWorkspace (writable; \
+                 relative paths resolve here): \
+                 /home/u/.local/share/familiar/workspaces/s-20261102-abcd\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("Environment now:\ntime: 2026-11-02T10:15:00Z\n"),
             "{text}"
@@ -261,6 +300,7 @@ mod tests {
     fn later_reminders_carry_only_what_changed() {
         let a = snap();
         let quiet = build(&Inputs {
+            place: None,
             environment: Environment::Fresh {
                 previous: Some(&a),
                 current: &a,
@@ -278,6 +318,7 @@ mod tests {
         let mut b = snap();
         b.memory.used = 15 * GIB;
         let moved = build(&Inputs {
+            place: None,
             environment: Environment::Fresh {
                 previous: Some(&a),
                 current: &b,
@@ -293,6 +334,7 @@ mod tests {
             "{moved}"
         );
         let skipped = build(&Inputs {
+            place: None,
             environment: Environment::Skipped,
             plan: &plan(&[]),
             budget: budget(4),
@@ -306,6 +348,7 @@ mod tests {
         let a = snap();
         let notes = vec!["x".repeat(10_000)];
         let text = build(&Inputs {
+            place: None,
             environment: Environment::Fresh {
                 previous: Some(&a),
                 current: &a,

@@ -1,4 +1,5 @@
-//! What the model is sent each iteration: the task's stable system prompt, the tools
+//! What the model is sent each iteration: the soul's stable system prompt (the same
+//! for every task and session of the soul), the tools
 //! the soul may use in a stable order, and the history after compaction, whose newest
 //! message gets this iteration's system reminder (the machine's state, the notes the
 //! loop queued for the model, progress and budget).
@@ -13,7 +14,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::context::ContextKeeper;
-use crate::agent::context::reminder::{self, Budget, Environment, Inputs};
+use crate::agent::context::reminder::{self, Budget, Environment, Inputs, Place};
 use crate::agent::context::system_prompt::{PromptParts, system_prompt};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
@@ -61,7 +62,6 @@ impl ContextKeeper {
             soul: &p.soul,
             policy: &p.policy,
             tools: &tools,
-            workspace: &p.workspace,
             summary: ctx.summary.as_deref(),
             facts: &ctx.facts,
             memory: &p.memory,
@@ -143,7 +143,14 @@ impl ContextKeeper {
             None => Environment::Skipped,
         };
         let iteration = budget.iteration;
+        // The task's first reminder names its session and workspace, which the system
+        // prompt leaves out so every task of the soul shares its bytes.
+        let place = (iteration == 1).then(|| Place {
+            session: &self.session.ctx.session_id,
+            workspace: &self.persona.workspace,
+        });
         let text = reminder::build(&Inputs {
+            place,
             environment,
             plan,
             budget,

@@ -1,14 +1,16 @@
 //! The system prompt: the soul's persona, the rules in force, its long-term memory
-//! notes, the tools, the paths and the session's memory. It holds nothing that changes
-//! within a task (no step counter, no clock, no figure of the machine), so every
-//! request of a task starts with the same bytes and a server's prompt cache holds; what
-//! changes travels as a system reminder ([`crate::agent::context::reminder`]).
+//! notes, the tools, the paths and the session's memory. It holds nothing that differs
+//! from one task or session to the next (no workspace, no session id, no clock, no
+//! figure of the machine): for a session without a compacted summary it is a pure
+//! function of the soul, the policy, the config and the memory notes, so every task of
+//! a soul starts with the same bytes (system prompt, then tools) and a server's prompt
+//! cache holds across tasks, not only within one. What is the task's own (its
+//! workspace and session) goes in the first system reminder, what changes in later
+//! ones ([`crate::agent::context::reminder`]).
 //!
 //! Tool results reach the model wrapped by [`wrap_tool_output`]: a delimited block the
 //! output cannot close, cut to [`MODEL_OUTPUT_CHARS`] with a marker. The model is told
 //! that what is inside is data, never instructions.
-
-use std::path::Path;
 
 use crate::approval::render::{neutralise_closing_tag, visible};
 use crate::ids::SoulId;
@@ -26,7 +28,6 @@ pub struct PromptParts<'a> {
     pub policy: &'a Policy,
     /// Tools offered this turn (allowlisted, implemented, available here).
     pub tools: &'a [&'a str],
-    pub workspace: &'a Path,
     pub summary: Option<&'a str>,
     pub facts: &'a [String],
     /// Long-term memory entries the soul sees (empty unless `memory = true`).
@@ -64,23 +65,22 @@ pub fn system_prompt(p: &PromptParts<'_>) -> String {
             .join(", ")
     };
     s.push_str(&format!(
-        "- Files: readable: {}; writable: {}{}.\n",
+        "- Files: readable: {}; writable: your workspace{}.\n",
         if p.soul.sandbox.read.is_empty() {
             "(none)".to_owned()
         } else {
             list(&p.soul.sandbox.read)
         },
-        p.workspace.display(),
         if p.soul.sandbox.write.is_empty() {
             String::new()
         } else {
             format!(", {}", list(&p.soul.sandbox.write))
         }
     ));
-    s.push_str(&format!(
-        "- Relative paths are relative to your workspace, {}.\n",
-        p.workspace.display()
-    ));
+    s.push_str(
+        "- Your workspace is a folder of its own for each session; the first \
+         <system-reminder> of the task names it. Relative paths are relative to it.\n",
+    );
     s.push_str(&format!(
         "- Network access for tools: {}.\n",
         if p.soul.sandbox.network {

@@ -222,3 +222,106 @@ async fn cut_and_denied_calls_finish_and_an_empty_answer_is_recorded() {
         }]
     );
 }
+
+/// The bytes of `raw` before its first user message: the settings, the system prompt
+/// and the tools, the prefix every task of a soul shares.
+fn prefix_before_first_user_message(raw: &[u8], body: &Value) -> usize {
+    let first = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    let needle = serde_json::to_vec(first).unwrap();
+    raw.windows(needle.len())
+        .position(|w| w == needle.as_slice())
+        .expect("the first user message is in the body")
+}
+
+/// Issue 25 §1: two tasks of one soul, each in a session (and workspace) of its own,
+/// send byte-identical system prompts and tools; what names the session (its id, its
+/// workspace) travels in the first user message's reminder instead.
+async fn two_sessions(anthropic: bool) {
+    let reply = |text: &str| {
+        if anthropic {
+            an_text_reply(text)
+        } else {
+            text_reply(text)
+        }
+    };
+    let h = Harness::with(
+        vec![reply("one"), reply("two")],
+        if anthropic { ANTHROPIC } else { "" },
+        OPEN_POLICY,
+    )
+    .await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul(LIST_SOUL);
+    let mut outcomes = Vec::new();
+    for prompt in ["first task", "second task"] {
+        let mut spec = h.spec(std::sync::Arc::clone(&soul), prompt, None);
+        // The store's own workspace per session, which names the session.
+        spec.workspace = None;
+        let (out, _) = h.run(std::sync::Arc::clone(&rt), spec).await;
+        assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+        outcomes.push(out);
+    }
+    assert_ne!(outcomes[0].session_id, outcomes[1].session_id);
+    let reqs = h.server.requests();
+    assert_eq!(reqs.len(), 2);
+    let wire = if anthropic { "anthropic" } else { "openai" };
+    let keep: Vec<usize> = reqs
+        .iter()
+        .map(|r| prefix_before_first_user_message(&r.raw, &r.body))
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&reqs[0].raw[..keep[0]]),
+        String::from_utf8_lossy(&reqs[1].raw[..keep[1]]),
+        "{wire}: the two tasks' system prompts and tools differ"
+    );
+    let prefix = String::from_utf8_lossy(&reqs[0].raw[..keep[0]]).into_owned();
+    assert!(prefix.contains("# Rules in force") && prefix.contains("list_dir"));
+    for (out, req) in outcomes.iter().zip(&reqs) {
+        let id = out.session_id.as_str();
+        assert!(
+            !prefix.contains(id),
+            "{wire}: the session id is in the prefix"
+        );
+        assert!(
+            !prefix.contains("workspaces"),
+            "{wire}: a workspace is in the prefix"
+        );
+        let first_user = String::from_utf8_lossy(&req.raw[keep[0].min(req.raw.len())..]);
+        let reminder = &first_user[first_user.find("<system-reminder>").unwrap()..];
+        assert!(
+            reminder.contains(&format!("Session: {id}\\n")),
+            "{wire}: {reminder}"
+        );
+        assert!(
+            reminder.contains(&format!("workspaces/{id}\\n")),
+            "{wire}: {reminder}"
+        );
+    }
+    if anthropic {
+        // The breakpoint ends the shared prefix: Anthropic caches tools, then system,
+        // then messages, so a breakpoint on the system block covers both, and the second
+        // task's first request reads what the first task wrote.
+        for r in &reqs {
+            assert_eq!(
+                r.body["system"][0]["cache_control"],
+                json!({"type": "ephemeral"})
+            );
+            assert_eq!(r.body["system"].as_array().unwrap().len(), 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_in_other_sessions_share_the_prefix_openai() {
+    two_sessions(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_in_other_sessions_share_the_prefix_anthropic() {
+    two_sessions(true).await;
+}

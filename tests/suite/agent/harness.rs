@@ -75,8 +75,23 @@ impl Harness {
 
     /// `provider_extra` goes into `[providers.local]`; `policy_src` is a policy file.
     pub async fn with(script: Vec<Reply>, provider_extra: &str, policy_src: &str) -> Harness {
-        let home = TestHome::new();
         let server = LlmServer::start(script).await;
+        let provider = format!(
+            "base_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{provider_extra}",
+            server.base
+        );
+        Harness::serving(server, &provider, policy_src)
+    }
+
+    /// A harness whose `[providers.local]` is `provider` whole (a real server's
+    /// `base_url` and model); its loopback server gets no request.
+    pub async fn against(provider: &str, policy_src: &str) -> Harness {
+        let server = LlmServer::start(Vec::new()).await;
+        Harness::serving(server, provider, policy_src)
+    }
+
+    fn serving(server: LlmServer, provider: &str, policy_src: &str) -> Harness {
+        let home = TestHome::new();
         let env: BTreeMap<String, String> = [
             ("HOME", home.path().display().to_string()),
             (
@@ -91,10 +106,7 @@ impl Harness {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-        let src = format!(
-            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{provider_extra}",
-            server.base
-        );
+        let src = format!("[providers.local]\n{provider}");
         // A file the daemon's reload can read again (it re-reads `config.source`), kept
         // out of the config dir so the `familiar` commands of a test use their own.
         let file = home.path().join("harness-config.toml");

@@ -56,9 +56,20 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
         .as_str()
         .unwrap()
         .to_owned();
+    // The task's own place opens it (issue 25: it stays out of the system prompt, which
+    // every task of the soul shares).
     assert!(
-        first.contains("\n\n<system-reminder>\nEnvironment now:\ntime: "),
+        first.contains(&format!(
+            "\n\n<system-reminder>\nSession: {}\nWorkspace (writable; relative paths \
+             resolve here): {}\nEnvironment now:\ntime: ",
+            out.session_id,
+            h.workspace().display()
+        )),
         "{first}"
+    );
+    assert!(
+        !system.contains(&h.workspace().display().to_string()),
+        "{system}"
     );
 
     // The context, field by field.
