@@ -209,7 +209,17 @@ pub enum EventPayload {
         /// open its next task.
         #[serde(default)]
         pending_steering: usize,
+        /// False when the session is not kept after the task (a new session whose task
+        /// failed or was skipped before the model answered, `run --ephemeral`): the
+        /// session id then names nothing a later command can use.
+        #[serde(default = "kept")]
+        session_kept: bool,
     },
+}
+
+/// Events written before `session_kept` existed named kept sessions.
+fn kept() -> bool {
+    true
 }
 
 impl EventPayload {

@@ -72,7 +72,16 @@ impl Steering {
 /// How a steering message reads to the model: the user's words, marked as added while
 /// it worked.
 pub(crate) fn as_text(message: &str) -> String {
-    format!("[The user adds, while you work:]\n{message}")
+    format!("{STEERING_HEAD}\n{message}")
+}
+
+/// The first line of a steering message as the model reads it.
+const STEERING_HEAD: &str = "[The user adds, while you work:]";
+
+/// The user's words of a history text block that [`as_text`] made; `None` for any
+/// other text.
+pub fn message_of(text: &str) -> Option<&str> {
+    text.strip_prefix(STEERING_HEAD)?.strip_prefix('\n')
 }
 
 #[cfg(test)]

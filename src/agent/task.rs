@@ -514,6 +514,9 @@ impl Task {
                 format!("{e}; the task's last steps are not saved. Its last answer was: {result}"),
             ),
         };
+        // A new session this task leaves with nothing in it is removed right after
+        // (`discard_if_unanswered`): the finish must not name it.
+        let session_kept = !super::turn::holds_nothing(self.context.ctx(), status);
         // Before the event, so a reader who saw `task_finished` sees it counted.
         for h in self.emitter.hooks() {
             h.task_finished(&self.emitter.task_ref(), status);
@@ -525,6 +528,7 @@ impl Task {
                 usage,
                 iterations,
                 pending_steering,
+                session_kept,
             })
             .await;
         self.emitter.sync();

@@ -212,7 +212,7 @@ async fn submit_and_follow(
     let json = args.task.json;
     let interactive = std::io::stdin().is_terminal() && !json;
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let printer = tokio::spawn(print_events(rx, out, json));
+    let printer = tokio::spawn(print_events(rx, out, json, false));
     let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
     // Lines typed while the task runs steer it; an approval prompt takes its own.
     let (steer_tx, mut steers) = mpsc::channel::<String>(8);
@@ -229,6 +229,7 @@ async fn submit_and_follow(
         task_id: task_id.clone(),
         followed: [(task.clone(), session_id.clone())].into(),
         saw_finish: false,
+        new_session: args.task.session.is_none(),
         tx,
         json,
         interactive,
@@ -342,6 +343,8 @@ struct Follow {
     followed: HashMap<String, SessionId>,
     /// Whether the task's own `task_finished` event was seen.
     saw_finish: bool,
+    /// Whether the task started a new session (no `--session`).
+    new_session: bool,
     tx: mpsc::Sender<Arc<Event>>,
     json: bool,
     interactive: bool,
@@ -436,6 +439,10 @@ impl Follow {
             usage: Usage::default(),
             iterations: 0,
             pending_steering: 0,
+            // Without the task's own event, the kept session is guessed: a new session
+            // whose task failed or was skipped is the one the daemon may have removed.
+            session_kept: !(self.new_session
+                && matches!(status, TaskStatus::Failed | TaskStatus::Skipped)),
         };
         let event = Arc::new(Event {
             payload,

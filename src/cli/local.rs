@@ -347,8 +347,6 @@ fn show_session(
     reminders: bool,
     out: &mut Out,
 ) -> anyhow::Result<()> {
-    use crate::llm::ContentBlock;
-
     writeln!(out, "session {} (soul {})", ctx.session_id, ctx.soul)?;
     writeln!(
         out,
@@ -402,35 +400,71 @@ fn show_session(
             crate::llm::Role::Assistant => "assistant",
         };
         for block in &m.content {
-            let line = match block {
-                ContentBlock::Text { text } => first_line(text, 90),
-                ContentBlock::Reminder { .. } if !reminders => continue,
-                ContentBlock::Reminder { text } => {
-                    format!("(system reminder, {} characters)", text.chars().count())
-                }
-                ContentBlock::Thinking { .. } => "(thinking)".to_owned(),
-                ContentBlock::ToolUse { name, input, .. } => {
-                    format!("→ {name} {}", first_line(&input.to_string(), 80))
-                }
-                ContentBlock::ToolResult {
-                    content, is_error, ..
-                } => {
-                    // Show the output itself, not the <tool_output …> wrapper line.
-                    let body = match content.split_once('\n') {
-                        Some((head, rest)) if head.starts_with("<tool_output") => rest,
-                        Some(_) | None => content.as_str(),
-                    };
-                    format!(
-                        "← {}{}",
-                        if *is_error { "error: " } else { "" },
-                        first_line(body, 80)
-                    )
-                }
-            };
-            writeln!(out, "  {who:>9}: {line}")?;
+            if let Some(line) = history_line(block, reminders) {
+                writeln!(out, "  {who:>9}: {line}")?;
+            }
         }
     }
     Ok(())
+}
+
+/// Characters of a tool result's or a steering message's preview.
+const PREVIEW_CHARS: usize = 100;
+
+/// One history block as `sessions show` lists it; `None` for a reminder left out.
+fn history_line(block: &crate::llm::ContentBlock, reminders: bool) -> Option<String> {
+    use crate::llm::ContentBlock;
+    Some(match block {
+        // A message typed while the task ran: its words, not the marker line the model
+        // reads before them.
+        ContentBlock::Text { text } => match crate::agent::steering::message_of(text) {
+            Some(message) => format!("(steering) {}", preview(message, PREVIEW_CHARS)),
+            None => first_line(text, 90),
+        },
+        ContentBlock::Reminder { .. } if !reminders => return None,
+        ContentBlock::Reminder { text } => {
+            format!("(system reminder, {} characters)", text.chars().count())
+        }
+        ContentBlock::Thinking { .. } => "(thinking)".to_owned(),
+        ContentBlock::ToolUse { name, input, .. } => {
+            format!("→ {name} {}", first_line(&input.to_string(), 80))
+        }
+        ContentBlock::ToolResult {
+            content, is_error, ..
+        } => format!(
+            "← {}{}",
+            if *is_error { "error: " } else { "" },
+            preview(&tool_output_body(content), PREVIEW_CHARS)
+        ),
+    })
+}
+
+/// A tool result's output without its `<tool_output …>` wrapper; JSON (what most
+/// tools return, pretty-printed, so its first line was a lone `{`) compacted.
+fn tool_output_body(content: &str) -> String {
+    let body = match content.split_once('\n') {
+        Some((head, rest)) if head.starts_with("<tool_output") => {
+            rest.strip_suffix("</tool_output>").unwrap_or(rest)
+        }
+        Some(_) | None => content,
+    };
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(json) => json.to_string(),
+        Err(_) => body.to_owned(),
+    }
+}
+
+/// `s` on one line (runs of white space, line ends among them, become one space), cut
+/// to `max` characters with an ellipsis, its escapes shown, not obeyed.
+fn preview(s: &str, max: usize) -> String {
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = crate::approval::visible(&joined);
+    if line.chars().count() > max {
+        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        line
+    }
 }
 
 /// `N input + M output tokens`, and what the prompt cache did when it did anything.
@@ -476,5 +510,35 @@ mod tests {
     fn a_shown_line_carries_no_escape_to_the_terminal() {
         assert_eq!(first_line("a\x1b[2Kb\u{202E}\nc", 90), r"a\x1b[2Kb\u{202E}");
         assert_eq!(first_line("abcdef", 4), "abc…");
+    }
+
+    // Issue 26: a steering block showed only its marker line, a tool result only `{`.
+    #[test]
+    fn steering_shows_its_words_and_a_tool_result_a_preview() {
+        use crate::llm::ContentBlock;
+        let steer = ContentBlock::Text {
+            text: crate::agent::steering::as_text("use the\nsecond disk \x1b[2J"),
+        };
+        assert_eq!(
+            history_line(&steer, false).unwrap(),
+            r"(steering) use the second disk \x1b[2J"
+        );
+        let result = ContentBlock::ToolResult {
+            tool_use_id: crate::ids::CallId::new("c1").unwrap(),
+            content: "<tool_output tool=\"shell\" status=\"ok\">\n{\n  \"exit_code\": 0,\n  \"stdout\": \"hello\\n\"\n}\n</tool_output>".into(),
+            is_error: false,
+        };
+        assert_eq!(
+            history_line(&result, false).unwrap(),
+            r#"← {"exit_code":0,"stdout":"hello\\n"}"#
+        );
+        let long = ContentBlock::ToolResult {
+            tool_use_id: crate::ids::CallId::new("c2").unwrap(),
+            content: format!("line one\n{}", "x".repeat(300)),
+            is_error: true,
+        };
+        let line = history_line(&long, false).unwrap();
+        assert!(line.starts_with("← error: line one xxx"), "{line}");
+        assert!(line.ends_with('…'), "{line}");
     }
 }

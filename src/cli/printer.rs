@@ -28,18 +28,26 @@ pub fn exit_for(status: TaskStatus) -> Exit {
     }
 }
 
-/// Prints the events from `rx` until it closes.
+/// Prints the events from `rx` until it closes. `ephemeral`: the session is removed
+/// once the task ends (`run --ephemeral`), so its finish does not name it.
 pub async fn print_events(
     mut rx: tokio::sync::mpsc::Receiver<Arc<Event>>,
     out: Out,
     json: bool,
+    ephemeral: bool,
 ) -> anyhow::Result<()> {
     let mut printer = Printer {
         out,
         at_line_start: true,
         top: None,
     };
-    while let Some(event) = rx.recv().await {
+    while let Some(mut event) = rx.recv().await {
+        if ephemeral
+            && let EventPayload::TaskFinished { session_kept, .. } =
+                &mut Arc::make_mut(&mut event).payload
+        {
+            *session_kept = false;
+        }
         if json {
             printer.out.json_line(&*event)?;
             printer.out.flush()?;
@@ -86,6 +94,7 @@ impl Printer {
                 usage,
                 iterations,
                 pending_steering,
+                session_kept,
             } => {
                 self.end_text_line()?;
                 if *pending_steering > 0 {
@@ -97,12 +106,17 @@ impl Printer {
                 if *status != TaskStatus::Completed {
                     writeln!(err, "{}", terminal_safe(result))?;
                 }
+                // A session that is not kept is not named: no later command finds it.
+                let session = if *session_kept {
+                    format!("session {}", event.session_id)
+                } else {
+                    "no session kept".to_owned()
+                };
                 writeln!(
                     err,
-                    "— {status} after {}, {} tokens (session {})",
+                    "— {status} after {}, {} tokens ({session})",
                     steps(*iterations),
                     usage.total(),
-                    event.session_id
                 )?;
             }
             payload => {

@@ -69,6 +69,10 @@ pub fn prune(
             Err(e) => return Err(e.into()),
         }
     }
+    // Lock files of sessions gone before lock files went with them.
+    if !dry_run {
+        store.remove_orphan_locks()?;
+    }
     let verb = if dry_run { "would remove" } else { "removed" };
     writeln!(
         out,

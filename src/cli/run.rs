@@ -134,7 +134,7 @@ fn session_to_continue(args: &RunArgs, rt: &Runtime) -> anyhow::Result<Option<Se
 async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> anyhow::Result<Exit> {
     let mut bus = EventBus::new();
     let rx = bus.subscribe(Delivery::Lossless);
-    let printer = tokio::spawn(print_events(rx, out, args.task.json));
+    let printer = tokio::spawn(print_events(rx, out, args.task.json, args.ephemeral));
     let cancel = CancellationToken::new();
     let on_ctrl_c = cancel.clone();
     let interrupted = Arc::new(AtomicBool::new(false));

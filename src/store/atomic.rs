@@ -52,8 +52,23 @@ pub(super) fn commit(temp: TempPath, target: &Path) -> Result<(), StoreError> {
         .map_err(|e| StoreError::io("cannot sync", dir, e))
 }
 
-/// Opens (creating it) a lock file. Lock files are never deleted: unlinking one lets
-/// two holders lock two different inodes of the same name.
+/// Whether `path` still names `file` (the same inode): a lock file unlinked by its
+/// holder after we opened it is not the lock any more.
+pub(super) fn still_named(file: &File, path: &Path) -> Result<bool, StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = file
+        .metadata()
+        .map_err(|e| StoreError::io("cannot stat", path, e))?;
+    match std::fs::metadata(path) {
+        Ok(named) => Ok(named.dev() == ours.dev() && named.ino() == ours.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StoreError::io("cannot stat", path, e)),
+    }
+}
+
+/// Opens (creating it) a lock file. Only its lock's holder may unlink it, and a taker
+/// checks [`still_named`] after locking: otherwise two holders could lock two
+/// different inodes of the same name.
 pub(super) fn open_lock_file(path: &Path) -> Result<File, StoreError> {
     OpenOptions::new()
         .read(true)

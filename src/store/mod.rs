@@ -360,19 +360,37 @@ impl Store {
     }
 
     /// Takes the session's lock, or fails at once with [`StoreError::SessionBusy`].
+    ///
+    /// The lock file goes with its session ([`Store::remove_session`] unlinks it while
+    /// holding the lock), so a lock taken here is kept only if the name still leads to
+    /// the locked file: otherwise its holder removed it meanwhile, and the name is
+    /// opened again (two holders never lock two files of one name).
     pub fn lock_session(&self, id: &SessionId) -> Result<SessionLock, StoreError> {
-        let path = self.data_dir.join(CONTEXT_DIR).join(format!("{id}.lock"));
-        let file = atomic::open_lock_file(&path)?;
-        // `std`'s `File::try_lock` (flock, stable since Rust 1.89, our minimum): `fs4`
-        // and `fd-lock` (issue 15, evaluated) would add a dependency for the same call.
-        match file.try_lock() {
-            Ok(()) => Ok(SessionLock {
-                id: id.clone(),
-                file,
-            }),
-            Err(fs::TryLockError::WouldBlock) => Err(StoreError::SessionBusy(id.clone())),
-            Err(fs::TryLockError::Error(e)) => Err(StoreError::io("cannot lock", &path, e)),
+        let path = self.lock_path(id);
+        loop {
+            let file = atomic::open_lock_file(&path)?;
+            // `std`'s `File::try_lock` (flock, stable since Rust 1.89, our minimum):
+            // `fs4` and `fd-lock` would add a dependency for the same call.
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(StoreError::SessionBusy(id.clone()));
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(StoreError::io("cannot lock", &path, e));
+                }
+            }
+            if atomic::still_named(&file, &path)? {
+                return Ok(SessionLock {
+                    id: id.clone(),
+                    file,
+                });
+            }
         }
+    }
+
+    fn lock_path(&self, id: &SessionId) -> PathBuf {
+        self.data_dir.join(CONTEXT_DIR).join(format!("{id}.lock"))
     }
 
     /// Every session, newest first. Unreadable contexts are skipped with a warning and

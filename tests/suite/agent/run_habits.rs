@@ -41,6 +41,15 @@ fn events(out: &std::process::Output) -> Vec<Value> {
         .collect()
 }
 
+/// The sessions' `.lock` files in the data dir's `context/` (not the memory's own).
+fn lock_files(home: &TestHome) -> Vec<String> {
+    std::fs::read_dir(home.data_dir().join("context"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".lock") && !n.starts_with('.'))
+        .collect()
+}
+
 fn sessions(home: &TestHome) -> Vec<Value> {
     let out = home
         .familiar()
@@ -117,6 +126,11 @@ async fn model_and_provider_apply_to_one_run_and_ephemeral_keeps_nothing() {
         sessions(&home).is_empty(),
         "an ephemeral run left a session"
     );
+    // Issue 26: the footer named the removed session, and its lock file stayed.
+    let err = stderr(&out);
+    assert!(err.contains("(no session kept)"), "{err}");
+    assert!(!err.contains("(session s-"), "{err}");
+    assert_eq!(lock_files(&home), Vec::<String>::new());
     let ws = home.data_dir().join("workspaces");
     assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 0, "workspace kept");
 
@@ -170,10 +184,20 @@ async fn sessions_rm_and_prune_remove_what_they_name() {
     let out = run(&home, &["sessions", "rm", &ids[1]]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(sessions(&home).is_empty());
+    // Issue 26: 82 lock files were left after everything was removed.
+    assert_eq!(lock_files(&home), Vec::<String>::new());
     // An unknown id is a usage error.
     let out = run(&home, &["sessions", "rm", &ids[1]]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no session"), "{}", stderr(&out));
+    assert_eq!(lock_files(&home), Vec::<String>::new());
+
+    // A lock file an older familiar left behind goes with the next prune.
+    let orphan = home.data_dir().join("context/s-orphan.lock");
+    std::fs::write(&orphan, "").unwrap();
+    let out = run(&home, &["sessions", "prune", "--older-than", "30d"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!orphan.exists(), "prune left an orphan lock file");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,6 +207,11 @@ async fn a_task_the_model_never_answered_leaves_no_session() {
     let out = run(&home, &["run", "hello"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(sessions(&home).is_empty(), "an empty session was left");
+    // Issue 26: the footer named the removed session, and its lock file stayed.
+    let err = stderr(&out);
+    assert!(err.contains("(no session kept)"), "{err}");
+    assert!(!err.contains("(session s-"), "{err}");
+    assert_eq!(lock_files(&home), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
