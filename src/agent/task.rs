@@ -516,7 +516,7 @@ impl Task {
         };
         // A new session this task leaves with nothing in it is removed right after
         // (`discard_if_unanswered`): the finish must not name it.
-        let session_kept = !super::turn::holds_nothing(self.context.ctx(), status);
+        let session_kept = !self.context.ctx().holds_nothing(status);
         // Before the event, so a reader who saw `task_finished` sees it counted.
         for h in self.emitter.hooks() {
             h.task_finished(&self.emitter.task_ref(), status);

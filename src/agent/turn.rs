@@ -84,7 +84,7 @@ pub fn discard_if_unanswered(store: &crate::store::Store, outcome: &TaskOutcome)
     }
     let id = &outcome.session_id;
     let unanswered = match store.load_context(id) {
-        Ok(Some(ctx)) => holds_nothing(&ctx, outcome.status),
+        Ok(Some(ctx)) => ctx.holds_nothing(outcome.status),
         Ok(None) => return,
         Err(e) => {
             tracing::debug!(session_id = %id, "cannot check the session for an answer: {e}");
@@ -99,19 +99,6 @@ pub fn discard_if_unanswered(store: &crate::store::Store, outcome: &TaskOutcome)
             Err(e) => tracing::warn!(session_id = %id, "cannot remove the unanswered session: {e}"),
         }
     }
-}
-
-/// Whether a session ending with this task holds nothing worth continuing: its only
-/// task failed or was skipped before the model answered at all. Such a session is
-/// removed when the task ends ([`discard_if_unanswered`]), so the task's finish does not
-/// name it.
-pub fn holds_nothing(ctx: &crate::store::Context, status: TaskStatus) -> bool {
-    matches!(status, TaskStatus::Failed | TaskStatus::Skipped)
-        && ctx.tasks.len() <= 1
-        && !ctx
-            .history
-            .iter()
-            .any(|m| m.role == crate::llm::Role::Assistant)
 }
 
 async fn drive(

@@ -81,6 +81,19 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether this session, ending with a task of `status`, holds nothing worth
+    /// continuing: its only task failed or was skipped before the model answered at all.
+    /// Such a session is removed when the task ends (`agent::discard_if_unanswered`), so
+    /// the task's finish does not name it.
+    pub fn holds_nothing(&self, status: TaskStatus) -> bool {
+        matches!(status, TaskStatus::Failed | TaskStatus::Skipped)
+            && self.tasks.len() <= 1
+            && !self
+                .history
+                .iter()
+                .any(|m| m.role == crate::llm::Role::Assistant)
+    }
+
     /// A fresh session whose title comes from its first prompt.
     pub fn new(session_id: SessionId, soul: SoulId, first_prompt: &str) -> Context {
         let now = now_rfc3339();
