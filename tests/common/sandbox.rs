@@ -42,16 +42,20 @@ impl SandboxHome {
 
     /// A soul reading all of `$HOME` under the shipped `default` policy.
     pub fn policy(&self, network: bool, require: bool) -> SandboxPolicy {
+        self.policy_with(&format!(
+            "read = [\"~\"]\nwrite = []\nnetwork = {network}\nrequire = {require}"
+        ))
+    }
+
+    /// A soul's sandbox under the shipped `default` policy, from its `[sandbox]` lines.
+    pub fn policy_with(&self, sandbox: &str) -> SandboxPolicy {
         let policy = Policy::from_toml(
             "default.toml",
             builtin_source("default").unwrap(),
             &self.home,
         )
         .unwrap();
-        let src = format!(
-            "description = \"t\"\nprompt = \"t\"\n[sandbox]\nread = [\"~\"]\nwrite = []\n\
-             network = {network}\nrequire = {require}\n"
-        );
+        let src = format!("description = \"t\"\nprompt = \"t\"\n[sandbox]\n{sandbox}\n");
         let soul = parse(
             "t.toml",
             "t",

@@ -10,7 +10,7 @@ use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 
 use familiar::policy::{Policy, builtin_source};
-use familiar::sandbox::{SandboxPolicy, UnixSockets};
+use familiar::sandbox::UnixSockets;
 use familiar::soul::{PromptSource, SoulOrigin, parse};
 use std::sync::Arc;
 
@@ -52,30 +52,6 @@ def uring():
 
 attempt("io_uring", uring)
 "#;
-
-/// A soul's sandbox under the shipped default policy, from its `[sandbox]` lines.
-fn policy_with(h: &SandboxHome, sandbox: &str) -> SandboxPolicy {
-    let policy =
-        Policy::from_toml("default.toml", builtin_source("default").unwrap(), &h.home).unwrap();
-    let src = format!("description = \"t\"\nprompt = \"t\"\n[sandbox]\n{sandbox}\n");
-    let soul = parse(
-        "t.toml",
-        "t",
-        &src,
-        PromptSource::BuiltIn,
-        &h.home,
-        Some(&policy),
-        SoulOrigin::BuiltIn,
-    )
-    .unwrap();
-    SandboxPolicy::new(
-        &soul.sandbox,
-        &policy.protected_paths,
-        &h.workspace,
-        &h.home,
-    )
-    .unwrap()
-}
 
 /// Listens on a path socket in `dir` and on an abstract one; both outside any sandbox.
 fn listeners(dir: &Path) -> (UnixListener, UnixListener, PathBuf, String) {
@@ -147,13 +123,10 @@ async fn bus_clients_inside_the_sandbox_cannot_reach_the_session_bus() {
     let _secrets = FakeSecrets::start(&bus.address).await;
     let familiar_bin = PathBuf::from(env!("CARGO_BIN_EXE_familiar"));
     // The binary readable, so `familiar ask` fails at the bus, not at its exec.
-    let policy = policy_with(
-        &h,
-        &format!(
-            "read = [\"~\", \"{}\"]",
-            familiar_bin.parent().unwrap().display()
-        ),
-    );
+    let policy = h.policy_with(&format!(
+        "read = [\"~\", \"{}\"]",
+        familiar_bin.parent().unwrap().display()
+    ));
     let address = &bus.address;
     for (what, cmd) in [
         (
@@ -209,10 +182,10 @@ async fn a_soul_that_grants_a_socket_can_connect_and_the_report_says_so() {
     let outside = tempfile::tempdir().unwrap();
     let (_l1, _l2, path, name) = listeners(outside.path());
     let script = probe_lines(&h);
-    let policy = policy_with(
-        &h,
-        &format!("read = [\"~\"]\nsockets = [\"{}\"]", path.display()),
-    );
+    let policy = h.policy_with(&format!(
+        "read = [\"~\"]\nsockets = [\"{}\"]",
+        path.display()
+    ));
     let out = run(
         &policy,
         &[
