@@ -139,7 +139,7 @@ pub(super) fn after_model_failure(p: &mut Progress, error: &LlmError) -> State {
 }
 
 /// The limits a task runs under: its soul's, `max_iterations` lowered by the spec.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Limits {
     pub(super) max_iterations: u32,
     pub(super) max_tokens: u64,
