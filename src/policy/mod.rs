@@ -11,7 +11,8 @@
 //! What cannot be understood (an opaque shell construct, an unparseable command) is
 //! asked, never allowed.
 //!
-//! - [`file`](mod@file): the policy file schema, the built-in policies, loading by name.
+//! - [`file`](mod@file): the policy file schema, and what a file resolves to.
+//! - [`load`](mod@load): the built-in policies, loading by name.
 //! - [`decide`](mod@decide): the decision for one call, step by step.
 //! - [`verdict`]: the decision and its audit trail (each step, its outcome).
 //! - [`subjects`]: what a call is judged by: its command line, the paths it names.
@@ -21,6 +22,7 @@
 
 pub mod decide;
 pub mod file;
+pub mod load;
 pub mod paths;
 pub mod pattern;
 pub mod shell;
@@ -28,7 +30,8 @@ pub mod subjects;
 pub mod verdict;
 
 pub use decide::decide;
-pub use file::{PatternRule, PolicyToml, builtin_names, builtin_source, load};
+pub use file::{PatternRule, PolicyToml};
+pub use load::{builtin_names, builtin_source, load};
 pub use paths::PathContext;
 pub use subjects::Call;
 pub use verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
@@ -266,6 +269,13 @@ mod tests {
 
     use super::*;
     use crate::ids::SoulId;
+
+    pub(super) const HOME: &str = "/home/user";
+
+    /// A policy file `p.toml` with `src`, on the built-in default.
+    pub(super) fn parse(src: &str) -> Result<Policy, crate::error::FileError> {
+        Policy::from_toml("p.toml", src, std::path::Path::new(HOME))
+    }
 
     pub(super) const ALL_TOOLS: &[&str] = &[
         "read_file",
