@@ -12,7 +12,8 @@
 //!   sandbox) and [`Limits`]; [`spec::HelperSpec`] is what the helper gets.
 //! - [`plan`]: protected-path carving, done once in the daemon and kept while current.
 //! - [`ruleset`]: the helper applies the plan as a Landlock ruleset.
-//! - [`exec`]: the helper (`familiar-sandbox`): arguments, setup, report, supervision.
+//! - [`exec`]: the helper (`familiar-sandbox`): arguments, setup, report.
+//! - [`supervise`]: the helper runs the command and kills and reaps all it left behind.
 //! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
 //! - [`search`]: the bounded tree walk behind `search_files`.
 //! - [`limits`]: rlimits and the pids cgroup.
@@ -38,6 +39,7 @@ pub mod search;
 pub mod seccomp;
 pub mod spec;
 pub mod status;
+mod supervise;
 
 use std::path::PathBuf;
 
