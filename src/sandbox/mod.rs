@@ -19,13 +19,15 @@
 //! - [`limits`]: rlimits and the pids cgroup.
 //! - [`lines`]: lines from a child's pipe, each held to a ceiling.
 //! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
-//! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
+//! - [`launcher`]: the async daemon side: spawn, timeout, cancel, kill.
+//! - [`capture`]: the command's stdout and stderr, drained into capped buffers.
 //! - [`pin`]: the helper binary, opened and checked once, executed from that descriptor.
 //! - [`seccomp`]: the helper's filter: no unix sockets (the session bus, the keyring).
 //! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
 //! - [`status`]: what the kernel enforces ([`probe`]).
 
 pub mod ancestry;
+mod capture;
 pub mod exec;
 pub mod fileops;
 pub mod launcher;
