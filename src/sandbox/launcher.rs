@@ -182,7 +182,7 @@ impl SandboxLauncher {
             .as_ref()
             .map_err(|problem| SandboxError::Helper {
                 status: format!("not started: {}", self.helper.display()),
-                stderr: problem.clone(),
+                stderr: problem.to_string(),
             })?;
         // The descriptor is close-on-exec: the kernel opens the file through the link
         // before it closes the descriptors, so the helper never holds it.
