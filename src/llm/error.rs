@@ -128,7 +128,7 @@ impl LlmError {
     }
 
     /// Whether a server on this machine refused the connection: nothing listens
-    /// there, which waiting will not change (issue 9 §5: worth one quick retry for a
+    /// there, which waiting will not change (worth one quick retry for a
     /// server that is just restarting, not five with backoff).
     pub fn is_refused_locally(&self) -> bool {
         matches!(self, LlmError::Connect(c) if c.refused_locally)

@@ -93,7 +93,7 @@ pub enum SnapshotError {
     Sysinfo(String),
 }
 
-/// One snapshot. Serialised with these keys (a contract: see DESIGN §2 `snapshot --json`).
+/// One snapshot. Serialised with these keys (a contract: `familiar snapshot --json` and D-Bus `Snapshot()` print them; docs/cli.md).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
     /// RFC 3339 UTC.
