@@ -104,6 +104,7 @@ impl Provider for Ollama {
                 authorize,
                 decoder,
                 Framing::Ndjson,
+                "/api/tags",
                 model,
                 cancel,
             )
