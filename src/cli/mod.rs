@@ -19,6 +19,7 @@ mod prune;
 mod run;
 mod setup;
 mod store_key;
+mod submit;
 mod typed;
 mod when;
 
@@ -31,7 +32,7 @@ pub use complete::answer_shell;
 
 pub use output::Out;
 
-/// The exit codes of DESIGN §2.
+/// The exit codes every command shares (docs/cli.md lists them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// The command or task completed.
@@ -362,10 +363,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Ask(args) => ask::ask(cli.config.as_deref(), args, out),
         Command::Status(JsonFlag { json }) => client::status(cli.config.as_deref(), json, &mut out),
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
-        Command::Steer { task_id, message } => client::steer(&task_id, &message),
-        Command::Cancel { task_id } => client::cancel(&task_id),
-        Command::Approve { request_id } => client::respond(&request_id, true),
-        Command::Deny { request_id } => client::respond(&request_id, false),
+        Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
+        Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
+        Command::Approve { request_id } => client::respond(&request_id, true, &mut out),
+        Command::Deny { request_id } => client::respond(&request_id, false, &mut out),
         Command::Setup {
             store_key: Some(provider),
             ..

@@ -409,8 +409,10 @@ impl<W: Wire> Provider for HttpProvider<W> {
             builder,
             W::authorize,
             W::decoder(),
-            Framing::Sse,
-            W::CHECK_PATH,
+            Endpoint {
+                framing: Framing::Sse,
+                check_path: W::CHECK_PATH,
+            },
             req.model.clone(),
             cancel,
         )
@@ -434,22 +436,28 @@ pub(crate) enum Framing {
     Ndjson,
 }
 
+/// How a provider's responses are framed, and where its liveness check goes.
+pub(crate) struct Endpoint {
+    pub(crate) framing: Framing,
+    /// The liveness check's path under the base URL ([`Wire::CHECK_PATH`]).
+    pub(crate) check_path: &'static str,
+}
+
 /// Streams the response to `request` through `decoder`.
 pub(crate) fn drive(
     ctx: Arc<HttpCtx>,
     request: reqwest::RequestBuilder,
     authorize: Authorize,
     decoder: Box<dyn Decoder>,
-    framing: Framing,
-    check_path: &'static str,
+    endpoint: Endpoint,
     model: String,
     cancel: CancellationToken,
 ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
     let state = Drive {
         ctx,
         model,
-        framing,
-        check_path,
+        framing: endpoint.framing,
+        check_path: endpoint.check_path,
         phase: Phase::Send(Box::new(request), authorize),
         decoder,
         queue: VecDeque::new(),

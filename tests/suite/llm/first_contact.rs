@@ -29,7 +29,11 @@ async fn a_wedged_local_server_fails_fast_with_what_to_check() {
     let Some(LlmError::NoFirstToken(t)) = err else {
         panic!("{err:?}");
     };
-    assert_eq!(t.after, Duration::from_secs(15), "10 s of silence, 5 s of check");
+    assert_eq!(
+        t.after,
+        Duration::from_secs(15),
+        "10 s of silence, 5 s of check"
+    );
     assert_eq!(
         t.to_string(),
         format!(

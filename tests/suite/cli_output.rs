@@ -1,0 +1,110 @@
+//! What `familiar run` prints for people, line for line: tool lines with their marks
+//! and previews, the last lines of a task, an empty answer.
+
+use serde_json::json;
+
+use super::agent::harness::{text_reply, tools_reply};
+use crate::common::TestHome;
+use crate::common::llm_server::*;
+
+fn config(home: &TestHome, server: &LlmServer) {
+    home.write_config(
+        "config.toml",
+        &format!(
+            "policy = \"open\"\n[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n",
+            server.base
+        ),
+    );
+    home.write_config(
+        "policies/open.toml",
+        "[tiers]\nread = \"allow\"\nwrite = \"allow\"\nexecute = \"allow\"\n",
+    );
+}
+
+async fn output_of(home: &TestHome, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = home.familiar();
+    cmd.args(args);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `text` with what differs between runs (a tool's time, a session id) made fixed.
+fn normalised(text: &str) -> String {
+    let ms = regex::Regex::new(r"\(\d+ ms").unwrap();
+    let session = regex::Regex::new(r"s-[0-9a-f]{12}").unwrap();
+    session
+        .replace_all(&ms.replace_all(text, "(N ms"), "s-ID")
+        .into_owned()
+}
+
+// Regression: a command that exited 127 showed `✓`, a JSON result showed as `{ …`, and
+// an empty answer printed nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_marks_a_failed_command_previews_a_result_and_says_when_there_is_no_answer() {
+    let server = LlmServer::start(vec![
+        tools_reply(&[("c1", "system_snapshot", json!({}))]),
+        tools_reply(&[("c2", "shell", json!({"command": "nosuchcommand-xyz"}))]),
+        text_reply(""),
+    ])
+    .await;
+    let home = TestHome::new();
+    config(&home, &server);
+    home.write_config(
+        "souls/one.toml",
+        "prompt = \"p\"\nmax_iterations = 3\ntools = [\"system_snapshot\", \"shell\"]\n",
+    );
+    let (code, stdout, stderr) = output_of(&home, &["run", "--soul", "one", "look"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "");
+    let stderr = normalised(&stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 6, "{stderr}");
+    assert_eq!(lines[0], "→ system_snapshot");
+    assert!(
+        lines[1].starts_with("  ✓ system_snapshot (N ms) { \"taken_at\": "),
+        "the object's first keys, on one line: {stderr}"
+    );
+    assert_eq!(lines[2], "→ shell: nosuchcommand-xyz");
+    assert!(
+        lines[3].starts_with("  ✗ shell (N ms) exit 127: stderr: sh: ")
+            && lines[3].contains("nosuchcommand-xyz"),
+        "{stderr}"
+    );
+    assert_eq!(
+        lines[4..],
+        [
+            "(no answer: the model ended without any text)",
+            "— completed after 3 steps, 330 tokens (session s-ID)",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_stopped_by_max_iterations_shows_its_call_and_counts_in_the_singular() {
+    let server = LlmServer::start(vec![tools_reply(&[(
+        "c1",
+        "shell",
+        json!({"command": "true"}),
+    )])])
+    .await;
+    let home = TestHome::new();
+    config(&home, &server);
+    home.write_config(
+        "souls/one.toml",
+        "prompt = \"p\"\nmax_iterations = 1\ntools = [\"shell\"]\n",
+    );
+    let (code, _, stderr) = output_of(&home, &["run", "--soul", "one", "look"]).await;
+    assert_eq!(code, Some(4), "{stderr}");
+    assert_eq!(
+        normalised(&stderr),
+        "→ shell: true\n  ✓ shell (N ms) exit 0\n\
+         stopped after 1 model call without finishing (max_iterations = 1)\n\
+         — max_iterations after 1 step, 110 tokens (session s-ID)\n"
+    );
+}
