@@ -170,9 +170,16 @@ fn record_run(stamp: &PathBuf) {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
+    // 0700 like the rest of the data dir.
     let written = stamp
         .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_or(Ok(()), |dir| {
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(dir)
+        })
         .and_then(|()| std::fs::write(stamp, now.to_string()));
     if let Err(e) = written {
         tracing::warn!(

@@ -175,8 +175,13 @@ async fn doctor_names_a_dead_provider_and_a_broken_soul_with_their_fixes() {
         )),
         "{stdout}"
     );
+    // A configured provider that is down: start it, not "configure" it.
     assert!(
-        stdout.contains("fix: start Ollama (`ollama serve`)"),
+        stdout.contains(&format!(
+            "fix: start the server at http://127.0.0.1:{port}/v1 (Ollama: `ollama serve`; \
+             llama.cpp: `llama-server -m MODEL.gguf --port PORT`), or set `base_url` in \
+             [providers.local] to where one runs"
+        )),
         "{stdout}"
     );
     assert!(line("souls").starts_with("FAIL"), "{stdout}");

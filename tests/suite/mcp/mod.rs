@@ -128,6 +128,37 @@ async fn stdio_server_runs_under_landlock_and_the_kernel_refuses_other_writes() 
     hub.shutdown().await;
 }
 
+// Regression: a server whose script the sandbox hides failed with "Permission denied"
+// and no word on which setting to change.
+#[tokio::test]
+async fn a_script_outside_the_read_paths_says_to_add_it_to_the_sandbox_read_list() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("server.sh");
+    std::fs::write(&script, "echo never\n").unwrap();
+    let mut hidden = config("hidden", "ok", Vec::new());
+    hidden.transport = McpTransport::Stdio {
+        command: "sh".to_owned(),
+        args: vec![script.display().to_string()],
+    };
+    let hub = hub(tmp.path(), vec![hidden]);
+    let e = hub
+        .tools("hidden", &CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Permission denied"), "{e}");
+    assert!(
+        e.ends_with(
+            "add the file it could not open (its script, its interpreter, or their directory) \
+             to `read` in [mcp.hidden.sandbox]"
+        ),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn a_server_that_sends_garbage_fails_clearly_and_is_restarted_at_most_three_times() {
     if !landlock_available() {
