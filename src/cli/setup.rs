@@ -284,3 +284,51 @@ fn data_home() -> anyhow::Result<PathBuf> {
         .context("HOME is not set to an absolute path")?;
     Ok(Path::new(&home).join(".local/share"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    // Regression: the hint's `exec-once` line lacked WAYLAND_DISPLAY, unlike the README.
+    #[test]
+    fn the_hyprland_lines_are_the_readme_s() {
+        let readme = include_str!("../../README.md");
+        let lines: Vec<&str> = HYPRLAND_HINT
+            .lines()
+            .filter_map(|l| l.strip_prefix("  "))
+            .collect();
+        assert_eq!(lines.len(), 2, "{HYPRLAND_HINT}");
+        for line in lines {
+            assert!(
+                readme.lines().any(|l| l == line),
+                "not in the README: {line}"
+            );
+        }
+    }
+
+    // Regression: a failed step showed only stderr, empty when systemctl said why on
+    // stdout.
+    #[test]
+    fn a_failed_step_says_its_exit_code_and_what_it_said() {
+        let output = |code: i32, stdout: &str, stderr: &str| std::process::Output {
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.as_bytes().to_vec(),
+        };
+        let cmd = ["systemctl", "--user", "daemon-reload"];
+        assert_eq!(
+            failed_command(&cmd, &output(1, "", "Failed to connect to bus\n")),
+            "failed: `systemctl --user daemon-reload` (exit 1): Failed to connect to bus"
+        );
+        assert_eq!(
+            failed_command(&cmd, &output(5, "Unit x not loaded.\n", "")),
+            "failed: `systemctl --user daemon-reload` (exit 5): Unit x not loaded."
+        );
+        assert_eq!(
+            failed_command(&cmd, &output(1, "", "")),
+            "failed: `systemctl --user daemon-reload` (exit 1): no message"
+        );
+    }
+}
