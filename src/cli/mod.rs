@@ -10,6 +10,7 @@ mod client;
 mod complete;
 mod doctor;
 mod local;
+mod man;
 mod mcp;
 mod memory;
 mod output;
@@ -157,8 +158,17 @@ pub enum Command {
         #[arg(long, value_name = "PROVIDER", conflicts_with_all = ["dry_run", "uninstall"])]
         store_key: Option<String>,
     },
-    /// Print the man page (roff): `familiar man | man -l -`
-    Man,
+    /// Print a manual page (roff: `familiar man run | man -l -`), or install them all
+    Man {
+        /// The command whose page to print (`run`, `sessions show`, …) [default: the
+        /// page of familiar itself]
+        #[arg(conflicts_with = "install")]
+        command: Vec<String>,
+        /// Write familiar.1 and a familiar-COMMAND.1 per subcommand into DIR [default:
+        /// $XDG_DATA_HOME/man/man1, i.e. ~/.local/share/man/man1], where man finds them
+        #[arg(long, value_name = "DIR", num_args = 0..=1)]
+        install: Option<Option<PathBuf>>,
+    },
     /// Print static shell completions (for dynamic ones with soul and session names:
     /// `source <(COMPLETE=bash familiar)`, see docs/cli.md)
     Completions {
@@ -353,10 +363,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)
         }
-        Command::Man => {
-            complete::man(&mut out)?;
-            Ok(Exit::Completed)
-        }
+        Command::Man { command, install } => man::man(&command, install, &mut out),
         Command::Daemon => daemon(&cli.config),
         Command::Run(args) => run::run(&cli.config, args, out),
         // The daemon reads its own config; clients only talk to it.

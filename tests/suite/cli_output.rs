@@ -108,3 +108,76 @@ async fn a_task_stopped_by_max_iterations_shows_its_call_and_counts_in_the_singu
          — max_iterations after 1 step, 110 tokens (session s-ID)\n"
     );
 }
+
+// Regression: `familiar man` listed familiar-run(1) and others that did not exist.
+#[test]
+fn man_install_writes_a_page_per_command_that_man_renders() {
+    let home = TestHome::new();
+    let dir = home.path().join("man/man1");
+    let out = home
+        .familiar()
+        .args(["man", "--install"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top = std::fs::read_to_string(dir.join("familiar.1")).unwrap();
+    // Each page the top page names is there.
+    for named in top
+        .split("familiar\\-")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("(1)").map(|(n, _)| n.replace("\\-", "-")))
+    {
+        assert!(
+            dir.join(format!("familiar-{named}.1")).is_file(),
+            "familiar-{named}(1) is named but not installed"
+        );
+    }
+    let run = dir.join("familiar-run.1");
+    assert!(run.is_file());
+    if std::process::Command::new("man")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return;
+    }
+    let shown = std::process::Command::new("man")
+        .args(["--warnings", "-l"])
+        .arg(&run)
+        .env("MANWIDTH", "80")
+        .output()
+        .unwrap();
+    // Bold and underline come as overstrikes (`X\x08X`): kept as the plain text.
+    let mut text = String::new();
+    for c in String::from_utf8_lossy(&shown.stdout).chars() {
+        if c == '\u{8}' {
+            text.pop();
+        } else {
+            text.push(c);
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&shown.stderr), "", "groff warnings");
+    for heading in [
+        "SYNOPSIS",
+        "OPTIONS",
+        "EXIT STATUS",
+        "ENVIRONMENT",
+        "FILES",
+        "EXAMPLES",
+    ] {
+        assert!(text.contains(heading), "{heading} missing from {text}");
+    }
+    let out = home.familiar().args(["man", "nosuch"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no manual page for `familiar nosuch`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
