@@ -230,6 +230,8 @@ pub fn policy_check(
             crate::catalog::names().collect::<Vec<_>>().join(", ")
         )
     })?;
+    // Checked like a real call's: a key the tool does not take is no call at all.
+    super::call_args::check(tool, &args).map_err(anyhow::Error::msg)?;
     let tier = crate::catalog::tier_for_call(info, &args);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let ctx = PathContext {

@@ -6,6 +6,7 @@
 //! (`familiar souls | head -1`) ends the command quietly instead of panicking.
 
 mod ask;
+mod call_args;
 mod client;
 mod complete;
 mod doctor;

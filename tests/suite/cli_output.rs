@@ -181,3 +181,34 @@ fn man_install_writes_a_page_per_command_that_man_renders() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// Regression: the README's example was decided `not_in_soul` (the default soul has no
+// `shell`), and `{"cmd": "ls"}` was judged as if it were a call.
+#[test]
+fn policy_check_judges_the_readme_example_and_rejects_a_key_the_tool_lacks() {
+    let home = TestHome::new();
+    let out = home
+        .familiar()
+        .args(["policy", "check", "--soul", "system_admin", "--", "shell"])
+        .arg(r#"{"command": "rm -rf ~"}"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("deny (blocked_pattern): `rm -rf ~` (runs `rm -f -r ~`) is blocked"),
+        "{stdout}"
+    );
+    let out = home
+        .familiar()
+        .args(["policy", "check", "--soul", "system_admin", "--", "shell"])
+        .arg(r#"{"cmd": "ls"}"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "familiar: `shell` has no argument `cmd`; `shell` takes command, cwd?, timeout_secs?\n"
+    );
+}
