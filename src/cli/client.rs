@@ -228,27 +228,7 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         }
     }
     if let Some(c) = &configuration {
-        let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
-        let config = c["config"]
-            .as_str()
-            .unwrap_or("none (built-in defaults)")
-            .to_owned();
-        writeln!(out, "daemon config: {config}")?;
-        writeln!(
-            out,
-            "daemon provider: {}, model {}, default soul {}, policy {}",
-            s("provider"),
-            s("model"),
-            s("default_soul"),
-            s("policy")
-        )?;
-        writeln!(out, "daemon data dir: {}", s("data_dir"))?;
-        if let Some(error) = c["reload_error"].as_str() {
-            writeln!(out, "warning: {error}")?;
-        }
-        if let Some(warning) = data_dir_split(&local, c) {
-            writeln!(out, "warning: {warning}")?;
-        }
+        write_daemon_config(c, &local, out)?;
     }
     writeln!(out, "sandbox: {}", describe_sandbox(sandbox.as_ref()))?;
     writeln!(out, "active tasks: {active}")?;
@@ -256,6 +236,38 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         writeln!(out, "  {k:<20} {v}")?;
     }
     Ok(Exit::Completed)
+}
+
+/// The config the daemon runs with (`c`, its `Configuration` property), and the
+/// warnings that go with it: a config.toml it could not reload, a data dir that is not
+/// this shell's (`local`).
+fn write_daemon_config(
+    c: &serde_json::Value,
+    local: &serde_json::Value,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
+    let config = c["config"]
+        .as_str()
+        .unwrap_or("none (built-in defaults)")
+        .to_owned();
+    writeln!(out, "daemon config: {config}")?;
+    writeln!(
+        out,
+        "daemon provider: {}, model {}, default soul {}, policy {}",
+        s("provider"),
+        s("model"),
+        s("default_soul"),
+        s("policy")
+    )?;
+    writeln!(out, "daemon data dir: {}", s("data_dir"))?;
+    if let Some(error) = c["reload_error"].as_str() {
+        writeln!(out, "warning: {error}")?;
+    }
+    if let Some(warning) = data_dir_split(local, c) {
+        writeln!(out, "warning: {warning}")?;
+    }
+    Ok(())
 }
 
 /// What to say when the daemon keeps its sessions in another data dir than this

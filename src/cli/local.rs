@@ -507,14 +507,14 @@ pub fn completions(shell: clap_complete::Shell, out: &mut Out) -> anyhow::Result
 mod tests {
     use super::*;
 
-    // Issue 24: `sessions show` printed what a model or tool wrote with its escapes raw.
+    // Regression: `sessions show` printed what a model or tool wrote with its escapes raw.
     #[test]
     fn a_shown_line_carries_no_escape_to_the_terminal() {
         assert_eq!(first_line("a\x1b[2Kb\u{202E}\nc", 90), r"a\x1b[2Kb\u{202E}");
         assert_eq!(first_line("abcdef", 4), "abc…");
     }
 
-    // Issue 26: a steering block showed only its marker line, a tool result only `{`.
+    // Regression: a steering block showed only its marker line, a tool result only `{`.
     #[test]
     fn steering_shows_its_words_and_a_tool_result_a_preview() {
         use crate::llm::ContentBlock;

@@ -72,6 +72,7 @@ impl McpConnection {
             stdin,
             enforcement,
             stderr_tail,
+            stderr_reader,
             stdout_fault,
         } = started;
         match initialise(server, (stdout, stdin), timeout, cancel).await {
@@ -85,6 +86,14 @@ impl McpConnection {
             }),
             Err(McpError::Protocol { server, message }) => {
                 stdio::stop(&mut child, Duration::from_secs(2)).await;
+                // The server is gone: its stderr ends at once, and what it said last
+                // (why it failed) is in the tail only once the reader got there.
+                if tokio::time::timeout(Duration::from_secs(2), stderr_reader)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!(server, "the server's stderr stayed open after it stopped");
+                }
                 let message = format!(
                     "{message}{}{}",
                     stdio::fault_clause(&stdout_fault),
@@ -358,7 +367,7 @@ mod tests {
         }
     }
 
-    // Issue 24 §4: a 10 MB description went into every request; duplicates and
+    // Regression: a 10 MB description went into every request; duplicates and
     // thousands of tools were all offered.
     #[test]
     fn a_tool_list_is_bounded_deduplicated_and_sorted() {

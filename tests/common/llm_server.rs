@@ -1,8 +1,8 @@
 //! A scripted loopback LLM server: plain HTTP/1.1 over tokio, one scripted reply per
 //! request, every request recorded. Replies can pause mid-body until the test releases
 //! them, hang, or cut the connection, so streaming faults are tested without sleeps.
-//! TCP_NODELAY is set and headers go out in the same write as the first body bytes
-//! (DESIGN §10), else Nagle plus delayed ACK adds ~40 ms per response.
+//! TCP_NODELAY is set and headers go out in the same write as the first body bytes,
+//! else Nagle plus delayed ACK adds ~40 ms per response.
 // Test helpers: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -242,7 +242,7 @@ async fn an_unreachable_daemon_is_exit_3_with_how_to_start_it() {
     assert_eq!(out.status.code(), Some(3));
 }
 
-// Issue 9 §6: with no notification server, `ask` printed the tool line but neither the
+// Regression: with no notification server, `ask` printed the tool line but neither the
 // request id nor how to answer, and `tasks` showed nothing pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer() {

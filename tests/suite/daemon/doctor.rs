@@ -120,7 +120,7 @@ async fn doctor_says_ollama_pull_for_a_missing_ollama_model() {
     assert_eq!(paths, ["/v1/models", "/api/tags"]);
 }
 
-/// Issue 25 §7: llama-server answers any model name with the one model it loaded, so a
+/// Regression: llama-server answers any model name with the one model it loaded, so a
 /// config naming it otherwise works; doctor said `FAIL model … is not served`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_passes_llama_server_serving_its_model_under_another_name() {

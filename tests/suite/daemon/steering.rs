@@ -1,4 +1,4 @@
-//! Steering a running task (issue 9 §3): `Steer` over the bus, driven by the proxy,
+//! Steering a running task: `Steer` over the bus, driven by the proxy,
 //! `busctl` and `gdbus`; the message joins at the next step without changing what the
 //! model saw before, and a message the task did not read opens the session's next task.
 
