@@ -48,8 +48,10 @@ pub(super) fn check_limits(p: &Progress, limits: &Limits, stop: Option<Stop>) ->
         return State::Finish(
             TaskStatus::MaxIterations,
             format!(
-                "stopped after {} model calls without finishing (max_iterations = {})",
-                p.iteration, limits.max_iterations
+                "stopped after {} model call{} without finishing (max_iterations = {})",
+                p.iteration,
+                if p.iteration == 1 { "" } else { "s" },
+                limits.max_iterations
             ),
         );
     }

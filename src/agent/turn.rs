@@ -207,7 +207,7 @@ impl Task {
             )
             .await;
             if report.findings.is_empty() {
-                let why = format!("nothing to report: {}", report.quiet.join(", "));
+                let why = precheck::quiet_result(&report);
                 tracing::info!("{why}");
                 return State::Finish(TaskStatus::Skipped, why);
             }

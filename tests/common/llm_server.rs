@@ -32,6 +32,9 @@ pub enum Step {
     Send(Vec<u8>),
     /// Wait until the gate is opened (or the client goes away).
     Wait(Gate),
+    /// As `Wait`, but send nothing before it, not even the headers (a server that
+    /// answers only once it has read the whole prompt).
+    Hold(Gate),
     /// Never send more; wait for the client to go away.
     Hang,
     /// Close the connection now, before the declared length was sent.
@@ -209,7 +212,7 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
             Step::Send(b) => b.len(),
             // Promise a byte that never comes, so the client keeps waiting.
             Step::Hang => 1,
-            Step::Wait(_) | Step::Cut => 0,
+            Step::Wait(_) | Step::Hold(_) | Step::Cut => 0,
         })
         .sum();
     let mut head = format!("HTTP/1.1 {} X\r\n", reply.status);
@@ -221,10 +224,11 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
     ));
     let mut pending = head.into_bytes();
     for step in reply.steps {
+        let hold = matches!(step, Step::Hold(_));
         match step {
             Step::Send(b) => pending.extend_from_slice(&b),
-            Step::Wait(gate) => {
-                if !flush(&mut sock, &mut pending).await {
+            Step::Wait(gate) | Step::Hold(gate) => {
+                if !hold && !flush(&mut sock, &mut pending).await {
                     return;
                 }
                 let mut buf = [0u8; 64];

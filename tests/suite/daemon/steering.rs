@@ -194,6 +194,12 @@ async fn the_cli_steers_with_steer_and_with_ask_on_a_busy_session() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "message sent to task {task}: it joins at the task's next step, or opens the session's next task\n"
+        )
+    );
     let out = super::cli::familiar(
         home,
         &f.bus,
