@@ -5,10 +5,15 @@
 
 use serde_json::Value;
 
+/// Arguments the tool would not take, with what it does take.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ArgsMismatch(String);
+
 /// Checks `args` against `tool`'s schema: each required key present, no key the tool
 /// does not take, each value of the declared JSON type. `Ok` for a tool this build
 /// does not describe (an MCP tool's schema is its server's).
-pub fn check(tool: &str, args: &Value) -> Result<(), String> {
+pub fn check(tool: &str, args: &Value) -> Result<(), ArgsMismatch> {
     let registry = crate::tools::Registry::builtin();
     let Some(t) = registry.get(tool) else {
         return Ok(());
@@ -16,7 +21,7 @@ pub fn check(tool: &str, args: &Value) -> Result<(), String> {
     check_against(tool, &t.schema(), args)
 }
 
-fn check_against(tool: &str, schema: &Value, args: &Value) -> Result<(), String> {
+fn check_against(tool: &str, schema: &Value, args: &Value) -> Result<(), ArgsMismatch> {
     let empty = serde_json::Map::new();
     let properties = schema["properties"].as_object().unwrap_or(&empty);
     let required: Vec<&str> = schema["required"]
@@ -41,13 +46,22 @@ fn check_against(tool: &str, schema: &Value, args: &Value) -> Result<(), String>
         }
     };
     let Some(given) = args.as_object() else {
-        return Err(format!("the arguments must be a JSON object; {}", takes()));
+        return Err(ArgsMismatch(format!(
+            "the arguments must be a JSON object; {}",
+            takes()
+        )));
     };
     if let Some(unknown) = given.keys().find(|k| !properties.contains_key(*k)) {
-        return Err(format!("`{tool}` has no argument `{unknown}`; {}", takes()));
+        return Err(ArgsMismatch(format!(
+            "`{tool}` has no argument `{unknown}`; {}",
+            takes()
+        )));
     }
     if let Some(missing) = required.iter().find(|k| !given.contains_key(**k)) {
-        return Err(format!("`{tool}` needs `{missing}`; {}", takes()));
+        return Err(ArgsMismatch(format!(
+            "`{tool}` needs `{missing}`; {}",
+            takes()
+        )));
     }
     for (key, value) in given {
         let Some(want) = properties[key]["type"].as_str() else {
@@ -63,7 +77,9 @@ fn check_against(tool: &str, schema: &Value, args: &Value) -> Result<(), String>
             _ => true,
         };
         if !fits {
-            return Err(format!("`{tool}`'s `{key}` must be a {want}, got {value}"));
+            return Err(ArgsMismatch(format!(
+                "`{tool}`'s `{key}` must be a {want}, got {value}"
+            )));
         }
     }
     Ok(())
@@ -75,22 +91,29 @@ mod tests {
 
     use super::*;
 
+    /// What `check` says: nothing, or its message.
+    fn said(tool: &str, args: serde_json::Value) -> Option<String> {
+        check(tool, &args).err().map(|e| e.to_string())
+    }
+
     #[test]
     fn a_misspelt_or_missing_key_names_what_the_tool_takes() {
         assert_eq!(
-            check("shell", &json!({"cmd": "ls"})),
-            Err("`shell` has no argument `cmd`; `shell` takes command, cwd?, timeout_secs?".into())
+            said("shell", json!({"cmd": "ls"})),
+            Some(
+                "`shell` has no argument `cmd`; `shell` takes command, cwd?, timeout_secs?".into()
+            )
         );
         assert_eq!(
-            check("shell", &json!({})),
-            Err("`shell` needs `command`; `shell` takes command, cwd?, timeout_secs?".into())
+            said("shell", json!({})),
+            Some("`shell` needs `command`; `shell` takes command, cwd?, timeout_secs?".into())
         );
         assert_eq!(
-            check("shell", &json!({"command": 3})),
-            Err("`shell`'s `command` must be a string, got 3".into())
+            said("shell", json!({"command": 3})),
+            Some("`shell`'s `command` must be a string, got 3".into())
         );
-        assert_eq!(check("shell", &json!({"command": "ls"})), Ok(()));
-        assert_eq!(check("system_snapshot", &json!({})), Ok(()));
-        assert_eq!(check("notes__search", &json!({"q": 1})), Ok(()));
+        assert_eq!(said("shell", json!({"command": "ls"})), None);
+        assert_eq!(said("system_snapshot", json!({})), None);
+        assert_eq!(said("notes__search", json!({"q": 1})), None);
     }
 }

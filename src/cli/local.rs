@@ -231,7 +231,7 @@ pub fn policy_check(
         )
     })?;
     // Checked like a real call's: a key the tool does not take is no call at all.
-    super::call_args::check(tool, &args).map_err(anyhow::Error::msg)?;
+    super::call_args::check(tool, &args)?;
     let tier = crate::catalog::tier_for_call(info, &args);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let ctx = PathContext {

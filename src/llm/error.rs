@@ -2,7 +2,7 @@
 //! about it (retry, fall back, or tell the user what to fix).
 //!
 //! Messages never contain an API key: server text is scrubbed before it is stored
-//! here (see `http::server_message`).
+//! here (see `http/status.rs`).
 
 use std::time::Duration;
 
