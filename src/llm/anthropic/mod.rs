@@ -29,6 +29,7 @@ pub(crate) struct Anthropic;
 
 impl Wire for Anthropic {
     const PATH: &'static str = "/v1/messages";
+    const CHECK_PATH: &'static str = "/v1/models";
 
     fn authorize(
         builder: reqwest::RequestBuilder,
