@@ -4,8 +4,9 @@
 //! A [`ContextKeeper`] owns the session state (the history on disk, under its lock) and
 //! the model; it builds each request ([`request`]: the stable system prompt of
 //! [`system_prompt`], the history, this iteration's [`reminder`]), compacts the history
-//! ([`compaction`]: the rules and the model's summary), recovers from a request the
-//! server says is too long ([`oversize`]), and [`repair`] mends a history a crash left
+//! ([`compaction`]: the rules and the model's summary), keeps each request within its
+//! token budget and recovers from one the server says is too long ([`oversize`], cutting
+//! tool output with [`trim`]), and [`repair`] mends a history a crash left
 //! invalid. It knows nothing of tool calls or the loop's rules: what it needs of them
 //! comes in as plain data at each iteration ([`Boundary`]).
 
@@ -15,6 +16,7 @@ pub mod reminder;
 pub mod repair;
 mod request;
 pub mod system_prompt;
+pub mod trim;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -105,6 +107,9 @@ pub(in crate::agent) struct ContextKeeper {
     /// system prompt with the same.
     tool_names: Vec<String>,
     full_compactions: u32,
+    /// What this iteration did to make its request fit, for the failure message of one
+    /// that still does not.
+    tried: Vec<String>,
     /// The snapshot the last reminder was built from: the next one says what changed.
     last_snapshot: Option<Snapshot>,
 }
@@ -123,6 +128,7 @@ impl ContextKeeper {
             settings,
             tool_names: Vec::new(),
             full_compactions: 0,
+            tried: Vec::new(),
             last_snapshot: None,
         }
     }
