@@ -103,10 +103,11 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
 
 /// Where the kept part starts: the latest assistant message at or before
 /// `len - KEEP_RECENT`, so no tool_use/tool_result pair straddles the cut. `None` when
-/// there is nothing to cut.
+/// there is nothing to cut: at least two messages go, since the one message the cut
+/// puts in their place would save nothing over one.
 pub fn split_point(history: &[Message]) -> Option<usize> {
     let limit = history.len().saturating_sub(KEEP_RECENT);
-    (1..=limit)
+    (2..=limit)
         .rev()
         .find(|&i| history[i].role == Role::Assistant)
 }

@@ -85,8 +85,9 @@ impl ContextKeeper {
             .await;
         room.usage.add(&usage);
         if cut {
-            room.changed = true;
-            room.estimate = self.model.estimator.request(request);
+            let after = self.model.estimator.request(request);
+            room.changed |= after < room.estimate;
+            room.estimate = after;
         }
         room
     }
@@ -104,11 +105,22 @@ impl ContextKeeper {
         let fixed = est.text(&request.system) + est.tools(&request.tools);
         let chars_per_token = 4.0 / est.factor();
         let floor = trim::floor_chars(self.model.context_window, &est);
+        // A tenth below the budget, so the next iterations fit without cutting (and
+        // changing the cached prefix) again.
+        let target = budget - budget / 10;
         let history = &mut self.session.ctx.history;
-        let trimmed = trim::trim_oldest(history, floor, |h| {
-            let over = (fixed + est.messages(h)).saturating_sub(budget);
+        let over = |h: &[crate::llm::Message]| {
+            let over = (fixed + est.messages(h)).saturating_sub(target);
             (over as f64 * chars_per_token).ceil() as usize
-        });
+        };
+        let mut trimmed = trim::trim_oldest(history, floor, over);
+        // Still too long: what is left of each result is only its marker, which says
+        // how to read it again.
+        let mut floor_text = format!("{floor} characters each");
+        if over(history) > 0 {
+            trimmed += trim::trim_oldest(history, 0, over);
+            floor_text = "their marker alone when that was not enough".to_owned();
+        }
         if trimmed == 0 {
             self.tried
                 .push("no tool result was left to trim".to_owned());
@@ -118,8 +130,8 @@ impl ContextKeeper {
         let messages = history.len();
         let after = est.request(request);
         self.tried.push(format!(
-            "trimmed {trimmed} tool result(s), oldest first, to as little as {floor} \
-             characters each"
+            "trimmed tool results {trimmed} time(s), oldest first, to as little as \
+             {floor_text}"
         ));
         for h in emitter.hooks() {
             h.compacted(&emitter.task_ref(), CompactionMode::Trim);
