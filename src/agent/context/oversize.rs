@@ -21,7 +21,7 @@ use crate::agent::context::compaction::{CONTEXT_RESERVE, HISTORY_LIMIT, MAX_FULL
 use crate::agent::context::trim;
 use crate::agent::emitter::Emitter;
 use crate::agent::events::{CompactionMode, EventPayload};
-use crate::llm::{ContextOverflow, LlmClient, Request, Usage};
+use crate::llm::{ContextOverflow, LlmClient, Message, Request, Usage};
 
 /// What making room came to.
 pub(in crate::agent) struct Room {
@@ -109,7 +109,7 @@ impl ContextKeeper {
         // changing the cached prefix) again.
         let target = budget - budget / 10;
         let history = &mut self.session.ctx.history;
-        let over = |h: &[crate::llm::Message]| {
+        let over = |h: &[Message]| {
             let over = (fixed + est.messages(h)).saturating_sub(target);
             (over as f64 * chars_per_token).ceil() as usize
         };
