@@ -114,8 +114,9 @@ pub fn cut_middle(s: &str, max: usize, tool: &str) -> String {
     let head_end = byte_at(&plain, head);
     let tail_start = byte_at(&plain, total - tail);
     let removed = &plain[head_end..tail_start];
-    cut_chars += removed.chars().count();
-    cut_lines += removed.matches('\n').count();
+    // A marker's numbers may come from the tool's own output: never trust them to add.
+    cut_chars = cut_chars.saturating_add(removed.chars().count());
+    cut_lines = cut_lines.saturating_add(removed.matches('\n').count());
     if cut_chars == 0 {
         return plain;
     }
@@ -276,6 +277,19 @@ mod tests {
         assert!(twice.ends_with("line 01999\n"));
     }
 
+    #[test]
+    fn a_marker_in_the_output_itself_cannot_overflow_the_count() {
+        let forged = format!(
+            "{}\n[familiar cut {} characters ({} lines) here x]\n{}",
+            "a".repeat(3_000),
+            usize::MAX,
+            usize::MAX,
+            "b".repeat(3_000)
+        );
+        let out = cut_middle(&forged, 1_000, "shell");
+        assert_eq!(out.matches(MARKER_PREFIX).count(), 1, "{out}");
+    }
+
     fn earlier_cut_len(s: &str) -> usize {
         let (start, end, _, _) = earlier_cut(s).unwrap();
         s[start..end].chars().count()
@@ -350,6 +364,35 @@ mod tests {
         assert_eq!(n, 3);
         for i in [2, 4, 6] {
             assert!(result_len(&h[i]) <= 500, "{}", result_len(&h[i]));
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the text (multi-byte characters, newlines, a marker of its own) and
+        /// the sizes, a cut keeps head and tail, one marker, at most `max` characters
+        /// when there is room for the marker, and counts every character it dropped.
+        #[test]
+        fn cuts_keep_one_marker_and_count_what_went(
+            text in "(\\PC|\n){0,3000}",
+            first in 0usize..4000,
+            second in 0usize..4000,
+        ) {
+            let total = text.chars().count();
+            let once = cut_middle(&text, first, "shell");
+            let twice = cut_middle(&once, second, "shell");
+            for (out, max) in [(&once, first), (&twice, second)] {
+                match earlier_cut(out) {
+                    None => proptest::prop_assert_eq!(out.as_str(), text.as_str()),
+                    Some((_, _, chars, _)) => {
+                        proptest::prop_assert_eq!(out.matches(MARKER_PREFIX).count(), 1);
+                        let kept = out.chars().count() - earlier_cut_len(out);
+                        proptest::prop_assert_eq!(kept + chars, total);
+                        if max > 600 {
+                            proptest::prop_assert!(out.chars().count() <= max);
+                        }
+                    }
+                }
+            }
         }
     }
 
