@@ -41,6 +41,14 @@ impl Estimator {
         Self::default()
     }
 
+    /// An estimator that starts from `factor` (what an earlier task learned).
+    pub fn with_factor(factor: f64) -> Self {
+        let factor = if factor.is_finite() { factor } else { 1.0 };
+        Estimator {
+            factor: factor.clamp(MIN_FACTOR, MAX_FACTOR),
+        }
+    }
+
     pub fn factor(&self) -> f64 {
         self.factor
     }

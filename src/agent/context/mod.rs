@@ -11,6 +11,7 @@
 //! comes in as plain data at each iteration ([`Boundary`]).
 
 pub mod compaction;
+pub mod learned;
 mod oversize;
 pub mod reminder;
 pub mod repair;
@@ -54,21 +55,49 @@ pub(in crate::agent) struct Model {
     /// Tokens; 0 when unknown (no full compaction then).
     pub(in crate::agent) context_window: u32,
     pub(in crate::agent) estimator: Estimator,
+    /// Where what the server's counts teach is kept for the next task
+    /// ([`learned::key`]).
+    pub(in crate::agent) calibration_key: String,
 }
 
 impl Model {
-    pub(in crate::agent) fn for_soul(rt: &Runtime, soul: &Soul) -> Model {
-        let (client, client_error, name, context_window) = match rt.llm.client(soul) {
+    /// The soul's model, sized by what earlier tasks learned of it (`provider`'s).
+    pub(in crate::agent) fn for_soul(rt: &Runtime, soul: &Soul, provider: &str) -> Model {
+        let (client, client_error, name, mut context_window) = match rt.llm.client(soul) {
             Ok((c, m, w)) => (Some(c), None, m, w),
             Err(e) => (None, Some(e), soul.model.clone().unwrap_or_default(), 0),
         };
+        let base_url = rt
+            .config
+            .provider(soul.provider.as_deref())
+            .map_or("", |p| p.base_url.as_str());
+        let calibration_key = learned::key(provider, base_url, &name);
+        let mut estimator = Estimator::new();
+        if let Some(l) = rt.calibrations.get(&calibration_key) {
+            estimator = Estimator::with_factor(l.factor);
+            if l.context_window > 0 && (context_window == 0 || l.context_window < context_window) {
+                context_window = l.context_window;
+            }
+        }
         Model {
             client,
             client_error,
             name,
             context_window,
-            estimator: Estimator::new(),
+            estimator,
+            calibration_key,
         }
+    }
+
+    /// Hands what this task learned to the next ones.
+    pub(in crate::agent) fn remember(&self, rt: &Runtime) {
+        rt.calibrations.remember(
+            self.calibration_key.clone(),
+            learned::Learned {
+                factor: self.estimator.factor(),
+                context_window: self.context_window,
+            },
+        );
     }
 }
 

@@ -40,8 +40,17 @@ fn model(r: &Recorded) -> Reply {
             json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": tokens, "n_ctx": N_CTX}}),
         );
     }
+    // Usage in the server's count, as llama.cpp reports it.
+    let text = |t: &str| {
+        Reply::sse(sse(vec![
+            oa_text(t),
+            oa_finish("stop"),
+            oa_usage(tokens, 10),
+            oa_done(),
+        ]))
+    };
     if is_summary_request(&r.body) {
-        return text_reply("SUMMARY: read three big files.\nFACTS:\n- they are long");
+        return text("SUMMARY: read three big files.\nFACTS:\n- they are long");
     }
     let results = r.body["messages"]
         .as_array()
@@ -50,11 +59,15 @@ fn model(r: &Recorded) -> Reply {
         .filter(|m| m["role"] == "tool")
         .count();
     if results < 3 {
-        let id = format!("c{results}");
-        let path = format!("big{results}.txt");
-        tools_reply(&[(id.as_str(), "read_file", json!({ "path": path }))])
+        let args = json!({ "path": format!("big{results}.txt") }).to_string();
+        Reply::sse(sse(vec![
+            oa_tool_call(0, &format!("c{results}"), "read_file", &args),
+            oa_finish("tool_calls"),
+            oa_usage(tokens, 10),
+            oa_done(),
+        ]))
     } else {
-        text_reply("done")
+        text("done")
     }
 }
 
@@ -75,7 +88,10 @@ async fn a_short_history_of_huge_tool_outputs_is_trimmed_and_the_task_completes(
     }
     let rt = h.runtime(builtin_plus(vec![]));
     let (out, events) = h
-        .run(rt, h.spec(h.soul(READ_SOUL), "read the three files", None))
+        .run(
+            Arc::clone(&rt),
+            h.spec(h.soul(READ_SOUL), "read the three files", None),
+        )
         .await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
     assert_eq!(out.result, "done");
@@ -123,6 +139,17 @@ async fn a_short_history_of_huge_tool_outputs_is_trimmed_and_the_task_completes(
             "head of big{i}.txt kept"
         );
     }
+
+    // The next task, in a session of its own, starts from what this one learned (the
+    // server's context and token ratio): its requests are sized before they are sent,
+    // and the server refuses none.
+    h.server.forget_requests();
+    let (out, _) = h
+        .run(rt, h.spec(h.soul(READ_SOUL), "read them again", None))
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let sizes: Vec<u64> = h.server.requests().iter().map(server_tokens).collect();
+    assert!(sizes.iter().all(|&t| t <= N_CTX), "{sizes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
