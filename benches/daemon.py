@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: the daemon's start-to-READY time, idle RSS and wakeups, and the
-`familiar ask --detach` round trip (DESIGN §10).
+`familiar ask --detach` round trip.
 
 Run: `cargo build --release && python3 benches/daemon.py [target/release/familiar]`.
 

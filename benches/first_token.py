@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Time to first token of a second desktop request against a real llama.cpp server
-(issue 25 §1, §8): what a per-task detail inside the system prompt costs.
+"""Time to first token of a second desktop request against a real llama.cpp server:
+what a per-task detail inside the system prompt costs.
 
 Starts tests/fixtures/llama_server.py (xllamacpp + SmolLM2-135M-Instruct, see
 tests/README.md), then for each run sends two "tasks" of one soul, each a fresh

@@ -1,4 +1,4 @@
-//! Benchmark: the agent loop's own cost per iteration (DESIGN §10), against an instant
+//! Benchmark: the agent loop's own cost per iteration, against an instant
 //! loopback model.
 //!
 //! Run: `cargo bench --bench loop_overhead`. A task of 20 iterations, each calling

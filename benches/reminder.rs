@@ -1,7 +1,7 @@
 //! Benchmark: what a system reminder costs per iteration, in characters and time
-//! (issue 9): the snapshot take it is built from plus [`reminder::build`].
+//! : the snapshot take it is built from plus [`reminder::build`].
 //!
-//! Run: `cargo bench --bench reminder`. Prints the first reminder of a task (the whole
+//! Run: `cargo bench --bench reminder`. Prints the first reminder of a task (a glance at the
 //! environment) and later ones (only what changed since the previous snapshot), taken
 //! 200 ms apart as in the loop, where a model call separates two snapshots.
 
@@ -11,7 +11,6 @@
 use std::time::{Duration, Instant};
 
 use familiar::agent::context::reminder::{self, Budget, Environment, Inputs, Place};
-use familiar::ids::SessionId;
 use familiar::snapshot::Snapshotter;
 use familiar::store::Plan;
 
@@ -37,6 +36,7 @@ fn budget(iteration: u32) -> Budget {
         max_tokens: 200_000,
         elapsed: Duration::from_secs(u64::from(iteration) * 7),
         max_wall_clock: Duration::from_secs(600),
+        stated: false,
     }
 }
 
@@ -47,8 +47,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         steps: Vec::new(),
     };
     let mut snapshotter = Snapshotter::with_hyprland(None)?;
-    let session = SessionId::generate();
-    let ws = std::env::temp_dir();
+    let ws = std::env::temp_dir()
+        .join("workspaces")
+        .join("s-0123456789ab");
 
     let (mut times, mut chars) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
@@ -56,10 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let snap = snapshotter.take(Some(&ws));
         let text = reminder::build(&Inputs {
-            place: Some(Place {
-                session: &session,
-                workspace: &ws,
-            }),
+            place: Some(Place { workspace: &ws }),
             environment: Environment::Fresh {
                 previous: None,
                 current: &snap,

@@ -1,4 +1,4 @@
-//! Benchmark: the environment snapshot the loop takes every iteration (DESIGN §10).
+//! Benchmark: the environment snapshot the loop takes every iteration.
 //!
 //! Run: `cargo bench --bench snapshot`. Prints the first call (constructor + first
 //! take) and steady-state takes, the two renderings, and the parts a take is made of

@@ -1,4 +1,4 @@
-//! Benchmark: context save and load as the history grows (DESIGN §10).
+//! Benchmark: context save and load as the history grows.
 //!
 //! Run: `cargo bench --bench store`. Histories of 100, 1 000 and 10 000 messages,
 //! mixed like a real session (user text, assistant text + tool_use, tool_result of a

@@ -12,16 +12,17 @@
 //! - [`daemon`]: `familiar daemon`, its supervisor and the D-Bus service object.
 //! - [`agent`]: the loop, one task from prompt to finish status.
 //! - [`tools`]: what the model can call, each through the [`sandbox`].
-//! - [`sandbox`], [`store`], [`snapshot`], [`ratelimit`], [`soul`]: the Landlock
-//!   helper; sessions, transcripts and the audit log on disk; the machine right now;
-//!   quotas; validated souls.
+//! - [`mcp`], [`soul`], [`snapshot`]: MCP tool servers; validated souls; the machine
+//!   right now.
+//! - [`sandbox`], [`store`], [`ratelimit`]: the Landlock helper; sessions,
+//!   transcripts, the audit log and memory on disk; quotas.
 //! - [`llm`], [`policy`], [`dbus`], [`hyprland`]: model providers and streaming; the
 //!   decision for one call; the session-bus contract (names, errors, proxies); the
 //!   compositor's socket.
-//! - [`config`], [`approval`], [`secrets`]: `config.toml` and paths; approval
-//!   requests; the Secret Service client that reads and stores API keys.
-//! - [`catalog`], [`error`], [`ids`], [`logging`]: the tool catalog and tiers, shared
-//!   errors, newtype ids, tracing.
+//! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
+//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`]: the tool catalog and
+//!   tiers, shared errors, newtype ids, tracing, the Secret Service client that reads
+//!   and stores API keys.
 //! - `fuzzing` (hidden, built only under `--cfg fuzzing`, which cargo-fuzz sets, and in
 //!   the unit tests): entry points for the cargo-fuzz targets in `fuzz/`.
 

@@ -1,5 +1,5 @@
 //! `familiar`: parse the command line, set up logging, run, map the result to an exit
-//! code (DESIGN §2: 0 completed, 1 failed/denied/cancelled, 2 usage or config error,
+//! code (docs/cli.md: 0 completed, 1 failed/denied/cancelled, 2 usage or config error,
 //! 3 daemon unreachable, 4 limit reached).
 
 use std::process::ExitCode;

@@ -76,7 +76,7 @@ impl EventPayload {
     }
 }
 
-/// The event kinds of DESIGN §5 with their payloads. Deserialisable so a D-Bus client
+/// The event kinds of docs/events.md with their payloads. Deserialisable so a D-Bus client
 /// (`familiar ask`) rebuilds events from `TaskEvent(kind, payload_json)`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! metrics {
     ($($name:ident),* $(,)?) => {
-        /// The counters of DESIGN §3 `Metrics`.
+        /// The counters of the D-Bus `Metrics` property (docs/dbus.md).
         #[derive(Debug, Default)]
         pub struct Metrics {
             $(pub $name: AtomicU64,)*

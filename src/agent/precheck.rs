@@ -30,8 +30,28 @@ const JOURNAL_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct Report {
     /// Worth reporting, one entry per finding.
     pub(super) findings: Vec<String>,
-    /// What was checked and found quiet (or could not be checked), for the journal.
+    /// What was checked and found quiet, for the journal.
     pub(super) quiet: Vec<String>,
+    /// What could not be checked (no user manager, no journal): not a finding, but
+    /// the result says so rather than "nothing to report".
+    pub(super) unchecked: Vec<String>,
+}
+
+/// The result of a run that found nothing: what was quiet, and apart from it what
+/// could not be checked.
+pub(super) fn quiet_result(report: &Report) -> String {
+    let quiet = report.quiet.join(", ");
+    match (report.unchecked.is_empty(), quiet.is_empty()) {
+        (true, _) => format!("nothing to report: {quiet}"),
+        (false, true) => format!(
+            "nothing found, but not everything was checked: {}",
+            report.unchecked.join(", ")
+        ),
+        (false, false) => format!(
+            "nothing found ({quiet}), but not everything was checked: {}",
+            report.unchecked.join(", ")
+        ),
+    }
 }
 
 /// Runs soul `soul`'s pre-check `p`; the time of its previous run is kept under
@@ -66,7 +86,7 @@ async fn full_disks(p: &Precheck, snapshotter: &Arc<Mutex<Snapshotter>>, report:
     let disks = match taken {
         Ok(d) => d,
         Err(e) => {
-            report.quiet.push(format!("disks not checked ({e})"));
+            report.unchecked.push(format!("disks not checked ({e})"));
             return;
         }
     };
@@ -98,9 +118,11 @@ async fn failed_units(report: &mut Report) {
             "failed user units: {} (`systemctl --user status UNIT` says why)",
             units.join(", ")
         )),
-        Ok(Err(e)) => report.quiet.push(format!("user units not checked ({e})")),
+        Ok(Err(e)) => report
+            .unchecked
+            .push(format!("user units not checked ({e})")),
         Err(_) => report
-            .quiet
+            .unchecked
             .push("user units not checked (the user manager did not answer)".to_owned()),
     }
 }
@@ -122,19 +144,19 @@ async fn journal_errors(since: SystemTime, report: &mut Report) {
         Ok(Ok(out)) => {
             let err = String::from_utf8_lossy(&out.stderr);
             report
-                .quiet
+                .unchecked
                 .push(format!("journal not checked (journalctl: {})", err.trim()));
             return;
         }
         Ok(Err(e)) => {
             report
-                .quiet
+                .unchecked
                 .push(format!("journal not checked (journalctl: {e})"));
             return;
         }
         Err(_) => {
             report
-                .quiet
+                .unchecked
                 .push("journal not checked (journalctl took too long)".to_owned());
             return;
         }
@@ -170,9 +192,16 @@ fn record_run(stamp: &PathBuf) {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
+    // 0700 like the rest of the data dir.
     let written = stamp
         .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
+        .map_or(Ok(()), |dir| {
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(dir)
+        })
         .and_then(|()| std::fs::write(stamp, now.to_string()));
     if let Err(e) = written {
         tracing::warn!(
@@ -185,4 +214,37 @@ fn record_run(stamp: &PathBuf) {
 fn human_bytes(b: u64) -> String {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     format!("{:.1} GiB", b as f64 / GIB)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Regression: a probe that could not run (no journal) made the result "nothing to
+    // report", as if it had looked and found nothing.
+    #[test]
+    fn what_could_not_be_checked_is_not_called_nothing_to_report() {
+        let mut report = Report {
+            quiet: vec!["every disk below 90%".into()],
+            ..Report::default()
+        };
+        assert_eq!(
+            quiet_result(&report),
+            "nothing to report: every disk below 90%"
+        );
+        report
+            .unchecked
+            .push("journal not checked (journalctl: No such file or directory)".into());
+        assert_eq!(
+            quiet_result(&report),
+            "nothing found (every disk below 90%), but not everything was checked: journal \
+             not checked (journalctl: No such file or directory)"
+        );
+        report.quiet.clear();
+        assert_eq!(
+            quiet_result(&report),
+            "nothing found, but not everything was checked: journal not checked (journalctl: \
+             No such file or directory)"
+        );
+    }
 }

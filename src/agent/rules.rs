@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use crate::agent::calls::collector::{DEGENERATE_MARKER, Turn, model_failure};
+use crate::agent::calls::collector::{DEGENERATE_MARKER, Turn};
+use crate::agent::calls::failure::model_failure;
 use crate::agent::loop_detect::{LoopDetector, LoopVerdict, signature};
 use crate::llm::{FinishReason, LlmError, Usage};
 use crate::soul::Soul;
@@ -47,8 +48,10 @@ pub(super) fn check_limits(p: &Progress, limits: &Limits, stop: Option<Stop>) ->
         return State::Finish(
             TaskStatus::MaxIterations,
             format!(
-                "stopped after {} model calls without finishing (max_iterations = {})",
-                p.iteration, limits.max_iterations
+                "stopped after {} model call{} without finishing (max_iterations = {})",
+                p.iteration,
+                if p.iteration == 1 { "" } else { "s" },
+                limits.max_iterations
             ),
         );
     }
@@ -139,7 +142,7 @@ pub(super) fn after_model_failure(p: &mut Progress, error: &LlmError) -> State {
 }
 
 /// The limits a task runs under: its soul's, `max_iterations` lowered by the spec.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Limits {
     pub(super) max_iterations: u32,
     pub(super) max_tokens: u64,

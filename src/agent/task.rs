@@ -510,7 +510,7 @@ impl Task {
         }
         ctx.usage.add(&usage);
         // A task whose end could not be saved (a disk that filled up mid-task) did not
-        // complete: saying "completed" lost the work silently (issue 13).
+        // complete: saying "completed" lost the work silently.
         let (status, result) = match self.save(true) {
             Ok(()) => (status, result),
             Err(e) => (

@@ -36,7 +36,7 @@ use crate::agent::context::reminder::Budget;
 use crate::agent::events::{EventBus, EventPayload};
 use crate::agent::family::subagent::{Child, ChildEnd, Delegator, delegates};
 use crate::agent::precheck;
-use crate::agent::rules::{State, after_model_failure, after_turn, check_limits};
+use crate::agent::rules::{Limits, State, after_model_failure, after_turn, check_limits};
 use crate::agent::runtime::Runtime;
 use crate::agent::steering::Steering;
 use crate::agent::task::{Task, TaskError, TaskOutcome, TaskSpec};
@@ -211,7 +211,7 @@ impl Task {
             )
             .await;
             if report.findings.is_empty() {
-                let why = format!("nothing to report: {}", report.quiet.join(", "));
+                let why = precheck::quiet_result(&report);
                 tracing::info!("{why}");
                 return State::Finish(TaskStatus::Skipped, why);
             }
@@ -328,6 +328,7 @@ impl Task {
             max_tokens: self.limits.max_tokens,
             elapsed: self.clock.elapsed(),
             max_wall_clock: self.limits.max_wall_clock,
+            stated: self.limits == Limits::new(&self.spec.soul, None),
         };
         let at = Boundary {
             tools: self.gate.definitions(),

@@ -9,7 +9,7 @@
 //! be read as the start of such an escape is doubled, so the rendering reads back to
 //! exactly one text. [`describe_call`] builds every approval surface's text from it:
 //! every argument of the call, long ones as head and tail with their byte count, so
-//! what is approved is what runs (issue 24 §2).
+//! what is approved is what runs.
 
 use serde_json::Value;
 use unicode_general_category::{GeneralCategory, get_general_category};
@@ -154,8 +154,8 @@ fn is_blank_letter(c: char) -> bool {
 
 /// `text` with every closing tag of `tag` (`</tag`, in any case, with any spaces
 /// after `<` or `/`) written `<\/tag`, so text placed inside a `<tag>` block for a
-/// model cannot end the block early and speak outside it (issue 24 §4: memory text
-/// closed its block with `</MEMORY_NOTES>`). `tag` is ASCII.
+/// model cannot end the block early and speak outside it (memory text once closed its
+/// block with `</MEMORY_NOTES>`). `tag` is ASCII.
 pub fn neutralise_closing_tag(text: &str, tag: &str) -> String {
     let bytes = text.as_bytes();
     let skip_space = |mut k: usize| {
@@ -333,7 +333,7 @@ mod tests {
             )
     }
 
-    // Issue 24 §2: `ls -la ~/Documents\n\x1b[2K\rtouch x` showed as `shell: ls -la
+    // Regression: `ls -la ~/Documents\n\x1b[2K\rtouch x` showed as `shell: ls -la
     // ~/Documents`, and the hidden second command ran once approved.
     #[test]
     fn a_hidden_second_command_is_shown_whole() {

@@ -1,7 +1,7 @@
 //! `familiar ask`: submit a task to the daemon over D-Bus and follow it to the end.
 //!
 //! Invariant: the signal subscriptions exist before `Submit` is sent, so no event of
-//! the task can be missed; the exit code is the task's (DESIGN §2). It is on a
+//! the task can be missed; the exit code is the task's, as for `familiar run`. It is on a
 //! keybinding, so it builds no agent runtime: one bus connection, one thread.
 
 use std::collections::HashMap;
@@ -11,7 +11,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zbus::Variant;
@@ -19,6 +18,7 @@ use zbus::Variant;
 use super::client::{Failure, block_on, classify, connect};
 use super::printer::{exit_for, print_events};
 use super::prompt::{read_prompt, resolve_workspace};
+use super::submit::{Subscribed, submit_options, subscribe_and_submit};
 use super::typed::TypedLines;
 use super::{AskArgs, Exit, Out};
 use crate::agent::events::{EVENT_BUFFER, Event, EventPayload};
@@ -33,77 +33,6 @@ const MENUS: &[(&str, &[&str])] = &[
     ("rofi", &["-dmenu", "-p", "familiar"]),
     ("bemenu", &["-p", "familiar"]),
 ];
-
-/// `Submit`'s options for these arguments.
-fn submit_options(
-    args: &AskArgs,
-    workspace: Option<String>,
-) -> HashMap<&'static str, Variant<'static>> {
-    let origin = if args.dmenu {
-        "dmenu"
-    } else if std::env::var_os("INVOCATION_ID").is_some() {
-        // Started by systemd (the maintenance timer's service).
-        "timer"
-    } else {
-        "cli"
-    };
-    let mut options: HashMap<&str, Variant<'static>> = HashMap::new();
-    options.insert("origin", Variant::from(origin));
-    for (key, value) in [
-        ("session", &args.task.session),
-        ("provider", &args.task.provider),
-        ("model", &args.task.model),
-    ] {
-        if let Some(v) = value {
-            options.insert(key, Variant::from(v.clone()));
-        }
-    }
-    if let Some(w) = workspace {
-        options.insert("workspace", Variant::from(w));
-    }
-    if let Some(when) = &args.task.when {
-        options.insert("when", Variant::from(when.to_string()));
-    }
-    options
-}
-
-fn is_session_busy(e: &zbus::Error) -> bool {
-    crate::dbus::proxy::method_error(e)
-        .is_some_and(|(name, _)| name == format!("{}.SessionBusy", crate::dbus::ERROR_PREFIX))
-}
-
-/// Sends `message` to the task running in `session` (issue 9 §3: `ask --session` on
-/// a busy session steers it) and returns that task's id, to follow it.
-async fn steer_session(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
-    session: &str,
-    message: &str,
-) -> Result<String, Failure> {
-    let tasks = proxy.list_tasks().await.map_err(classify)?;
-    for (id, _, status, _) in tasks {
-        if status != "running" && status != "queued" {
-            continue;
-        }
-        let Ok(json) = proxy.get_task(&id).await else {
-            continue;
-        };
-        let of_session = serde_json::from_str::<serde_json::Value>(&json)
-            .is_ok_and(|v| v["session_id"] == session && v["parent_task"].is_null());
-        if of_session {
-            proxy.steer(&id, message).await.map_err(classify)?;
-            let mut err = std::io::stderr().lock();
-            // Not being able to say so does not change what happened.
-            writeln!(err, "familiar: session {session} is busy with task {id}: your message joins it at its next step").ok();
-            return Ok(id);
-        }
-    }
-    Err(Failure {
-        exit: Exit::Failed,
-        message: format!(
-            "session {session} is busy, but its task could not be found to steer; try again"
-        ),
-    })
-}
 
 /// Characters of the result shown in a `--notify` notification.
 const NOTIFY_BODY_CHARS: usize = 400;
@@ -172,6 +101,25 @@ async fn warn_reload_error(proxy: &crate::dbus::proxy::Agent1Proxy<'_>) -> std::
     Ok(())
 }
 
+/// `ask --detach`: the ids on stdout (for scripts), and for people on stderr how to
+/// follow, steer and stop the task.
+fn print_detached(out: &mut Out, json: bool, task: &str, session: &str) -> anyhow::Result<Exit> {
+    if json {
+        out.json_line(&serde_json::json!({"task_id": task, "session_id": session}))?;
+    } else {
+        writeln!(out, "{task} {session}")?;
+        out.flush()?;
+        writeln!(std::io::stderr().lock(), "{}", detached_hint(task, session))?;
+    }
+    Ok(Exit::Completed)
+}
+
+fn detached_hint(task: &str, session: &str) -> String {
+    format!(
+        "familiar: task {task} runs in the background: `familiar tasks` lists it, `familiar steer {task} MESSAGE` adds to it, `familiar cancel {task}` stops it, `familiar sessions show {session}` shows its answer"
+    )
+}
+
 async fn submit_and_follow(
     args: AskArgs,
     prompt: String,
@@ -182,30 +130,19 @@ async fn submit_and_follow(
         Ok(v) => v,
         Err(f) => return f.report(),
     };
-    // Subscribed before `Submit`: no event of the task can be missed. Each stream is
-    // drained from the moment it exists (see [`drain`]).
-    let streams = async {
-        let events = drain(proxy.receive_task_event().await?);
-        let finished = drain(proxy.receive_task_finished().await?);
-        let approvals = drain(proxy.receive_approval_requested().await?);
-        Ok::<_, zbus::Error>((events, finished, approvals))
-    };
-    let (mut events, mut finished, mut approvals) = match streams.await {
-        Ok(s) => s,
-        Err(e) => return classify(e).report(),
-    };
-    let (task, session) = match submit(&proxy, &args, &prompt, options).await {
-        Ok(v) => v,
-        Err(f) => return f.report(),
-    };
+    let (subscribed, task, session) =
+        match subscribe_and_submit(&proxy, &args, &prompt, options).await {
+            Ok(v) => v,
+            Err(f) => return f.report(),
+        };
+    let Subscribed {
+        mut events,
+        mut finished,
+        mut approvals,
+    } = subscribed;
     warn_reload_error(&proxy).await?;
     if args.detach {
-        if args.task.json {
-            out.json_line(&serde_json::json!({"task_id": task, "session_id": session}))?;
-        } else {
-            writeln!(out, "{task} {session}")?;
-        }
-        return Ok(Exit::Completed);
+        return print_detached(&mut out, args.task.json, &task, &session);
     }
     let task_id = TaskId::new(&task).context("the daemon sent a malformed task id")?;
     let session_id = SessionId::new(&session).context("the daemon sent a malformed session id")?;
@@ -214,17 +151,7 @@ async fn submit_and_follow(
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let printer = tokio::spawn(print_events(rx, out, json, false));
     let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
-    // Lines typed while the task runs steer it; an approval prompt takes its own.
-    let (steer_tx, mut steers) = mpsc::channel::<String>(8);
-    let typed = if interactive {
-        TypedLines::start(move |line| {
-            if steer_tx.blocking_send(line).is_err() {
-                tracing::debug!("the task ended before the message was sent");
-            }
-        })
-    } else {
-        None
-    };
+    let (typed, mut steers) = typed_steering(interactive);
     let mut follow = Follow {
         task_id: task_id.clone(),
         followed: [(task.clone(), session_id.clone())].into(),
@@ -251,13 +178,7 @@ async fn submit_and_follow(
                 }
             }
             Some(sig) = approvals.recv() => follow.on_approval(&sig)?,
-            Some(line) = steers.recv() => {
-                let said = match proxy.steer(&task, &line).await {
-                    Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
-                    Err(e) => format!("  ↳ not sent: {}", classify(e).message),
-                };
-                writeln!(std::io::stderr().lock(), "{said}")?;
-            }
+            Some(line) = steers.recv() => steer_typed(&proxy, &task, &line).await?,
             Some((request, approve)) = answers.recv() => {
                 if let Err(e) = proxy.respond(&request, approve).await {
                     // Answered elsewhere first (a notification, `familiar approve`).
@@ -290,48 +211,33 @@ async fn submit_and_follow(
     Ok(exit_for(status))
 }
 
-/// Polls `stream` from now on, into an unbounded channel.
-///
-/// zbus stops reading the socket while any stream's queue (64 messages) is full. Every
-/// client receives every task's signals, so with many tasks running, other tasks'
-/// events would fill a stream nobody polls while this client awaits a method reply
-/// (`AddMatch`, `Submit`): the reply is never read (a deadlock, seen with 100
-/// concurrent `ask`s). What the streams carry waits here instead; one client follows
-/// one task, and the loop consumes as it goes.
-fn drain<S>(mut stream: S) -> mpsc::UnboundedReceiver<S::Item>
-where
-    S: futures::Stream + Unpin + Send + 'static,
-    S::Item: Send + 'static,
-{
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(item) = stream.next().await {
-            if tx.send(item).is_err() {
-                break;
+/// Lines typed while the task runs steer it (an approval prompt takes its own): the
+/// reader, when stdin is a terminal, and the lines it reads.
+fn typed_steering(interactive: bool) -> (Option<TypedLines>, mpsc::Receiver<String>) {
+    let (steer_tx, steers) = mpsc::channel::<String>(8);
+    let typed = if interactive {
+        TypedLines::start(move |line| {
+            if steer_tx.blocking_send(line).is_err() {
+                tracing::debug!("the task ended before the message was sent");
             }
-        }
-    });
-    rx
+        })
+    } else {
+        None
+    };
+    (typed, steers)
 }
 
-/// Submits the task; on a busy `--session`, steers the task running there instead.
-/// Returns the followed task's id and its session.
-async fn submit(
+/// Sends a typed line to the task and says whether it was taken.
+async fn steer_typed(
     proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
-    args: &AskArgs,
-    prompt: &str,
-    options: HashMap<&'static str, Variant<'static>>,
-) -> Result<(String, String), Failure> {
-    let soul = args.task.soul.clone().unwrap_or_default();
-    match proxy.submit(&soul, prompt, options).await {
-        Ok(v) => Ok(v),
-        Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
-            let session = args.task.session.clone().unwrap_or_default();
-            let task = steer_session(proxy, &session, prompt).await?;
-            Ok((task, session))
-        }
-        Err(e) => Err(classify(e)),
-    }
+    task: &str,
+    line: &str,
+) -> std::io::Result<()> {
+    let said = match proxy.steer(task, line).await {
+        Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
+        Err(e) => format!("  ↳ not sent: {}", classify(e).message),
+    };
+    writeln!(std::io::stderr().lock(), "{said}")
 }
 
 /// What `ask` follows of a submitted task: its events and those of its delegated
@@ -400,7 +306,7 @@ impl Follow {
         }
         if !self.json {
             // Without a notification server this line is the only place the request
-            // shows (issue 9 §6).
+            // shows.
             let how = if self.interactive {
                 "answer below, or run"
             } else {

@@ -228,27 +228,7 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         }
     }
     if let Some(c) = &configuration {
-        let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
-        let config = c["config"]
-            .as_str()
-            .unwrap_or("none (built-in defaults)")
-            .to_owned();
-        writeln!(out, "daemon config: {config}")?;
-        writeln!(
-            out,
-            "daemon provider: {}, model {}, default soul {}, policy {}",
-            s("provider"),
-            s("model"),
-            s("default_soul"),
-            s("policy")
-        )?;
-        writeln!(out, "daemon data dir: {}", s("data_dir"))?;
-        if let Some(error) = c["reload_error"].as_str() {
-            writeln!(out, "warning: {error}")?;
-        }
-        if let Some(warning) = data_dir_split(&local, c) {
-            writeln!(out, "warning: {warning}")?;
-        }
+        write_daemon_config(c, &local, out)?;
     }
     writeln!(out, "sandbox: {}", describe_sandbox(sandbox.as_ref()))?;
     writeln!(out, "active tasks: {active}")?;
@@ -256,6 +236,38 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         writeln!(out, "  {k:<20} {v}")?;
     }
     Ok(Exit::Completed)
+}
+
+/// The config the daemon runs with (`c`, its `Configuration` property), and the
+/// warnings that go with it: a config.toml it could not reload, a data dir that is not
+/// this shell's (`local`).
+fn write_daemon_config(
+    c: &serde_json::Value,
+    local: &serde_json::Value,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
+    let config = c["config"]
+        .as_str()
+        .unwrap_or("none (built-in defaults)")
+        .to_owned();
+    writeln!(out, "daemon config: {config}")?;
+    writeln!(
+        out,
+        "daemon provider: {}, model {}, default soul {}, policy {}",
+        s("provider"),
+        s("model"),
+        s("default_soul"),
+        s("policy")
+    )?;
+    writeln!(out, "daemon data dir: {}", s("data_dir"))?;
+    if let Some(error) = c["reload_error"].as_str() {
+        writeln!(out, "warning: {error}")?;
+    }
+    if let Some(warning) = data_dir_split(local, c) {
+        writeln!(out, "warning: {warning}")?;
+    }
+    Ok(())
 }
 
 /// What to say when the daemon keeps its sessions in another data dir than this
@@ -385,33 +397,98 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     Ok(Exit::Completed)
 }
 
-pub fn cancel(task_id: &str) -> anyhow::Result<Exit> {
-    match with_proxy(async |_, p| p.cancel(task_id).await)? {
-        Ok(()) => Ok(Exit::Completed),
+/// `familiar cancel ID`: the daemon stops the task at once; its context is saved. A
+/// task that had already ended is left as it was, and said so.
+pub fn cancel(task_id: &str, out: &mut Out) -> anyhow::Result<Exit> {
+    let asked = with_proxy(async |_, p| {
+        // Read first: the daemon accepts cancelling an ended task and changes nothing.
+        let before = p
+            .get_task(task_id)
+            .await
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|t| t["status"].as_str().map(str::to_owned));
+        p.cancel(task_id).await?;
+        Ok(before)
+    })?;
+    match asked {
+        Ok(Some(status)) if !matches!(status.as_str(), "queued" | "running") => said(
+            out,
+            &format!("task {task_id} had already ended ({status}): nothing to cancel"),
+        ),
+        Ok(_) => said(out, &done_line(Done::Cancel, task_id)),
         Err(f) => f.report(),
     }
 }
 
 /// `familiar steer TASK_ID MESSAGE|-`.
-pub fn steer(task_id: &str, words: &[String]) -> anyhow::Result<Exit> {
+pub fn steer(task_id: &str, words: &[String], out: &mut Out) -> anyhow::Result<Exit> {
     let message = super::prompt::read_prompt(words)?;
     match with_proxy(async |_, p| p.steer(task_id, &message).await)? {
-        Ok(()) => Ok(Exit::Completed),
+        Ok(()) => said(out, &done_line(Done::Steer, task_id)),
         Err(f) => f.report(),
     }
 }
 
-pub fn respond(request_id: &str, approve: bool) -> anyhow::Result<Exit> {
+/// `familiar approve ID` and `familiar deny ID`.
+pub fn respond(request_id: &str, approve: bool, out: &mut Out) -> anyhow::Result<Exit> {
     match with_proxy(async |_, p| p.respond(request_id, approve).await)? {
-        Ok(()) => Ok(Exit::Completed),
+        Ok(()) => {
+            let done = if approve { Done::Approve } else { Done::Deny };
+            said(out, &done_line(done, request_id))
+        }
         Err(f) => f.report(),
     }
+}
+
+/// A task-control command the daemon accepted.
+#[derive(Debug, Clone, Copy)]
+enum Done {
+    Cancel,
+    Steer,
+    Approve,
+    Deny,
+}
+
+/// The one line saying what an accepted task-control command did to `id`.
+fn done_line(done: Done, id: &str) -> String {
+    match done {
+        Done::Cancel => format!("cancelled task {id} (its context is saved)"),
+        Done::Steer => format!(
+            "message sent to task {id}: it joins at the task's next step, or opens the session's next task"
+        ),
+        Done::Approve => format!("approved request {id}: the call runs"),
+        Done::Deny => format!("denied request {id}: the call does not run and the task is told"),
+    }
+}
+
+fn said(out: &mut Out, line: &str) -> anyhow::Result<Exit> {
+    writeln!(out, "{line}")?;
+    Ok(Exit::Completed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sandbox::UnixSockets;
+
+    #[test]
+    fn accepted_task_control_says_what_it_did() {
+        let lines: Vec<String> = [Done::Cancel, Done::Steer]
+            .into_iter()
+            .map(|d| done_line(d, "t-1"))
+            .chain([Done::Approve, Done::Deny].map(|d| done_line(d, "r-1")))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "cancelled task t-1 (its context is saved)",
+                "message sent to task t-1: it joins at the task's next step, or opens the session's next task",
+                "approved request r-1: the call runs",
+                "denied request r-1: the call does not run and the task is told",
+            ]
+        );
+    }
 
     #[test]
     fn the_sandbox_line_names_the_abi_and_what_is_missing() {

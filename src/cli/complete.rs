@@ -7,7 +7,7 @@
 use clap::CommandFactory;
 use clap_complete::CompletionCandidate;
 
-use super::{Cli, Out};
+use super::Cli;
 use crate::config::{Config, ProcessEnv};
 
 /// The config the completing command line would use (`FAMILIAR_CONFIG`, else the
@@ -61,10 +61,4 @@ pub fn sessions() -> Vec<CompletionCandidate> {
 /// set); returns at once otherwise.
 pub fn answer_shell() {
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
-}
-
-/// `familiar man`: the man page (roff) on stdout.
-pub fn man(out: &mut Out) -> anyhow::Result<()> {
-    clap_mangen::Man::new(Cli::command()).render(out)?;
-    Ok(())
 }

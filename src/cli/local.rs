@@ -230,6 +230,8 @@ pub fn policy_check(
             crate::catalog::names().collect::<Vec<_>>().join(", ")
         )
     })?;
+    // Checked like a real call's: a key the tool does not take is no call at all.
+    super::call_args::check(tool, &args).map_err(anyhow::Error::msg)?;
     let tier = crate::catalog::tier_for_call(info, &args);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let ctx = PathContext {
@@ -505,14 +507,14 @@ pub fn completions(shell: clap_complete::Shell, out: &mut Out) -> anyhow::Result
 mod tests {
     use super::*;
 
-    // Issue 24: `sessions show` printed what a model or tool wrote with its escapes raw.
+    // Regression: `sessions show` printed what a model or tool wrote with its escapes raw.
     #[test]
     fn a_shown_line_carries_no_escape_to_the_terminal() {
         assert_eq!(first_line("a\x1b[2Kb\u{202E}\nc", 90), r"a\x1b[2Kb\u{202E}");
         assert_eq!(first_line("abcdef", 4), "abc…");
     }
 
-    // Issue 26: a steering block showed only its marker line, a tool result only `{`.
+    // Regression: a steering block showed only its marker line, a tool result only `{`.
     #[test]
     fn steering_shows_its_words_and_a_tool_result_a_preview() {
         use crate::llm::ContentBlock;

@@ -15,6 +15,17 @@ use crate::config::{Config, ProcessEnv};
 use crate::mcp::{McpHub, ServerState, tool_name};
 use crate::sandbox::SandboxLauncher;
 
+/// A server's JSON line. Every server this command started is stopped before it
+/// prints, so one that answered is `ok` (it started and listed its tools), not
+/// `running`.
+fn listed(view: &crate::mcp::ServerView) -> serde_json::Value {
+    let mut line = serde_json::json!(view);
+    if view.state == ServerState::Running {
+        line["state"] = serde_json::json!("ok");
+    }
+    line
+}
+
 pub fn list(
     config: &Option<PathBuf>,
     no_start: bool,
@@ -62,7 +73,7 @@ pub fn list(
     let mut exit = Exit::Completed;
     for v in &views {
         if json {
-            out.json_line(v)?;
+            out.json_line(&listed(v))?;
             continue;
         }
         let server = &config.mcp[&v.name];
@@ -82,4 +93,25 @@ pub fn list(
         }
     }
     Ok(exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Regression: a server the command had started and stopped again was `running`.
+    #[test]
+    fn a_server_started_to_be_listed_is_ok_not_running() {
+        let view = crate::mcp::ServerView {
+            name: "files".into(),
+            transport: "stdio: mcp-files".into(),
+            state: ServerState::Running,
+            tools: Vec::new(),
+        };
+        assert_eq!(
+            listed(&view),
+            serde_json::json!({"name": "files", "transport": "stdio: mcp-files",
+                "state": "ok", "tools": []})
+        );
+    }
 }

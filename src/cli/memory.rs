@@ -56,8 +56,8 @@ pub fn memory(
                 .transpose()
                 .context("--soul takes a soul id, or * for the entries every soul sees")?;
             let n = memory.clear(scope.as_ref())?;
-            // Nothing removed for a soul that does not exist is a typo, not success
-            // (issue 26); a removed soul's leftover entries still clear.
+            // Nothing removed for a soul that does not exist is a typo, not success;
+            // a removed soul's leftover entries still clear.
             if n == 0
                 && let Some(MemoryScope::Soul(id)) = &scope
                 && let Ok(policy) = crate::policy::load(&config.policy, &config.paths)

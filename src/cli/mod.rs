@@ -6,10 +6,12 @@
 //! (`familiar souls | head -1`) ends the command quietly instead of panicking.
 
 mod ask;
+mod call_args;
 mod client;
 mod complete;
 mod doctor;
 mod local;
+mod man;
 mod mcp;
 mod memory;
 mod output;
@@ -19,6 +21,7 @@ mod prune;
 mod run;
 mod setup;
 mod store_key;
+mod submit;
 mod typed;
 mod when;
 
@@ -31,7 +34,7 @@ pub use complete::answer_shell;
 
 pub use output::Out;
 
-/// The exit codes of DESIGN §2.
+/// The exit codes every command shares (docs/cli.md lists them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// The command or task completed.
@@ -156,8 +159,17 @@ pub enum Command {
         #[arg(long, value_name = "PROVIDER", conflicts_with_all = ["dry_run", "uninstall"])]
         store_key: Option<String>,
     },
-    /// Print the man page (roff): `familiar man | man -l -`
-    Man,
+    /// Print a manual page (roff: `familiar man run | man -l -`), or install them all
+    Man {
+        /// The command whose page to print (`run`, `sessions show`, …) [default: the
+        /// page of familiar itself]
+        #[arg(conflicts_with = "install")]
+        command: Vec<String>,
+        /// Write familiar.1 and a familiar-COMMAND.1 per subcommand into DIR [default:
+        /// $XDG_DATA_HOME/man/man1, i.e. ~/.local/share/man/man1], where man finds them
+        #[arg(long, value_name = "DIR", num_args = 0..=1)]
+        install: Option<Option<PathBuf>>,
+    },
     /// Print static shell completions (for dynamic ones with soul and session names:
     /// `source <(COMPLETE=bash familiar)`, see docs/cli.md)
     Completions {
@@ -352,20 +364,17 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             local::completions(shell, &mut out)?;
             Ok(Exit::Completed)
         }
-        Command::Man => {
-            complete::man(&mut out)?;
-            Ok(Exit::Completed)
-        }
+        Command::Man { command, install } => man::man(&command, install, &mut out),
         Command::Daemon => daemon(&cli.config),
         Command::Run(args) => run::run(&cli.config, args, out),
         // The daemon reads its own config; clients only talk to it.
         Command::Ask(args) => ask::ask(cli.config.as_deref(), args, out),
         Command::Status(JsonFlag { json }) => client::status(cli.config.as_deref(), json, &mut out),
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
-        Command::Steer { task_id, message } => client::steer(&task_id, &message),
-        Command::Cancel { task_id } => client::cancel(&task_id),
-        Command::Approve { request_id } => client::respond(&request_id, true),
-        Command::Deny { request_id } => client::respond(&request_id, false),
+        Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
+        Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
+        Command::Approve { request_id } => client::respond(&request_id, true, &mut out),
+        Command::Deny { request_id } => client::respond(&request_id, false, &mut out),
         Command::Setup {
             store_key: Some(provider),
             ..

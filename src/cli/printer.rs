@@ -1,5 +1,5 @@
 //! A task's events as `familiar run` and `familiar ask` show them, and the exit code
-//! its finish maps to (DESIGN §2).
+//! its finish maps to: 0 completed or skipped, 4 a limit reached, 1 anything else.
 //!
 //! Human output: the model's text on stdout (so `… > answer.md` keeps only the
 //! answer), tool lines and the status line on stderr. Events of delegated sub-tasks
@@ -18,7 +18,8 @@ use crate::store::{Outcome, TaskStatus};
 /// The prefix of a delegated sub-task's lines.
 const CHILD_BAR: &str = "  │ ";
 
-/// The exit code for a finish status (DESIGN §2).
+/// The exit code for a finish status: a limit (iterations, tokens, wall clock) is 4,
+/// a failed, denied or cancelled task 1.
 pub fn exit_for(status: TaskStatus) -> Exit {
     match status.outcome() {
         // A skipped task did what was asked: nothing, because its conditions did not hold.
@@ -40,6 +41,7 @@ pub async fn print_events(
         out,
         at_line_start: true,
         top: None,
+        answered: false,
     };
     while let Some(mut event) = rx.recv().await {
         if ephemeral
@@ -65,6 +67,8 @@ struct Printer {
     at_line_start: bool,
     /// The followed task: the first event's.
     top: Option<TaskId>,
+    /// Whether any of the followed task's text was printed.
+    answered: bool,
 }
 
 impl Printer {
@@ -83,6 +87,7 @@ impl Printer {
                 write!(self.out, "{}", terminal_safe(text))?;
                 self.out.flush()?;
                 self.at_line_start = text.ends_with('\n');
+                self.answered |= !text.trim().is_empty();
             }
             EventPayload::ToolCallStarted { .. } => {
                 self.end_text_line()?;
@@ -105,6 +110,10 @@ impl Printer {
                 }
                 if *status != TaskStatus::Completed {
                     writeln!(err, "{}", terminal_safe(result))?;
+                } else if !self.answered {
+                    // Else the status line alone: a person cannot tell "nothing to
+                    // say" from output gone missing.
+                    writeln!(err, "(no answer: the model ended without any text)")?;
                 }
                 // A session that is not kept is not named: no later command finds it.
                 let session = if *session_kept {
@@ -175,7 +184,8 @@ fn write_tool_line(
             approval_wait_ms,
             ..
         } => {
-            let mark = if *ok { "✓" } else { "✗" };
+            let (ok, preview) = outcome(tool, *ok, preview);
+            let mark = if ok { "✓" } else { "✗" };
             let waited = approval_wait_ms
                 .map(|w| format!(", after {:.1}s waiting for approval", w as f64 / 1000.0))
                 .unwrap_or_default();
@@ -183,7 +193,7 @@ fn write_tool_line(
                 err,
                 "{prefix}  {mark} {} ({duration_ms} ms{waited}) {}",
                 visible(tool),
-                visible(preview)
+                visible(&preview)
             )?;
         }
         EventPayload::ApprovalResolved { approved, .. } => {
@@ -197,6 +207,35 @@ fn write_tool_line(
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// Whether a finished call succeeded, and its preview as shown. The shell tool runs
+/// a command whose non-zero exit the model reads as output (so the call itself is
+/// `ok`), but a person reads `exit 127` as a failure: it is marked so, and the
+/// output's section markers give way to the text.
+fn outcome(tool: &str, ok: bool, preview: &str) -> (bool, String) {
+    let Some(rest) = preview
+        .strip_prefix("exit ")
+        .filter(|_| tool == "shell" && ok)
+    else {
+        return (ok, preview.to_owned());
+    };
+    let (code, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+    let Ok(code) = code.parse::<i32>() else {
+        return (ok, preview.to_owned());
+    };
+    let text = rest
+        .replace("--- stdout: empty ---", "")
+        .replace("--- stderr: empty ---", "")
+        .replace("--- stdout ---", "")
+        .replace("--- stderr ---", "stderr:");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let shown = if text.is_empty() {
+        format!("exit {code}")
+    } else {
+        format!("exit {code}: {text}")
+    };
+    (code == 0, shown)
 }
 
 /// The one status line (without indent) an event of the followed task shows, if any.
@@ -336,6 +375,46 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shell_command_that_exits_non_zero_is_a_failure_with_its_code() {
+        assert_eq!(
+            outcome(
+                "shell",
+                true,
+                "exit 127 --- stdout: empty --- --- stderr --- sh: 1: nosuch: not found"
+            ),
+            (
+                false,
+                "exit 127: stderr: sh: 1: nosuch: not found".to_owned()
+            )
+        );
+        assert_eq!(
+            outcome(
+                "shell",
+                true,
+                "exit 0 --- stdout --- hi --- stderr: empty ---"
+            ),
+            (true, "exit 0: hi".to_owned())
+        );
+        assert_eq!(
+            outcome(
+                "shell",
+                true,
+                "exit 1 --- stdout: empty --- --- stderr: empty ---"
+            ),
+            (false, "exit 1".to_owned())
+        );
+        // Other tools, and a refused shell call, are shown as they came.
+        assert_eq!(
+            outcome("read_file", true, "exit 3 of the story"),
+            (true, "exit 3 of the story".to_owned())
+        );
+        assert_eq!(
+            outcome("shell", false, "denied: not in the soul's tools"),
+            (false, "denied: not in the soul's tools".to_owned())
+        );
+    }
 
     #[test]
     fn a_prefill_shows_as_a_progress_line() {

@@ -27,7 +27,7 @@ pub fn read_prompt(words: &[String]) -> anyhow::Result<String> {
 }
 
 /// All of `input` as text, refused when longer than `max` bytes: a prompt cut short
-/// would be a different question (issue 24 §4).
+/// would be a different question.
 fn read_limited(input: impl Read, max: usize) -> anyhow::Result<String> {
     let mut bytes = Vec::new();
     input
@@ -58,7 +58,7 @@ pub fn resolve_workspace(dir: &Path) -> anyhow::Result<PathBuf> {
 mod tests {
     use super::*;
 
-    // Issue 24 §4: a 10 MB prompt was cut at 1 MiB without a word.
+    // Regression: a 10 MB prompt was cut at 1 MiB without a word.
     #[test]
     fn a_prompt_over_the_limit_is_refused_naming_the_limit() {
         let err = read_limited(&[b'a'; 11][..], 10).unwrap_err().to_string();

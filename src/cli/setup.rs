@@ -92,8 +92,7 @@ fn run_commands(commands: &[&[&str]], out: &mut Out) -> anyhow::Result<bool> {
             Ok(o) if o.status.success() => writeln!(out, "ran: {}", c.join(" "))?,
             Ok(o) => {
                 all_ok = false;
-                let err = String::from_utf8_lossy(&o.stderr);
-                writeln!(out, "could not run `{}`: {}", c.join(" "), err.trim())?;
+                writeln!(out, "{}", failed_command(c, &o))?;
             }
             Err(e) => {
                 all_ok = false;
@@ -102,6 +101,24 @@ fn run_commands(commands: &[&[&str]], out: &mut Out) -> anyhow::Result<bool> {
         }
     }
     Ok(all_ok)
+}
+
+/// What to add to hyprland.conf: the lines the README gives, each ready to paste.
+const HYPRLAND_HINT: &str = "On Hyprland, add to ~/.config/hypr/hyprland.conf (a keybinding, and the session's\nenvironment for the daemon's desktop tools):\n  exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE WAYLAND_DISPLAY\n  bind = SUPER, A, exec, familiar ask --dmenu --notify";
+
+/// The line for a command that ran and failed: its exit status and what it said on
+/// stderr (systemctl's reason), else on stdout, else that it said nothing.
+fn failed_command(command: &[&str], o: &std::process::Output) -> String {
+    let status = match o.status.code() {
+        Some(code) => format!("exit {code}"),
+        None => "killed by a signal".to_owned(),
+    };
+    let said = [&o.stderr, &o.stdout]
+        .into_iter()
+        .map(|b| String::from_utf8_lossy(b).trim().to_owned())
+        .find(|s| !s.is_empty())
+        .unwrap_or_else(|| "no message".to_owned());
+    format!("failed: `{}` ({status}): {said}", command.join(" "))
 }
 
 /// A binary under a cargo `target/` directory, or built without optimisations: a
@@ -172,10 +189,7 @@ pub fn setup(dry_run: bool, uninstall: bool, out: &mut Out) -> anyhow::Result<Ex
             "No systemd user manager answered: run the commands above once you are in your\ndesktop session (D-Bus activation works without them)."
         )?;
     }
-    writeln!(
-        out,
-        "Hyprland: add `exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE`\nand `bind = SUPER, A, exec, familiar ask --dmenu --notify` (see docs/systemd.md)."
-    )?;
+    writeln!(out, "{HYPRLAND_HINT}")?;
     Ok(if manager_ok {
         Exit::Completed
     } else {
@@ -219,7 +233,7 @@ fn uninstall(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
         return Ok(Exit::Completed);
     }
     // Already uninstalled (a second run): systemctl would only fail on the units it
-    // no longer knows, which made a repeated uninstall exit 1 (issue 26).
+    // no longer knows; nothing to do is success.
     if !files.iter().any(|f| f.exists()) {
         writeln!(
             out,
@@ -269,4 +283,52 @@ fn data_home() -> anyhow::Result<PathBuf> {
         .filter(|h| h.is_absolute())
         .context("HOME is not set to an absolute path")?;
     Ok(Path::new(&home).join(".local/share"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    // Regression: the hint's `exec-once` line lacked WAYLAND_DISPLAY, unlike the README.
+    #[test]
+    fn the_hyprland_lines_are_the_readme_s() {
+        let readme = include_str!("../../README.md");
+        let lines: Vec<&str> = HYPRLAND_HINT
+            .lines()
+            .filter_map(|l| l.strip_prefix("  "))
+            .collect();
+        assert_eq!(lines.len(), 2, "{HYPRLAND_HINT}");
+        for line in lines {
+            assert!(
+                readme.lines().any(|l| l == line),
+                "not in the README: {line}"
+            );
+        }
+    }
+
+    // Regression: a failed step showed only stderr, empty when systemctl said why on
+    // stdout.
+    #[test]
+    fn a_failed_step_says_its_exit_code_and_what_it_said() {
+        let output = |code: i32, stdout: &str, stderr: &str| std::process::Output {
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.as_bytes().to_vec(),
+        };
+        let cmd = ["systemctl", "--user", "daemon-reload"];
+        assert_eq!(
+            failed_command(&cmd, &output(1, "", "Failed to connect to bus\n")),
+            "failed: `systemctl --user daemon-reload` (exit 1): Failed to connect to bus"
+        );
+        assert_eq!(
+            failed_command(&cmd, &output(5, "Unit x not loaded.\n", "")),
+            "failed: `systemctl --user daemon-reload` (exit 5): Unit x not loaded."
+        );
+        assert_eq!(
+            failed_command(&cmd, &output(1, "", "")),
+            "failed: `systemctl --user daemon-reload` (exit 1): no message"
+        );
+    }
 }

@@ -1,6 +1,5 @@
 //! Lines typed on the terminal while a task runs (`familiar run`, `familiar ask`):
-//! an open approval question takes the next line; every other line steers the task
-//! (issue 9 §3).
+//! an open approval question takes the next line; every other line steers the task.
 //!
 //! One thread reads the terminal, so an approval prompt and steering never compete
 //! for the same line. A question is opened before its prompt is printed

@@ -34,7 +34,7 @@ pub async fn wait_for(when: &Conditions, wait: Duration, cancel: &CancellationTo
     }
 }
 
-/// Ctrl-C while waiting: said as such, not as a skip (issue 26).
+/// Ctrl-C while waiting: said as such, not as a skip.
 pub fn interrupted(when: &Conditions) {
     say(&format!("interrupted while waiting for --when {when}"));
 }

@@ -300,7 +300,7 @@ pub(crate) mod tests {
         assert_eq!(c.providers["local"].base_url, DEFAULT_OPENAI_BASE_URL);
     }
 
-    /// Regression (issue 26): `familiar run --provider anthropic` (a README example)
+    /// Regression: `familiar run --provider anthropic` (a README example)
     /// failed with "unknown provider `anthropic`" with no config, key set or not.
     #[test]
     fn builtin_provider_names_work_without_a_table_and_a_table_replaces_them() {

@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(config_dir(&e), PathBuf::from("/etc/cfg/familiar"));
     }
 
-    /// Regression (issue 26): systemd 252 gives a user unit's `StateDirectory=familiar`
+    /// Regression: systemd 252 gives a user unit's `StateDirectory=familiar`
     /// as `$XDG_CONFIG_HOME/familiar`; the daemon took it and its sessions, audit and
     /// memory split from the CLI's. The daemon's environment there, and on systemd 254+.
     #[test]

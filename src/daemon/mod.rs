@@ -1,8 +1,8 @@
 //! `familiar daemon`: the session-bus service that runs agent tasks.
 //!
-//! Start-up order is the contract's (DESIGN §9, STYLE "Concurrency"): load config,
-//! policy and souls; mark tasks a crash left `running` as `interrupted`; serve the
-//! object; only then take the bus name; then `READY=1`. One owner task
+//! Start-up order: load config, policy and souls; mark tasks a crash left `running` as
+//! `interrupted`; serve the object; only then take the bus name (a client that sees
+//! the name can call at once); then `READY=1`. One owner task
 //! (`supervisor`) holds every piece of mutable task state; the D-Bus object
 //! ([`service::Service`]) forwards [`Op`]s to it. SIGTERM stops new submissions, cancels running tasks (each persists
 //! its partial context) and exits once they have finished.

@@ -107,7 +107,7 @@ impl Reloadable {
         let fp = fingerprint(rt);
         let (config, config_note) = match reload_config(&rt.config) {
             Ok((config, note)) => (config, note),
-            Err(e) => (Arc::clone(&rt.config), Some(e)),
+            Err(e) => (Arc::clone(&rt.config), Some(e.to_string())),
         };
         let keep = |e: ConfigError| {
             ReloadError(format!(
@@ -195,7 +195,7 @@ impl Reloadable {
 /// and, when it changes what only a restart can (`data_dir`), a note saying so. An
 /// error (it does not parse, it is gone) keeps the previous config; the message names
 /// the file, line and key.
-fn reload_config(old: &Arc<Config>) -> Result<(Arc<Config>, Option<String>), String> {
+fn reload_config(old: &Arc<Config>) -> Result<(Arc<Config>, Option<String>), ConfigKept> {
     let path = config_path(old);
     let src = match std::fs::read_to_string(&path) {
         Ok(src) => src,
@@ -203,10 +203,10 @@ fn reload_config(old: &Arc<Config>) -> Result<(Arc<Config>, Option<String>), Str
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && old.source.is_none() => {
             return Ok((Arc::clone(old), None));
         }
-        Err(e) => return Err(keeping(&format!("cannot read {}: {e}", path.display()))),
+        Err(err) => return Err(ConfigKept::Read { path, err }),
     };
     let mut new = Config::from_toml(&path.display().to_string(), &src, &ProcessEnv)
-        .map_err(|e| keeping(&e.to_string()))?;
+        .map_err(ConfigKept::Invalid)?;
     let note = (new.data_dir_setting != old.data_dir_setting).then(|| {
         format!(
             "config.toml reloaded, but `data_dir` ({}) takes effect only when the daemon restarts (`systemctl --user restart familiar`); it uses {} until then",
@@ -223,8 +223,16 @@ fn reload_config(old: &Arc<Config>) -> Result<(Arc<Config>, Option<String>), Str
     Ok((Arc::new(new), note))
 }
 
-fn keeping(error: &str) -> String {
-    format!("config.toml does not load, the daemon keeps its previous version: {error}")
+/// Why config.toml was not reloaded (the daemon keeps its previous version).
+#[derive(Debug, thiserror::Error)]
+enum ConfigKept {
+    #[error(
+        "config.toml does not load, the daemon keeps its previous version: cannot read {}: {err}",
+        path.display()
+    )]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("config.toml does not load, the daemon keeps its previous version: {0}")]
+    Invalid(ConfigError),
 }
 
 /// The config file the daemon reads: the one it loaded, else the default location

@@ -85,7 +85,7 @@ pub fn tune_allocator() {
     let arg0 = args.next().unwrap_or_else(|| OsString::from("familiar"));
     // The binary's own path, not `/proc/self/exe`: the kernel names a process after the
     // file it executes, and `exe` is what `ps`, `pgrep -x familiar`, `systemctl status`
-    // and busctl showed (issue 26). `/proc/self/exe` only when the path is gone (the
+    // and busctl showed. `/proc/self/exe` only when the path is gone (the
     // binary was deleted or replaced since it started: that link still reaches it).
     let program = std::env::current_exe()
         .ok()

@@ -3,7 +3,7 @@
 //! charge) and NetworkManager (a metered connection). Typed proxies, the part familiar
 //! reads: `snapshot::conditions` (`--when`) and the `power` tool.
 //!
-//! Ours rather than `zbus_systemd`'s `login1` (issue 15, see [`super::systemd`]). The
+//! Ours rather than `zbus_systemd`'s `login1` (see [`super::systemd`]). The
 //! readers build them with `CacheProperties::No`: a condition is read fresh each time,
 //! and a cached proxy would subscribe to every change for a single read.
 

@@ -1,4 +1,4 @@
-//! The session-bus contract of DESIGN §3: names, the typed error, the limits both
+//! The session-bus contract (docs/dbus.md): names, the typed error, the limits both
 //! sides share, the `Agent1` client proxy ([`proxy`]) and the desktop-notification
 //! proxy ([`notifications`]). The service object that implements the contract lives in
 //! `daemon::service`.

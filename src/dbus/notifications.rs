@@ -199,8 +199,8 @@ async fn watch(
                 if let Err(e) = broker.respond(&r.request_id, answer, "notification") {
                     tracing::debug!("notification answer came too late: {e}");
                 }
-                // It is `resident`: the server keeps it, buttons live, after an action
-                // (issue 26); answered, it goes.
+                // It is `resident`: the server keeps it, buttons live, after an action;
+                // answered, it goes.
                 if let Err(e) = proxy.close_notification(id).await {
                     tracing::debug!("closing notification {id}: {e}");
                 }

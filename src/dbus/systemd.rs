@@ -2,8 +2,8 @@
 //! bus), the part familiar uses: the `systemd_user` tool and the pre-check list and
 //! drive units, the sandbox puts a task's tool processes in a transient slice.
 //!
-//! Our declarations rather than `zbus_systemd` 0.26201 (issue 15, evaluated: it is on
-//! zbus 6 and passed the tests): +33 KB of release binary and ~10,000 lines of
+//! Our declarations rather than `zbus_systemd` 0.26201 (evaluated: it is on zbus 6 and
+//! passed the tests): +33 KB of release binary and ~10,000 lines of
 //! generated proxies to compile, with `String` arguments, for these dozen calls of a
 //! stable interface (the same goes for `tools::power`).
 

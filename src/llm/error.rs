@@ -128,8 +128,8 @@ impl LlmError {
     }
 
     /// Whether a server on this machine refused the connection: nothing listens
-    /// there, which waiting will not change (issue 9 §5: worth one quick retry for a
-    /// server that is just restarting, not five with backoff).
+    /// there, which waiting will not change: worth one quick retry for a server that is
+    /// just restarting, not five with backoff.
     pub fn is_refused_locally(&self) -> bool {
         matches!(self, LlmError::Connect(c) if c.refused_locally)
     }
@@ -144,13 +144,23 @@ pub struct NoFirstToken {
     pub base_url: String,
     /// The server is on this machine or the local network (`config::is_local_url`).
     pub local: bool,
+    /// The liveness check's URL when the server answered that neither: it accepts
+    /// connections but is stopped or wedged, and `after` is the time it had.
+    pub unanswered_check: Option<String>,
 }
 
 impl std::fmt::Display for NoFirstToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let after = humantime::format_duration(self.after);
         let (url, name) = (&self.base_url, &self.provider);
-        if self.local {
+        if let Some(check) = &self.unanswered_check {
+            write!(
+                f,
+                "no answer from {url} after {after}, nor to a check of {check}: the server \
+                 accepts connections but does not respond (stopped, or stuck); restart it, or \
+                 check base_url in [providers.{name}]; `familiar doctor` checks the setup"
+            )
+        } else if self.local {
             write!(
                 f,
                 "no answer from {url} within first_token_timeout ({after}): the server is still \

@@ -26,6 +26,13 @@ use crate::config::ProviderConfig;
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Longest server error text kept in an error message.
 const MAX_MESSAGE: usize = 500;
+/// Silence before the first response, after which a cheap request asks whether the
+/// server answers at all: a stopped or wedged server (it accepts connections, never
+/// replies) is told from a busy one within seconds instead of `first_token_timeout`.
+const PROBE_AFTER: Duration = Duration::from_secs(10);
+/// How long the liveness check may take: any HTTP answer (even an error status) within
+/// it shows the server alive and the request's wait goes on.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a provider needs to make requests.
 pub(crate) struct HttpCtx {
@@ -139,7 +146,34 @@ impl HttpCtx {
             provider: self.cfg.name.clone(),
             base_url: self.cfg.base_url.clone(),
             local: crate::config::is_local_url(&self.cfg.base_url),
+            unanswered_check: None,
         })
+    }
+
+    /// The error for a server that answered neither the request within `after` nor the
+    /// liveness check of `check_url`.
+    fn unresponsive(&self, after: Duration, check_url: String) -> LlmError {
+        LlmError::NoFirstToken(super::NoFirstToken {
+            after,
+            provider: self.cfg.name.clone(),
+            base_url: self.cfg.base_url.clone(),
+            local: crate::config::is_local_url(&self.cfg.base_url),
+            unanswered_check: Some(check_url),
+        })
+    }
+
+    /// Whether the server answers `url` (any status) within [`PROBE_TIMEOUT`]. No key
+    /// goes with it: a 401 shows the server alive as well as a 200 does.
+    async fn answers(&self, url: &str) -> bool {
+        let check = self.client.get(url).send();
+        match tokio::time::timeout(PROBE_TIMEOUT, check).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::debug!(url, "liveness check failed: {e}");
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     pub(crate) fn connect_error(&self, err: &reqwest::Error) -> LlmError {
@@ -305,6 +339,8 @@ struct Drive {
     ctx: Arc<HttpCtx>,
     model: String,
     framing: Framing,
+    /// The liveness check's path under the base URL ([`Wire::CHECK_PATH`]).
+    check_path: &'static str,
     phase: Phase,
     decoder: Box<dyn Decoder>,
     queue: VecDeque<StreamEvent>,
@@ -320,6 +356,10 @@ struct Drive {
 pub(crate) trait Wire: Send + Sync + 'static {
     /// The path under the provider's base URL.
     const PATH: &'static str;
+
+    /// A cheap GET under the base URL for the liveness check (see [`PROBE_AFTER`]);
+    /// any answer counts, so a path the server lacks (404) does as well.
+    const CHECK_PATH: &'static str = "/models";
 
     /// Adds the provider's own headers and the API key, if there is one.
     fn authorize(builder: reqwest::RequestBuilder, key: Option<&ApiKey>)
@@ -369,7 +409,10 @@ impl<W: Wire> Provider for HttpProvider<W> {
             builder,
             W::authorize,
             W::decoder(),
-            Framing::Sse,
+            Endpoint {
+                framing: Framing::Sse,
+                check_path: W::CHECK_PATH,
+            },
             req.model.clone(),
             cancel,
         )
@@ -393,20 +436,28 @@ pub(crate) enum Framing {
     Ndjson,
 }
 
+/// How a provider's responses are framed, and where its liveness check goes.
+pub(crate) struct Endpoint {
+    pub(crate) framing: Framing,
+    /// The liveness check's path under the base URL ([`Wire::CHECK_PATH`]).
+    pub(crate) check_path: &'static str,
+}
+
 /// Streams the response to `request` through `decoder`.
 pub(crate) fn drive(
     ctx: Arc<HttpCtx>,
     request: reqwest::RequestBuilder,
     authorize: Authorize,
     decoder: Box<dyn Decoder>,
-    framing: Framing,
+    endpoint: Endpoint,
     model: String,
     cancel: CancellationToken,
 ) -> BoxStream<'static, Result<StreamEvent, LlmError>> {
     let state = Drive {
         ctx,
         model,
-        framing,
+        framing: endpoint.framing,
+        check_path: endpoint.check_path,
         phase: Phase::Send(Box::new(request), authorize),
         decoder,
         queue: VecDeque::new(),
@@ -446,12 +497,13 @@ impl Drive {
                     };
                     let by = Instant::now() + self.ctx.cfg.first_token_timeout;
                     self.first_token_by = Some(by);
+                    let check_url = format!("{}{}", self.ctx.cfg.base_url, self.check_path);
                     match send(
                         &self.ctx,
                         &self.cancel,
                         &self.model,
                         request,
-                        by,
+                        Wait { by, check_url },
                         self.framing,
                     )
                     .await
@@ -500,6 +552,14 @@ impl Drive {
     }
 }
 
+/// How long [`send`] waits for the response, and how it checks the server meanwhile.
+struct Wait {
+    /// The first token's deadline.
+    by: Instant,
+    /// Asked after [`PROBE_AFTER`] of silence (see [`HttpCtx::answers`]).
+    check_url: String,
+}
+
 /// Sends `request`; a success becomes the SSE event stream, anything else an error.
 /// Some servers send the headers only with the first token (after the prefill), so the
 /// wait for them is the first token's.
@@ -508,19 +568,18 @@ async fn send(
     cancel: &CancellationToken,
     model: &str,
     request: reqwest::RequestBuilder,
-    first_token_by: Instant,
+    wait: Wait,
     framing: Framing,
 ) -> Result<SseStream, LlmError> {
     let stall = ctx.cfg.stall_timeout;
     let response = tokio::select! {
         biased;
         () = cancel.cancelled() => return Err(LlmError::Cancelled),
-        r = tokio::time::timeout_at(first_token_by, request.send()) => r,
+        r = first_response(ctx, request.send(), wait) => r?,
     };
     let response = match response {
-        Err(_) => return Err(ctx.no_first_token()),
-        Ok(Err(e)) => return Err(ctx.connect_error(&e)),
-        Ok(Ok(r)) => r,
+        Err(e) => return Err(ctx.connect_error(&e)),
+        Ok(r) => r,
     };
     let status = response.status();
     if !status.is_success() {
@@ -549,6 +608,38 @@ async fn send(
         Framing::Sse => sse::events(bytes),
         Framing::Ndjson => sse::ndjson_lines(bytes),
     })
+}
+
+/// Waits for `response` until `wait.by`. Silence for [`PROBE_AFTER`] starts a liveness
+/// check: a server that answers it is busy (reading a long prompt; llama.cpp and Ollama
+/// serve their model lists meanwhile) and the wait goes on; one that answers neither is
+/// stopped or wedged, and the request fails now with what to check.
+async fn first_response<T>(
+    ctx: &HttpCtx,
+    response: impl Future<Output = T>,
+    wait: Wait,
+) -> Result<T, LlmError> {
+    let started = Instant::now();
+    let mut response = std::pin::pin!(response);
+    let check_at = started + PROBE_AFTER;
+    if check_at < wait.by {
+        tokio::select! {
+            biased;
+            r = &mut response => return Ok(r),
+            () = tokio::time::sleep_until(check_at) => {}
+        }
+        let alive = tokio::select! {
+            biased;
+            r = &mut response => return Ok(r),
+            alive = ctx.answers(&wait.check_url) => alive,
+        };
+        if !alive {
+            return Err(ctx.unresponsive(started.elapsed(), wait.check_url));
+        }
+    }
+    tokio::time::timeout_at(wait.by, response)
+        .await
+        .map_err(|_| ctx.no_first_token())
 }
 
 #[cfg(test)]

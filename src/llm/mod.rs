@@ -11,7 +11,7 @@
 //! the last event of a successful stream, and `ToolCallComplete` is emitted only for a
 //! call whose arguments were received whole (a cut stream never completes a call).
 //!
-//! Layout: `openai.rs` and `anthropic.rs` are the two SSE wire formats, `ollama.rs`
+//! Layout: `openai.rs` and `anthropic/` are the two SSE wire formats, `ollama.rs`
 //! Ollama's own NDJSON API (with its context size per request); `http.rs` is the
 //! transport both share and `tls.rs` its certificate checks; [`sse`] turns bytes into
 //! events and knows no provider; what both formats share (argument parsing, picking a

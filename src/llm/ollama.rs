@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{Framing, HttpCtx, drive};
+use super::http::{Endpoint, Framing, HttpCtx, drive};
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
@@ -103,7 +103,10 @@ impl Provider for Ollama {
                 builder,
                 authorize,
                 decoder,
-                Framing::Ndjson,
+                Endpoint {
+                    framing: Framing::Ndjson,
+                    check_path: "/api/tags",
+                },
                 model,
                 cancel,
             )

@@ -38,6 +38,24 @@ pub struct McpConnection {
     pub tools: Vec<McpTool>,
 }
 
+/// `message` with what to do when it says a file could not be opened: under the
+/// sandbox a stdio server reads only the system directories and its own `read` paths,
+/// so a script or an interpreter elsewhere (a venv, `~/.local`, a version manager's
+/// directory) is refused with EACCES.
+fn with_read_hint(server: &str, message: String) -> String {
+    let denied = ["Permission denied", "os error 13", "Errno 13", "EACCES"]
+        .iter()
+        .any(|m| message.contains(m));
+    if !denied {
+        return message;
+    }
+    format!(
+        "{message}; the sandbox lets the server read only the system directories and its \
+         own paths: add the file it could not open (its script, its interpreter, or their \
+         directory) to `read` in [mcp.{server}.sandbox]"
+    )
+}
+
 impl McpConnection {
     /// Initialises the protocol over a started stdio server and lists its tools.
     /// Gives up after `timeout`, or at once when `cancel` fires; either way the server
@@ -54,6 +72,7 @@ impl McpConnection {
             stdin,
             enforcement,
             stderr_tail,
+            stderr_reader,
             stdout_fault,
         } = started;
         match initialise(server, (stdout, stdin), timeout, cancel).await {
@@ -67,11 +86,20 @@ impl McpConnection {
             }),
             Err(McpError::Protocol { server, message }) => {
                 stdio::stop(&mut child, Duration::from_secs(2)).await;
+                // The server is gone: its stderr ends at once, and what it said last
+                // (why it failed) is in the tail only once the reader got there.
+                if tokio::time::timeout(Duration::from_secs(2), stderr_reader)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!(server, "the server's stderr stayed open after it stopped");
+                }
                 let message = format!(
                     "{message}{}{}",
                     stdio::fault_clause(&stdout_fault),
                     stdio::tail_clause(&stderr_tail)
                 );
+                let message = with_read_hint(&server, message);
                 Err(McpError::Protocol { server, message })
             }
             Err(e) => {
@@ -225,7 +253,8 @@ pub const MAX_SCHEMA_BYTES: usize = 32 << 10;
 
 /// A server's tool list as offered to the model: sorted by name, so what the model sees
 /// is stable from request to request, and bounded, since every tool goes into every
-/// request (issue 24 §4: a 10 MB description did). Each tool dropped or cut is logged.
+/// request (a server's 10 MB description would be in each one). Each tool dropped or
+/// cut is logged.
 pub fn bounded_tools(server: &str, mut tools: Vec<McpTool>) -> Vec<McpTool> {
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     let mut kept: Vec<McpTool> = Vec::with_capacity(tools.len().min(MAX_TOOLS));
@@ -309,6 +338,27 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_refused_file_points_at_the_sandbox_read_list() {
+        assert_eq!(
+            with_read_hint(
+                "notes",
+                "the server closed the connection (its stderr: python3: can't open file \
+                 '/home/u/notes.py': [Errno 13] Permission denied)"
+                    .to_owned()
+            ),
+            "the server closed the connection (its stderr: python3: can't open file \
+             '/home/u/notes.py': [Errno 13] Permission denied); the sandbox lets the server \
+             read only the system directories and its own paths: add the file it could not \
+             open (its script, its interpreter, or their directory) to `read` in \
+             [mcp.notes.sandbox]"
+        );
+        assert_eq!(
+            with_read_hint("notes", "it said nothing".to_owned()),
+            "it said nothing"
+        );
+    }
+
     fn tool(name: &str, description: &str) -> McpTool {
         McpTool {
             name: name.to_owned(),
@@ -317,7 +367,7 @@ mod tests {
         }
     }
 
-    // Issue 24 §4: a 10 MB description went into every request; duplicates and
+    // Regression: a 10 MB description went into every request; duplicates and
     // thousands of tools were all offered.
     #[test]
     fn a_tool_list_is_bounded_deduplicated_and_sorted() {

@@ -30,6 +30,9 @@ pub struct StdioServer {
     pub enforcement: Option<Enforcement>,
     /// The last lines the server wrote to stderr, for a start failure's message.
     pub stderr_tail: StderrTail,
+    /// The task filling `stderr_tail`: done once the server's stderr is closed, so a
+    /// start failure's message waits for it to hold the server's last words.
+    pub stderr_reader: tokio::task::JoinHandle<()>,
     /// Why the server's stdout was cut off, once it broke the protocol.
     pub stdout_fault: StdoutFault,
 }
@@ -131,7 +134,7 @@ pub async fn spawn(
     let name = server.to_owned();
     let stderr_tail = StderrTail::default();
     let tail = stderr_tail.clone();
-    tokio::spawn(async move {
+    let stderr_reader = tokio::spawn(async move {
         // The server's own diagnostics: logged, never read by the model; each line held
         // to MAX_STDERR_LINE, so a flood without newlines costs no memory.
         while let Ok(Some(line)) = lines.next_line().await {
@@ -158,6 +161,7 @@ pub async fn spawn(
         stdin,
         enforcement: report.enforcement,
         stderr_tail,
+        stderr_reader,
         stdout_fault,
     })
 }
@@ -165,7 +169,7 @@ pub async fn spawn(
 /// Passes the server's stdout on to the client one JSON message at a time. The first
 /// line that is not JSON, or is longer than [`MAX_MESSAGE_BYTES`], ends the stream
 /// with the reason in `fault`: the client then fails what it waits for at once,
-/// instead of skipping the line and waiting out its timeout (issue 24 §4). Stdout
+/// instead of skipping the line and waiting out its timeout. Stdout
 /// carries only protocol messages (the MCP spec: a server must not write anything
 /// else there).
 fn guard_stdout(server: &str, stdout: ChildStdout, fault: StdoutFault) -> DuplexStream {

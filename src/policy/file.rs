@@ -1,4 +1,5 @@
-//! Policy files: the raw schema ([`PolicyToml`]), the built-in policies, loading by name.
+//! Policy files: the raw schema ([`PolicyToml`]) and what a file resolves to (the
+//! built-in policies and loading by name are in [`super::load`]).
 //!
 //! Invariant: a [`Policy`] only exists once every regex a user wrote compiled (the
 //! built-in policies' are compiled at their first match, see [`Pattern`]), every mode,
@@ -9,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -18,8 +18,8 @@ use toml::Spanned;
 use super::paths::lexical_normalize;
 use super::pattern::Pattern;
 use super::{Mode, Policy, RateLimits, RateSpec, TierModes};
-use crate::config::{Paths, expand_home, parse_duration};
-use crate::error::{ConfigError, FileError, parse_toml};
+use crate::config::{expand_home, parse_duration};
+use crate::error::FileError;
 
 /// The modes of a policy file that has no `[tiers]` and no base to inherit from.
 pub const DEFAULT_TIERS: TierModes = TierModes {
@@ -29,11 +29,6 @@ pub const DEFAULT_TIERS: TierModes = TierModes {
     system_critical: Mode::Ask,
 };
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
-
-const BUILTINS: &[(&str, &str)] = &[
-    ("default", include_str!("../../policies/default.toml")),
-    ("strict", include_str!("../../policies/strict.toml")),
-];
 
 /// `policies/NAME.toml` as written. Every key is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -88,73 +83,13 @@ impl PartialEq for PatternRule {
     }
 }
 
-/// The names of the compiled-in policies.
-pub fn builtin_names() -> &'static [&'static str] {
-    &["default", "strict"]
-}
-
-/// The text of a compiled-in policy.
-pub fn builtin_source(name: &str) -> Option<&'static str> {
-    BUILTINS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
-}
-
-fn builtin_label(name: &str) -> String {
-    format!("built-in:policies/{name}.toml")
-}
-
-impl Policy {
-    /// Parses and validates a policy file. The policy is named after the file's stem;
-    /// keys the file leaves out keep the built-in `default` policy's values.
-    pub fn from_toml(file_label: &str, src: &str, home: &Path) -> Result<Policy, FileError> {
-        let base = builtin_default(home)?;
-        let name = Path::new(file_label).file_stem().map_or_else(
-            || file_label.to_owned(),
-            |s| s.to_string_lossy().into_owned(),
-        );
-        let raw: PolicyToml = parse_toml(file_label, src)?;
-        Source {
-            file: file_label,
-            src,
-            home,
-            builtin: BUILTINS.iter().any(|(_, text)| *text == src),
-        }
-        .resolve(&name, raw, Some(&base))
-    }
-}
-
-/// The built-in `default` policy for `home`, the base every policy file inherits
-/// from. Made once per home directory and kept, with its patterns: a policy that repeats
-/// one shares its regex, compiled once (a reload, `familiar policy check` and the fuzzers
-/// parse many policies).
-fn builtin_default(home: &Path) -> Result<Policy, FileError> {
-    static CACHE: Mutex<Option<(PathBuf, Policy)>> = Mutex::new(None);
-    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((h, policy)) = cache.as_ref()
-        && h == home
-    {
-        return Ok(policy.clone());
-    }
-    let label = builtin_label("default");
-    let src = builtin_source("default").unwrap_or_default();
-    let raw: PolicyToml = parse_toml(&label, src)?;
-    let policy = Source {
-        file: &label,
-        src,
-        home,
-        builtin: true,
-    }
-    .resolve("default", raw, None)?;
-    *cache = Some((home.to_owned(), policy.clone()));
-    Ok(policy)
-}
-
 /// A policy file being resolved: where its errors point, the home `~` means, and
 /// whether it is the text of a built-in policy (whose patterns compile at first use).
-struct Source<'a> {
-    file: &'a str,
-    src: &'a str,
-    home: &'a Path,
-    builtin: bool,
+pub(super) struct Source<'a> {
+    pub(super) file: &'a str,
+    pub(super) src: &'a str,
+    pub(super) home: &'a Path,
+    pub(super) builtin: bool,
 }
 
 impl Source<'_> {
@@ -163,7 +98,7 @@ impl Source<'_> {
     }
 
     /// The effective policy: each key from the file, or the base's where it is left out.
-    fn resolve(
+    pub(super) fn resolve(
         &self,
         name: &str,
         raw: PolicyToml,
@@ -350,67 +285,139 @@ fn regex_error_summary(e: &regex::Error) -> String {
         .to_owned()
 }
 
-/// Loads the policy `name`: `<config_dir>/policies/NAME.toml` if it exists, else the
-/// built-in of that name. familiar's own config directory and its audit log, contexts,
-/// transcripts and long-term memory are added to the protected paths whatever the file says: a tool
-/// must never rewrite the rules it runs under or the record of what it did.
-pub fn load(name: &str, paths: &Paths) -> Result<Policy, ConfigError> {
-    let plain = !name.is_empty()
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    let user_file = paths.policies_dir().join(format!("{name}.toml"));
-    let mut policy = if plain && user_file.is_file() {
-        let src = crate::error::read_file(&user_file)?;
-        Policy::from_toml(&user_file.display().to_string(), &src, &paths.home)?
-    } else if let Some(src) = builtin_source(name) {
-        Policy::from_toml(&builtin_label(name), src, &paths.home)?
-    } else {
-        return Err(ConfigError::UnknownPolicy {
-            name: name.to_owned(),
-            known: known_names(paths).join(", "),
-            dir: paths.policies_dir().display().to_string(),
-        });
-    };
-    policy.name = name.to_owned();
-    let own = [
-        paths.config_dir.clone(),
-        paths.data_dir.join("audit.jsonl"),
-        paths.data_dir.join("context"),
-        paths.data_dir.join("transcripts"),
-        // Long-term memory goes into system prompts: a tool writing it could plant
-        // instructions the user never approved. Its lock, temp files and corrupt
-        // copies live under context/.
-        paths.data_dir.join("memory.json"),
-    ];
-    for p in own {
-        let p = lexical_normalize(&p);
-        if !policy.protected_paths.contains(&p) {
-            policy.protected_paths.push(p);
-        }
-    }
-    Ok(policy)
-}
-
-/// Built-in names and the user's policy files, sorted, for error messages.
-fn known_names(paths: &Paths) -> Vec<String> {
-    let mut names: Vec<String> = builtin_names().iter().map(|s| (*s).to_owned()).collect();
-    if let Ok(entries) = std::fs::read_dir(paths.policies_dir()) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "toml")
-                && let Some(stem) = path.file_stem()
-            {
-                names.push(stem.to_string_lossy().into_owned());
-            }
-        }
-    }
-    names.sort();
-    names.dedup();
-    names
-}
-
 #[cfg(test)]
-#[path = "file_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::error::parse_toml;
+    use crate::policy::builtin_source;
+    use crate::policy::tests::{HOME, parse};
+
+    #[test]
+    fn missing_keys_keep_the_default_policy() {
+        let p = parse("[tiers]\nexecute = \"allow\"\n").unwrap();
+        let d = parse(builtin_source("default").unwrap()).unwrap();
+        assert_eq!(p.name, "p");
+        assert_eq!(p.tiers.execute, Mode::Allow);
+        assert_eq!(p.tiers.write, Mode::Ask);
+        assert_eq!(p.protected_paths, d.protected_paths);
+        assert_eq!(p.blocked, d.blocked);
+        assert_eq!(p.rate_limits, d.rate_limits);
+        assert_eq!(p.approval_timeout, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn empty_lists_drop_what_the_default_has() {
+        let p = parse("protected_paths = []\nblocked = []\nask = []\n").unwrap();
+        assert!(p.protected_paths.is_empty() && p.blocked.is_empty() && p.ask.is_empty());
+    }
+
+    #[test]
+    fn home_forms_expand_in_protected_paths() {
+        let p = parse("protected_paths = [\"~/a/../b\", \"$HOME/c\", \"${HOME}/d/\", \"/e\"]\n")
+            .unwrap();
+        let want: Vec<PathBuf> = ["/home/user/b", "/home/user/c", "/home/user/d", "/e"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(p.protected_paths, want);
+    }
+
+    #[test]
+    fn malformed_policies_name_file_line_key_and_what_is_allowed() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[tiers]\nread = \"maybe\"\n",
+                "p.toml:2: key `tiers.read`: unknown variant `maybe`, expected one of `allow`, `ask`, `deny`",
+            ),
+            (
+                "[tiers]\nexec = \"allow\"\n",
+                "p.toml:2: key `tiers.exec`: unknown field `exec`, expected one of `read`, `write`, `execute`, `system_critical`",
+            ),
+            (
+                "descripton = \"x\"\n",
+                "p.toml:1: key `descripton`: unknown field `descripton`, expected one of `description`, `approval_timeout`, `tiers`, `rate_limits`, `protected_paths`, `blocked`, `ask`",
+            ),
+            (
+                "\n[rate_limits]\ntool_calls = \"60 per minute\"\n",
+                "p.toml:3: key `rate_limits.tool_calls`: invalid rate `60 per minute`: expected COUNT/UNIT like `30/min` (units: s, sec, min, h, hour, day)",
+            ),
+            (
+                "[rate_limits]\nglobal_tool_calls = \"0/min\"\n",
+                "p.toml:2: key `rate_limits.global_tool_calls`: invalid rate `0/min`",
+            ),
+            (
+                "[rate_limits.tools]\nshel = \"5/min\"\n",
+                "p.toml:2: key `rate_limits.tools.shel`: unknown tool `shel` (tools: read_file, list_dir,",
+            ),
+            (
+                "approval_timeout = \"soon\"\n",
+                "p.toml:1: key `approval_timeout`: invalid duration `soon`",
+            ),
+            (
+                "approval_timeout = \"0s\"\n",
+                "p.toml:1: key `approval_timeout`: must be longer than 0s",
+            ),
+            (
+                "description = \"x\"\n\n[[blocked]]\npattern = '^rm (-rf'\nreason = \"x\"\n",
+                "p.toml:4: key `blocked.pattern`: invalid regex `^rm (-rf`: unclosed group (regex syntax: https://docs.rs/regex)",
+            ),
+            (
+                "[[ask]]\npattern = 'a'\nreason = \"  \"\n",
+                "p.toml:2: key `ask.pattern`: needs a non-empty `reason`",
+            ),
+            (
+                "[[ask]]\npattern = 'a'\nwhy = \"x\"\n",
+                "p.toml:3: key `ask.why`: unknown field `why`, expected `pattern` or `reason`",
+            ),
+            (
+                "protected_paths = [\n  \"~/.ssh\",\n  \"relative/dir\",\n]\n",
+                "p.toml:3: key `protected_paths`: `relative/dir` must be an absolute path or start with `~/`",
+            ),
+            ("[tiers\n", "p.toml:1:"),
+        ];
+        for (src, want) in cases {
+            let err = parse(src).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{src:?}\n got: {err}\nwant: {want}");
+        }
+    }
+
+    /// A policy resolved on `base` without the per-home cache, so no other test can have
+    /// matched its patterns.
+    fn resolve_fresh(src: &str, builtin: bool, base: Option<&Policy>) -> Policy {
+        let raw: PolicyToml = parse_toml("p.toml", src).unwrap();
+        Source {
+            file: "p.toml",
+            src,
+            home: Path::new(HOME),
+            builtin,
+        }
+        .resolve("p", raw, base)
+        .unwrap()
+    }
+
+    #[test]
+    fn builtin_patterns_compile_at_first_match_and_a_users_at_load() {
+        let base = resolve_fresh(builtin_source("default").unwrap(), true, None);
+        let compiled = |p: &Policy| {
+            p.blocked
+                .iter()
+                .chain(&p.ask)
+                .filter(|r| r.pattern.is_compiled())
+                .count()
+        };
+        assert_eq!(compiled(&base), 0);
+        let repeated = base.blocked[0].pattern.as_str();
+        let src = format!(
+            "[[blocked]]\npattern = '''{repeated}'''\nreason = \"repeated\"\n\n\
+             [[blocked]]\npattern = '^mine( |$)'\nreason = \"new\"\n"
+        );
+        let user = resolve_fresh(&src, false, Some(&base));
+        assert!(user.blocked[1].pattern.is_compiled());
+        assert!(!user.blocked[0].pattern.is_compiled());
+        assert!(user.blocked[0].pattern.is_match("rm -r /"));
+        // One regex behind both: the base's is now compiled too, and only it.
+        assert_eq!(compiled(&base), 1);
+        let strict = resolve_fresh(builtin_source("strict").unwrap(), true, Some(&base));
+        assert_eq!(compiled(&strict), 1);
+    }
+}

@@ -11,23 +11,30 @@
 //! What cannot be understood (an opaque shell construct, an unparseable command) is
 //! asked, never allowed.
 //!
-//! - [`file`](mod@file): the policy file schema, the built-in policies, loading by name.
-//! - [`decide`](mod@decide): the decision for one call and its audit trail.
+//! - [`file`](mod@file): the policy file schema, and what a file resolves to.
+//! - [`load`](mod@load): the built-in policies, loading by name.
+//! - [`decide`](mod@decide): the decision for one call, step by step.
+//! - [`verdict`]: the decision and its audit trail (each step, its outcome).
+//! - [`subjects`]: what a call is judged by: its command line, the paths it names.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.
 //! - [`pattern`]: a rule's regex, and when it is compiled.
 
 pub mod decide;
 pub mod file;
+pub mod load;
 pub mod paths;
 pub mod pattern;
 pub mod shell;
-#[cfg(test)]
-mod tests;
+pub mod subjects;
+pub mod verdict;
 
-pub use decide::{Call, Decision, DenyRule, Outcome, Step, StepName, Verdict, decide};
-pub use file::{PatternRule, PolicyToml, builtin_names, builtin_source, load};
+pub use decide::decide;
+pub use file::{PatternRule, PolicyToml};
+pub use load::{builtin_names, builtin_source, load};
 pub use paths::PathContext;
+pub use subjects::Call;
+pub use verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
 
 /// The tiers live with the tool catalog (plain data at the bottom of the crate);
 /// policies give them modes.
@@ -247,5 +254,187 @@ mod type_tests {
             (t.read, t.write, t.execute, t.system_critical),
             (Mode::Allow, Mode::Ask, Mode::Deny, Mode::Deny)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decision table: (tool, arguments, soul, policy) → decision, over every rule
+    //! of the shipped policies, in a temporary home with a real `~/.ssh` and a symlink
+    //! into it.
+
+    use std::path::PathBuf;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::ids::SoulId;
+
+    pub(super) const HOME: &str = "/home/user";
+
+    /// A policy file `p.toml` with `src`, on the built-in default.
+    pub(super) fn parse(src: &str) -> Result<Policy, crate::error::FileError> {
+        Policy::from_toml("p.toml", src, std::path::Path::new(HOME))
+    }
+
+    pub(super) const ALL_TOOLS: &[&str] = &[
+        "read_file",
+        "list_dir",
+        "search_files",
+        "disk_usage",
+        "write_file",
+        "edit_file",
+        "shell",
+        "systemd_user",
+        "hypr_dispatch",
+        "open",
+        "kill_process",
+        "power",
+    ];
+
+    pub(super) const ALLOW_ALL: TierModes = TierModes {
+        read: Mode::Allow,
+        write: Mode::Allow,
+        execute: Mode::Allow,
+        system_critical: Mode::Allow,
+    };
+
+    pub(super) fn grant(tools: &[&str], permissions: TierModes) -> Grant {
+        Grant {
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            permissions,
+        }
+    }
+
+    /// A home directory with `~/.ssh/id_rsa`, a workspace `~/work` and a symlink
+    /// `~/work/innocent` → `~/.ssh`.
+    pub(super) struct World {
+        _dir: tempfile::TempDir,
+        pub(super) home: PathBuf,
+        pub(super) cwd: PathBuf,
+        pub(super) default: Policy,
+        pub(super) strict: Policy,
+        /// `default` with every tier allowed: shows what the patterns alone decide.
+        pub(super) open: Policy,
+    }
+
+    pub(super) fn world() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_rsa"), "secret").unwrap();
+        let cwd = home.join("work");
+        std::fs::create_dir_all(cwd.join("build")).unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), cwd.join("innocent")).unwrap();
+        let parse = |name: &str| {
+            Policy::from_toml(
+                &format!("built-in:policies/{name}.toml"),
+                builtin_source(name).unwrap(),
+                &home,
+            )
+            .unwrap()
+        };
+        let default = parse("default");
+        let strict = parse("strict");
+        let mut open = default.clone();
+        open.name = "open".to_owned();
+        open.tiers = ALLOW_ALL;
+        World {
+            _dir: dir,
+            home,
+            cwd,
+            default,
+            strict,
+            open,
+        }
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(super) enum Want {
+        Allow,
+        Ask,
+        Deny(DenyRule),
+    }
+
+    pub(super) fn kind(d: &Decision) -> Want {
+        match d {
+            Decision::Allow => Want::Allow,
+            Decision::Ask { .. } => Want::Ask,
+            Decision::Deny { rule, .. } => Want::Deny(*rule),
+        }
+    }
+
+    impl World {
+        pub(super) fn decide_with(
+            &self,
+            grant: &Grant,
+            policy: &Policy,
+            tool: &str,
+            args: &Value,
+        ) -> Verdict {
+            let info = crate::catalog::info(tool).unwrap();
+            let call = Call {
+                tool,
+                tier: crate::catalog::tier_for_call(info, args),
+                args,
+            };
+            let ctx = PathContext {
+                home: &self.home,
+                cwd: &self.cwd,
+            };
+            decide(&SoulId::new("tester").unwrap(), grant, policy, &call, &ctx)
+        }
+
+        pub(super) fn policy(&self, name: &str) -> &Policy {
+            match name {
+                "default" => &self.default,
+                "strict" => &self.strict,
+                "open" => &self.open,
+                other => panic!("no policy {other}"),
+            }
+        }
+    }
+
+    pub(super) fn sh(cmd: &str) -> (&'static str, Value) {
+        ("shell", json!({ "command": cmd }))
+    }
+
+    pub(super) use DenyRule::{BlockedPattern, NotInSoul, ProtectedPath, TierDenied};
+    pub(super) use Want::{Allow, Ask, Deny};
+
+    /// Checks each `(policy, call, want)` row against the shipped policies, with a soul
+    /// that allows every tool, and reports every row that differs.
+    pub(super) fn check_table(cases: &[(&str, (&str, Value), Want)]) {
+        let w = world();
+        let full = grant(ALL_TOOLS, ALLOW_ALL);
+        let mut failures = Vec::new();
+        for (policy, (tool, args), want) in cases {
+            let v = w.decide_with(&full, w.policy(policy), tool, args);
+            if kind(&v.decision) != *want {
+                failures.push(format!("{policy} {tool} {args}: want {want:?}, got {v}"));
+            }
+        }
+        assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn tier_modes_per_tier_per_shipped_policy() {
+        #[rustfmt::skip]
+        let cases: &[(&str, (&str, Value), Want)] = &[
+            // Tier modes per tier, per shipped policy.
+            ("default", ("read_file", json!({"path": "~/notes.txt"})), Allow),
+            ("default", ("list_dir", json!({"path": "."})), Allow),
+            ("default", ("write_file", json!({"path": "out.txt", "content": "x"})), Ask),
+            ("default", sh("ls -la"), Ask),
+            ("default", ("kill_process", json!({"pid": 42})), Ask),
+            ("default", ("systemd_user", json!({"action": "status", "unit": "x"})), Allow),
+            ("strict", ("read_file", json!({"path": "notes.txt"})), Allow),
+            ("strict", ("edit_file", json!({"path": "a.txt", "old": "a", "new": "b"})), Ask),
+            ("strict", sh("ls -la"), Deny(TierDenied)),
+            ("strict", ("open", json!({"target": "https://example.com"})), Deny(TierDenied)),
+            ("strict", ("power", json!({"action": "reboot"})), Deny(TierDenied)),
+            ("strict", ("systemd_user", json!({"action": "list"})), Allow),
+        ];
+        check_table(cases);
     }
 }

@@ -194,7 +194,7 @@ pub fn has_glob(s: &str) -> bool {
 /// Shell pathname matching of one component: `*`, `?`, `[...]` (with `!`/`^`), and a
 /// leading `.` in the name only matched by a literal `.` (bash without `dotglob`).
 ///
-/// Ours rather than `globset` 0.4 (issue 15, evaluated): this is security code, and
+/// Ours rather than `globset` 0.4 (evaluated and set aside): this is security code, and
 /// globset agrees only with three settings changed (`backslash_escape(false)`,
 /// `allow_unclosed_class(true)`, and the leading-dot rule above, which it lacks); even
 /// then it reads `{a,b}` as alternation, and rejects an unbalanced brace or a reversed

@@ -8,22 +8,22 @@
 //! the helper's pids cgroup when there is one. The output readers keep draining the
 //! pipes past the cap, so the command never blocks on a full pipe.
 
-use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-use super::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, TERM_GRACE_SECS, frame};
+use super::capture::Streams;
+use super::exec::{ReportOutcome, TERM_GRACE_SECS, frame};
 use super::fileops::{FileOp, FileReply};
 use super::pin::PinnedHelper;
 use super::status::{Enforcement, TEST_ABI_ENV};
@@ -32,14 +32,6 @@ use super::{SandboxError, SandboxPolicy, limits};
 /// From SIGTERM to SIGKILL of the helper's group; longer than the helper's own grace
 /// so the helper gets to kill and reap what escaped its group first.
 pub const KILL_GRACE: Duration = Duration::from_secs(TERM_GRACE_SECS as u64 + 2);
-/// After the helper is gone, how long the readers may take to see end-of-file.
-const DRAIN_GRACE: Duration = Duration::from_secs(2);
-/// Output past `cap * OVERFLOW_KILL_FACTOR` on one stream kills the command: it is
-/// not going to say anything useful in the part we would keep.
-pub const OVERFLOW_KILL_FACTOR: u64 = 8;
-const READ_CHUNK: usize = 64 * 1024;
-/// The longest helper report line read as one (it is a short JSON object).
-const MAX_REPORT_LINE: u64 = 64 * 1024;
 
 /// Helpers starting up at once, across the whole process: a start (exec of our binary,
 /// the ruleset, rlimits) is a burst of CPU, and fifty tasks' parallel reads would
@@ -190,7 +182,7 @@ impl SandboxLauncher {
             .as_ref()
             .map_err(|problem| SandboxError::Helper {
                 status: format!("not started: {}", self.helper.display()),
-                stderr: problem.clone(),
+                stderr: problem.to_string(),
             })?;
         // The descriptor is close-on-exec: the kernel opens the file through the link
         // before it closes the descriptors, so the helper never holds it.
@@ -267,53 +259,15 @@ impl SandboxLauncher {
         stdin: Option<Vec<u8>>,
         cancel: &CancellationToken,
     ) -> Result<SandboxOutput, SandboxError> {
-        // Checking (or remaking) the plan touches the filesystem: off the runtime.
-        let p = self.guarding(policy);
-        let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
-            .await
-            .map_err(|e| SandboxError::Setup(format!("making the sandbox plan: {e}")))??;
-        let input = frame(&spec, stdin.as_deref().unwrap_or_default());
-        let permit = tokio::select! {
-            permit = start_permits().acquire() => permit.ok(),
-            () = cancel.cancelled() => return Err(SandboxError::Cancelled),
-        };
-        let mut cmd = self.command(policy)?;
-        cmd.args(helper_args)
-            // The spec comes first on stdin; then the command's input, or end of file.
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
-            path: self.helper.clone(),
-            source,
-        })?;
+        let (mut child, permit) = self.start(policy, helper_args, stdin, cancel).await?;
         let pid = child.id().and_then(|p| i32::try_from(p).ok());
-        // The helper waits for its spec on stdin: in the task's slice before it gets it.
-        if let (Some(resources), Some(raw)) = (&policy.resources, child.id()) {
-            resources.place(raw).await?;
-        }
-
-        if let Some(mut pipe) = child.stdin.take() {
-            tokio::spawn(async move {
-                // The command may exit without reading its input: EPIPE is its choice.
-                if let Err(e) = pipe.write_all(&input).await {
-                    tracing::debug!("sandbox stdin: {e}");
-                }
-            });
-        }
-        let cap = policy.limits.output_cap_bytes;
         let overflow = Arc::new(Notify::new());
-        let stdout = Arc::new(Mutex::new(Capped::new(cap)));
-        let stderr = Arc::new(Mutex::new(Capped::new(cap)));
-        let out_task = child
-            .stdout
-            .take()
-            .map(|pipe| tokio::spawn(drain(pipe, stdout.clone(), overflow.clone())));
-        let err_task = child
-            .stderr
-            .take()
-            .map(|pipe| tokio::spawn(drain_stderr(pipe, stderr.clone(), overflow.clone(), permit)));
+        let mut streams = Streams::start(
+            &mut child,
+            policy.limits.output_cap_bytes,
+            &overflow,
+            permit,
+        );
 
         let mut timed_out = false;
         let mut cancelled = false;
@@ -332,26 +286,11 @@ impl SandboxLauncher {
         }
         .map_err(SandboxError::Wait)?;
 
-        let report = match err_task {
-            Some(task) => {
-                // Drained in the background: the report line came first, long ago.
-                match tokio::time::timeout(DRAIN_GRACE, task).await {
-                    Ok(Ok(report)) => report,
-                    Ok(Err(_)) | Err(_) => None,
-                }
-            }
-            None => None,
-        };
+        let report = streams.report().await;
         if let Some(cgroup) = report.as_ref().and_then(|r| r.cgroup.clone()) {
             remove_cgroup(cgroup).await;
         }
-        if let Some(task) = out_task
-            && tokio::time::timeout(DRAIN_GRACE, task).await.is_err()
-        {
-            tracing::warn!("sandboxed command left its stdout open after exiting");
-        }
-        let (stdout, out_cut) = take(&stdout);
-        let (stderr, err_cut) = take(&stderr);
+        let (stdout, stderr, truncated) = streams.finish().await;
 
         let Some(report) = report else {
             return Err(SandboxError::Helper {
@@ -376,10 +315,56 @@ impl SandboxLauncher {
             signal,
             stdout,
             stderr,
-            truncated: out_cut || err_cut,
+            truncated,
             timed_out,
             enforcement,
         })
+    }
+
+    /// Starts the helper with its spec and `stdin` written in the background, placed in
+    /// the task's slice; with the start permit it holds until it reports.
+    async fn start(
+        &self,
+        policy: &SandboxPolicy,
+        helper_args: Vec<String>,
+        stdin: Option<Vec<u8>>,
+        cancel: &CancellationToken,
+    ) -> Result<(Child, Option<SemaphorePermit<'static>>), SandboxError> {
+        // Checking (or remaking) the plan touches the filesystem: off the runtime.
+        let p = self.guarding(policy);
+        let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
+            .await
+            .map_err(|e| SandboxError::Setup(format!("making the sandbox plan: {e}")))??;
+        let input = frame(&spec, stdin.as_deref().unwrap_or_default());
+        let permit = tokio::select! {
+            permit = start_permits().acquire() => permit.ok(),
+            () = cancel.cancelled() => return Err(SandboxError::Cancelled),
+        };
+        let mut cmd = self.command(policy)?;
+        cmd.args(helper_args)
+            // The spec comes first on stdin; then the command's input, or end of file.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+            path: self.helper.clone(),
+            source,
+        })?;
+        // The helper waits for its spec on stdin: in the task's slice before it gets it.
+        if let (Some(resources), Some(raw)) = (&policy.resources, child.id()) {
+            resources.place(raw).await?;
+        }
+
+        if let Some(mut pipe) = child.stdin.take() {
+            tokio::spawn(async move {
+                // The command may exit without reading its input: EPIPE is its choice.
+                if let Err(e) = pipe.write_all(&input).await {
+                    tracing::debug!("sandbox stdin: {e}");
+                }
+            });
+        }
+        Ok((child, permit))
     }
 }
 
@@ -417,108 +402,6 @@ fn signal_group(child: &mut Child, pid: Option<i32>, signal: Signal) {
 async fn remove_cgroup(cgroup: PathBuf) {
     if let Err(e) = tokio::task::spawn_blocking(move || limits::remove_cgroup(&cgroup)).await {
         tracing::warn!("removing the sandbox cgroup: {e}");
-    }
-}
-
-/// Reads the helper's report line, then drains the rest like stdout. The start permit
-/// goes back once the report is in (the helper is set up, or gone).
-async fn drain_stderr(
-    pipe: impl AsyncRead + Unpin,
-    buf: Arc<Mutex<Capped>>,
-    overflow: Arc<Notify>,
-    permit: Option<SemaphorePermit<'static>>,
-) -> Option<HelperReport> {
-    let mut reader = BufReader::new(pipe);
-    let mut first = Vec::new();
-    // The report is one short line; whatever a command writes when there is none
-    // (a helper that failed early) goes to the capped buffer, not into this one.
-    let mut report_line = (&mut reader).take(MAX_REPORT_LINE);
-    if let Err(e) = report_line.read_until(b'\n', &mut first).await {
-        tracing::debug!("sandbox stderr: {e}");
-    }
-    drop(permit);
-    let report = std::str::from_utf8(&first)
-        .ok()
-        .and_then(|l| l.strip_prefix(REPORT_PREFIX))
-        .and_then(|json| serde_json::from_str(json.trim_end()).ok());
-    if report.is_none() {
-        lock(&buf).push(&first);
-    }
-    drain(reader, buf, overflow).await;
-    report
-}
-
-async fn drain(mut pipe: impl AsyncRead + Unpin, buf: Arc<Mutex<Capped>>, overflow: Arc<Notify>) {
-    let mut chunk = vec![0u8; READ_CHUNK];
-    loop {
-        match pipe.read(&mut chunk).await {
-            Ok(0) => return,
-            Ok(n) => {
-                let mut b = lock(&buf);
-                b.push(&chunk[..n]);
-                if b.total > (b.half as u64 * 2).saturating_mul(OVERFLOW_KILL_FACTOR) {
-                    overflow.notify_one();
-                }
-            }
-            Err(e) => {
-                tracing::debug!("sandbox output: {e}");
-                return;
-            }
-        }
-    }
-}
-
-fn lock(buf: &Mutex<Capped>) -> std::sync::MutexGuard<'_, Capped> {
-    buf.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn take(buf: &Mutex<Capped>) -> (String, bool) {
-    lock(buf).finish()
-}
-
-/// The first and last `cap / 2` bytes of a stream, and how many came in between.
-#[derive(Debug)]
-struct Capped {
-    head: Vec<u8>,
-    tail: VecDeque<u8>,
-    half: usize,
-    total: u64,
-}
-
-impl Capped {
-    fn new(cap: usize) -> Capped {
-        Capped {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            half: cap / 2,
-            total: 0,
-        }
-    }
-
-    fn push(&mut self, mut bytes: &[u8]) {
-        self.total += bytes.len() as u64;
-        let room = self.half.saturating_sub(self.head.len()).min(bytes.len());
-        self.head.extend_from_slice(&bytes[..room]);
-        bytes = &bytes[room..];
-        if bytes.len() >= self.half {
-            self.tail.clear();
-            bytes = &bytes[bytes.len() - self.half..];
-        }
-        self.tail.extend(bytes);
-        let excess = self.tail.len().saturating_sub(self.half);
-        self.tail.drain(..excess);
-    }
-
-    fn finish(&mut self) -> (String, bool) {
-        let kept = (self.head.len() + self.tail.len()) as u64;
-        let omitted = self.total - kept;
-        let mut out = String::from_utf8_lossy(&self.head).into_owned();
-        if omitted > 0 {
-            out.push_str(&format!("\n[… {omitted} bytes omitted …]\n"));
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        out.push_str(&String::from_utf8_lossy(&tail));
-        (out, omitted > 0)
     }
 }
 
@@ -609,23 +492,5 @@ mod tests {
             SandboxLauncher::beside(&exe),
             SandboxLauncher::subcommand(&exe)
         );
-    }
-
-    #[test]
-    fn capped_keeps_head_and_tail_and_counts_the_middle() {
-        let mut c = Capped::new(8);
-        c.push(b"abcdefgh");
-        c.push(b"ijklmnop");
-        assert_eq!(
-            c.finish(),
-            ("abcd\n[… 8 bytes omitted …]\nmnop".to_owned(), true)
-        );
-    }
-
-    #[test]
-    fn capped_under_the_cap_is_verbatim() {
-        let mut c = Capped::new(100);
-        c.push(b"hello\n");
-        assert_eq!(c.finish(), ("hello\n".to_owned(), false));
     }
 }

@@ -1,6 +1,6 @@
 //! Lines read from a child's pipe with a ceiling on what is held: a process that
-//! writes without a newline cannot make the reader buffer without end (issue 24 §4:
-//! an MCP server's 2.6 GB of stderr took the daemon to 2.5 GiB).
+//! writes without a newline cannot make the reader buffer without end (an MCP
+//! server's 2.6 GB of stderr once took the daemon to 2.5 GiB).
 //!
 //! The invariant: a [`BoundedLines`] holds at most its `max` bytes of a line plus its
 //! read buffer, whatever the child writes; the rest of a long line is counted and

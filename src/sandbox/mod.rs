@@ -12,19 +12,22 @@
 //!   sandbox) and [`Limits`]; [`spec::HelperSpec`] is what the helper gets.
 //! - [`plan`]: protected-path carving, done once in the daemon and kept while current.
 //! - [`ruleset`]: the helper applies the plan as a Landlock ruleset.
-//! - [`exec`]: the helper (`familiar-sandbox`): arguments, setup, report, supervision.
+//! - [`exec`]: the helper (`familiar-sandbox`): arguments, setup, report.
+//! - [`supervise`]: the helper runs the command and kills and reaps all it left behind.
 //! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
 //! - [`search`]: the bounded tree walk behind `search_files`.
 //! - [`limits`]: rlimits and the pids cgroup.
 //! - [`lines`]: lines from a child's pipe, each held to a ceiling.
 //! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
-//! - [`launcher`]: the async daemon side: spawn, capture, timeout, cancel, kill.
+//! - [`launcher`]: the async daemon side: spawn, timeout, cancel, kill.
+//! - [`capture`]: the command's stdout and stderr, drained into capped buffers.
 //! - [`pin`]: the helper binary, opened and checked once, executed from that descriptor.
 //! - [`seccomp`]: the helper's filter: no unix sockets (the session bus, the keyring).
 //! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
 //! - [`status`]: what the kernel enforces ([`probe`]).
 
 pub mod ancestry;
+mod capture;
 pub mod exec;
 pub mod fileops;
 pub mod launcher;
@@ -38,6 +41,7 @@ pub mod search;
 pub mod seccomp;
 pub mod spec;
 pub mod status;
+mod supervise;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! launcher executes that open file for every call (`/proc/self/fd/N`), so whatever is
 //! put at the helper's path later is not run until the process starts again.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The helper binary, opened once and executed through that descriptor
@@ -11,7 +11,24 @@ use std::sync::Arc;
 /// checked when the launcher was made. The check: a regular file owned by the user or
 /// root and writable by neither its group nor others.
 #[derive(Debug, Clone)]
-pub struct PinnedHelper(pub(super) Result<Arc<std::fs::File>, String>);
+pub struct PinnedHelper(pub(super) Result<Arc<std::fs::File>, PinError>);
+
+/// Why the helper binary cannot be trusted to run tools.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PinError {
+    #[error("cannot open it: {0}")]
+    Open(Arc<std::io::Error>),
+    #[error("cannot stat it: {0}")]
+    Stat(Arc<std::io::Error>),
+    #[error("it is not a regular file")]
+    NotAFile,
+    #[error(
+        "it belongs to uid {owner}, neither you (uid {uid}) nor root: another user could replace what runs your tools"
+    )]
+    Owner { owner: u32, uid: u32 },
+    #[error("it is writable by its group or others (mode {mode:o}): run `chmod go-w {}`", path.display())]
+    Writable { mode: u32, path: PathBuf },
+}
 
 impl PinnedHelper {
     /// Opens and checks `path`.
@@ -20,8 +37,8 @@ impl PinnedHelper {
     }
 
     /// Why the helper cannot be used, if it cannot.
-    pub fn problem(&self) -> Option<&str> {
-        self.0.as_ref().err().map(String::as_str)
+    pub fn problem(&self) -> Option<String> {
+        self.0.as_ref().err().map(PinError::to_string)
     }
 }
 
@@ -35,28 +52,25 @@ impl PartialEq for PinnedHelper {
 
 impl Eq for PinnedHelper {}
 
-fn pin(path: &Path) -> Result<std::fs::File, String> {
+fn pin(path: &Path) -> Result<std::fs::File, PinError> {
     use std::os::unix::fs::MetadataExt;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot stat it: {e}"))?;
+    let file = std::fs::File::open(path).map_err(|e| PinError::Open(Arc::new(e)))?;
+    let meta = file.metadata().map_err(|e| PinError::Stat(Arc::new(e)))?;
     if !meta.is_file() {
-        return Err("it is not a regular file".to_owned());
+        return Err(PinError::NotAFile);
     }
     let uid = nix::unistd::geteuid().as_raw();
     if meta.uid() != uid && meta.uid() != 0 {
-        return Err(format!(
-            "it belongs to uid {}, neither you (uid {uid}) nor root: another user could replace what runs your tools",
-            meta.uid()
-        ));
+        return Err(PinError::Owner {
+            owner: meta.uid(),
+            uid,
+        });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "it is writable by its group or others (mode {:o}): run `chmod go-w {}`",
-            meta.mode() & 0o7777,
-            path.display()
-        ));
+        return Err(PinError::Writable {
+            mode: meta.mode() & 0o7777,
+            path: path.to_owned(),
+        });
     }
     Ok(file)
 }

@@ -143,7 +143,7 @@ impl TaskResources {
     pub async fn open(limits: Resources, task: &TaskId, soul: &str) -> TaskResources {
         let slice = tokio::time::timeout(MANAGER_TIMEOUT, TaskSlice::start(limits, task, soul))
             .await
-            .unwrap_or_else(|_| Err("the user manager did not answer in time".to_owned()));
+            .unwrap_or(Err(SliceError::Timeout));
         let (slice, held, note) = match slice {
             Ok((slice, held)) => (Some(slice), held, None),
             Err(why) => (
@@ -210,7 +210,7 @@ impl TaskResources {
         };
         tokio::time::timeout(MANAGER_TIMEOUT, slice.place(pid))
             .await
-            .unwrap_or_else(|_| Err("the user manager did not answer in time".to_owned()))
+            .unwrap_or(Err(SliceError::Timeout))
             .map_err(|e| {
                 SandboxError::Setup(format!(
                     "placing the call in the task's slice {}: {e}",
@@ -249,8 +249,8 @@ impl TaskSlice {
         limits: Resources,
         task: &TaskId,
         soul: &str,
-    ) -> Result<(TaskSlice, Resources), String> {
-        let conn = Connection::session().await.map_err(|e| e.to_string())?;
+    ) -> Result<(TaskSlice, Resources), SliceError> {
+        let conn = Connection::session().await?;
         let stem = format!("familiar-{}", unit_safe(task.as_str()));
         let name = format!("{stem}.slice");
         let description = format!(
@@ -259,9 +259,9 @@ impl TaskSlice {
         );
         let mut props = vec![("Description", Variant::from(description))];
         props.extend(limits.properties());
-        let manager = ManagerProxy::new(&conn).await.map_err(|e| e.to_string())?;
+        let manager = ManagerProxy::new(&conn).await?;
         // Once per connection: the manager sends `JobRemoved` to subscribers only.
-        manager.subscribe().await.map_err(|e| e.to_string())?;
+        manager.subscribe().await?;
         run_job(&manager, &name, &props).await?;
         let slice = TaskSlice {
             manager,
@@ -291,7 +291,7 @@ impl TaskSlice {
             .await
     }
 
-    async fn place(&self, pid: u32) -> Result<(), String> {
+    async fn place(&self, pid: u32) -> Result<(), SliceError> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let name = format!("{}-call{n}.scope", self.stem);
         let mut props = vec![
@@ -331,13 +331,11 @@ async fn run_job(
     manager: &ManagerProxy<'_>,
     name: &str,
     props: &[(&str, Variant<'_>)],
-) -> Result<(), String> {
-    let err = |e: zbus::Error| e.to_string();
-    let mut removed = manager.receive_job_removed().await.map_err(err)?;
+) -> Result<(), SliceError> {
+    let mut removed = manager.receive_job_removed().await?;
     let job: OwnedObjectPath = manager
         .start_transient_unit(name, "fail", props, &[])
-        .await
-        .map_err(err)?;
+        .await?;
     while let Some(signal) = removed.next().await {
         let Ok(args) = signal.args() else {
             continue;
@@ -347,10 +345,26 @@ async fn run_job(
         }
         return match args.result.as_str() {
             "done" => Ok(()),
-            other => Err(format!("starting {name}: the job ended `{other}`")),
+            other => Err(SliceError::Job {
+                unit: name.to_owned(),
+                result: other.to_owned(),
+            }),
         };
     }
-    Err("the user manager went away".to_owned())
+    Err(SliceError::Gone)
+}
+
+/// Why the user manager made no slice or scope for a task.
+#[derive(Debug, thiserror::Error)]
+enum SliceError {
+    #[error("{0}")]
+    Bus(#[from] zbus::Error),
+    #[error("the user manager did not answer in time")]
+    Timeout,
+    #[error("starting {unit}: the job ended `{result}`")]
+    Job { unit: String, result: String },
+    #[error("the user manager went away")]
+    Gone,
 }
 
 /// Which of `limits` the cgroup `cg` (as the manager names it) enforces: those whose

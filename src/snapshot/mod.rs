@@ -1,6 +1,6 @@
 //! The environment snapshot: what the machine looks like right now, for the model's
-//! system prompt (every iteration), the `system_snapshot` tool, `familiar snapshot` and
-//! D-Bus `Snapshot()`.
+//! reminders (a glance on a task's first step, then what changed), the
+//! `system_snapshot` tool, `familiar snapshot` and D-Bus `Snapshot()`.
 //!
 //! [`Snapshotter`] keeps one `sysinfo::System` alive and refreshes only what a snapshot
 //! shows, because the loop takes one per iteration. [`Snapshot`]'s JSON keys are a
@@ -32,6 +32,9 @@ pub const TOP_PROCESSES: usize = 5;
 pub const MAX_DISKS: usize = 8;
 /// Upper bound of [`Snapshot::to_prompt_text`] (≈ 1 500 tokens at 4 chars per token).
 pub const PROMPT_TEXT_MAX_CHARS: usize = 6_000;
+/// Upper bound of [`Snapshot::to_brief_text`] (a few lines; ~400 characters on a real
+/// desktop, this only with absurd figures).
+pub const BRIEF_TEXT_MAX_CHARS: usize = 1_000;
 /// Longest process name, user name or window title kept in the JSON.
 const MAX_NAME_CHARS: usize = 64;
 
@@ -90,7 +93,7 @@ pub enum SnapshotError {
     Sysinfo(String),
 }
 
-/// One snapshot. Serialised with these keys (a contract: see DESIGN §2 `snapshot --json`).
+/// One snapshot. Serialised with these keys (a contract: `familiar snapshot --json` and D-Bus `Snapshot()` print them; docs/cli.md).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
     /// RFC 3339 UTC.

@@ -1,15 +1,27 @@
-//! [`Snapshot::to_prompt_text`]: the snapshot as a compact block for the system prompt.
+//! The snapshot as text for the model: [`Snapshot::to_prompt_text`], the whole picture
+//! (`familiar snapshot`), and [`Snapshot::to_brief_text`], a glance for a task's first
+//! reminder, which every new task re-reads in full: a few lines, so a local server
+//! evaluates little more than the user's prompt.
 //!
-//! Invariant: the text is at most [`super::PROMPT_TEXT_MAX_CHARS`] characters whatever the
-//! machine holds: every name, title and path is cut, every list capped.
+//! Invariant: the texts are at most [`super::PROMPT_TEXT_MAX_CHARS`] and
+//! [`super::BRIEF_TEXT_MAX_CHARS`] characters whatever the machine holds: every name,
+//! title and path is cut, every list capped.
 
+use std::fmt::{self, Write};
 use std::time::Duration;
 
-use super::{MAX_DISKS, Snapshot, TOP_PROCESSES};
+use super::{BatteryInfo, MAX_DISKS, ProcessInfo, Snapshot, TOP_PROCESSES};
+use crate::hyprland::HyprState;
 
 const PROMPT_NAME_CHARS: usize = 24;
 const PROMPT_TITLE_CHARS: usize = 80;
 const PROMPT_PATH_CHARS: usize = 120;
+/// Processes and disks in the brief text: the biggest few, the rest is a tool call away.
+const BRIEF_PROCESSES: usize = 3;
+const BRIEF_DISKS: usize = 3;
+const BRIEF_NAME_CHARS: usize = 16;
+const BRIEF_TITLE_CHARS: usize = 48;
+const BRIEF_PATH_CHARS: usize = 40;
 
 /// `s` cut to `max` characters, with `…` when cut.
 pub(super) fn cut(s: &str, max: usize) -> String {
@@ -30,21 +42,122 @@ fn mib(bytes: u64) -> String {
     format!("{}M", bytes / (1024 * 1024))
 }
 
+/// Mebibytes below a gibibyte, gibibytes with one decimal above.
+fn size(bytes: u64) -> String {
+    if bytes < 1024 * 1024 * 1024 {
+        mib(bytes)
+    } else {
+        gib(bytes)
+    }
+}
+
+/// A duration to the minute (`2h 42m`).
+fn minutes(secs: u64) -> impl fmt::Display {
+    humantime::format_duration(Duration::from_secs(secs / 60 * 60))
+}
+
+/// Runs a writer over a new String. Writing to a String cannot fail; what was written is
+/// kept if it ever does.
+fn render(write: impl FnOnce(&mut String) -> fmt::Result) -> String {
+    let mut s = String::with_capacity(1024);
+    match write(&mut s) {
+        Ok(()) | Err(fmt::Error) => s,
+    }
+}
+
 impl Snapshot {
-    /// A compact block for the system prompt, at most [`super::PROMPT_TEXT_MAX_CHARS`]
+    /// The whole snapshot as a compact block, at most [`super::PROMPT_TEXT_MAX_CHARS`]
     /// characters: names and titles are cut, lists are capped.
     pub fn to_prompt_text(&self) -> String {
-        let mut s = String::with_capacity(1024);
-        match self.write_prompt_text(&mut s) {
-            Ok(()) => s,
-            // Writing to a String cannot fail; keep what was written if it ever does.
-            Err(std::fmt::Error) => s,
-        }
+        render(|s| {
+            self.write_head(s)?;
+            self.write_processes(s)?;
+            self.write_disks(s)?;
+            write_battery(s, self.battery.as_ref())?;
+            if let Some(w) = &self.workspace {
+                writeln!(
+                    s,
+                    "workspace: {}",
+                    cut(&w.to_string_lossy(), PROMPT_PATH_CHARS)
+                )?;
+            }
+            if let Some(h) = &self.hyprland {
+                write_hyprland(s, h)?;
+            }
+            Ok(())
+        })
     }
 
-    fn write_prompt_text(&self, s: &mut String) -> std::fmt::Result {
-        use std::fmt::Write;
-        let minutes = |secs: u64| humantime::format_duration(Duration::from_secs(secs / 60 * 60));
+    /// A glance at the machine for a task's first reminder, at most
+    /// [`super::BRIEF_TEXT_MAX_CHARS`] characters: the time (to the minute), the load,
+    /// memory, the busiest few processes (name and figure only), the fullest disks, the
+    /// battery and the focused window. Host, kernel, uptime, pids and the rest are left
+    /// to `system_snapshot` and `process_list`.
+    pub fn to_brief_text(&self) -> String {
+        render(|s| {
+            let time = self.taken_at.get(..16).unwrap_or(&self.taken_at);
+            write!(s, "time: {time}Z")?;
+            if let Some(l) = self.load_average {
+                write!(s, ", load {:.2}", l.one)?;
+            }
+            s.push('\n');
+            let m = &self.memory;
+            write!(s, "memory: {} used of {}", gib(m.used), gib(m.total))?;
+            if m.swap_total > 0 {
+                write!(s, ", swap {} of {}", gib(m.swap_used), gib(m.swap_total))?;
+            }
+            s.push('\n');
+            let brief = |p: &ProcessInfo| cut(&p.name, BRIEF_NAME_CHARS);
+            let top = |list: &[ProcessInfo], figure: &dyn Fn(&ProcessInfo) -> String| {
+                list.iter()
+                    .take(BRIEF_PROCESSES)
+                    .map(|p| format!("{} {}", brief(p), figure(p)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if self.processes.cpu_measured {
+                let cpu = top(&self.processes.top_cpu, &|p| {
+                    format!("{:.0}%", p.cpu_percent)
+                });
+                writeln!(s, "top cpu: {cpu}")?;
+            }
+            let mem = top(&self.processes.top_memory, &|p| size(p.rss_bytes));
+            writeln!(s, "top memory: {mem}")?;
+            let mut disks: Vec<_> = self.disks.iter().collect();
+            disks.sort_by_key(|d| d.available.saturating_mul(1000) / d.total.max(1));
+            let disks: Vec<String> = disks
+                .iter()
+                .take(BRIEF_DISKS)
+                .map(|d| {
+                    format!(
+                        "{} {} free of {}",
+                        cut(&d.mount_point.to_string_lossy(), BRIEF_PATH_CHARS),
+                        gib(d.available),
+                        gib(d.total)
+                    )
+                })
+                .collect();
+            if !disks.is_empty() {
+                writeln!(s, "disks: {}", disks.join("; "))?;
+            }
+            write_battery(s, self.battery.as_ref())?;
+            if let Some(w) = self
+                .hyprland
+                .as_ref()
+                .and_then(|h| h.active_window.as_ref())
+            {
+                writeln!(
+                    s,
+                    "focused: {} \"{}\"",
+                    cut(&w.class, BRIEF_NAME_CHARS),
+                    cut(&w.title, BRIEF_TITLE_CHARS)
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_head(&self, s: &mut String) -> fmt::Result {
         let or_unknown = |v: Option<&str>| cut(v.unwrap_or("unknown"), PROMPT_NAME_CHARS);
         writeln!(s, "time: {}", self.taken_at)?;
         write!(
@@ -69,7 +182,10 @@ impl Snapshot {
             gib(m.available),
             gib(m.swap_used),
             gib(m.swap_total)
-        )?;
+        )
+    }
+
+    fn write_processes(&self, s: &mut String) -> fmt::Result {
         writeln!(s, "processes: {}", self.processes.count)?;
         for (label, list) in [
             ("top cpu", &self.processes.top_cpu),
@@ -95,59 +211,61 @@ impl Snapshot {
             }
             s.push('\n');
         }
-        if !self.disks.is_empty() {
-            writeln!(s, "disks:")?;
-            for d in self.disks.iter().take(MAX_DISKS) {
-                writeln!(
-                    s,
-                    "  {} ({}): {} free of {}",
-                    cut(&d.mount_point.to_string_lossy(), PROMPT_PATH_CHARS),
-                    cut(&d.fs, PROMPT_NAME_CHARS),
-                    gib(d.available),
-                    gib(d.total)
-                )?;
-            }
+        Ok(())
+    }
+
+    fn write_disks(&self, s: &mut String) -> fmt::Result {
+        if self.disks.is_empty() {
+            return Ok(());
         }
-        match &self.battery {
-            Some(b) => {
-                write!(s, "battery: {:.0}% {}", b.percent, b.state.as_str())?;
-                if let Some(t) = b.time_to_empty_secs {
-                    write!(s, ", {} to empty", minutes(t))?;
-                }
-                if let Some(t) = b.time_to_full_secs {
-                    write!(s, ", {} to full", minutes(t))?;
-                }
-                s.push('\n');
-            }
-            None => writeln!(s, "battery: none")?,
-        }
-        if let Some(w) = &self.workspace {
+        writeln!(s, "disks:")?;
+        for d in self.disks.iter().take(MAX_DISKS) {
             writeln!(
                 s,
-                "workspace: {}",
-                cut(&w.to_string_lossy(), PROMPT_PATH_CHARS)
+                "  {} ({}): {} free of {}",
+                cut(&d.mount_point.to_string_lossy(), PROMPT_PATH_CHARS),
+                cut(&d.fs, PROMPT_NAME_CHARS),
+                gib(d.available),
+                gib(d.total)
             )?;
-        }
-        if let Some(h) = &self.hyprland {
-            let ws = &h.active_workspace;
-            writeln!(
-                s,
-                "hyprland: workspace {} ({} windows)",
-                cut(&ws.name, PROMPT_NAME_CHARS),
-                ws.windows
-            )?;
-            if let Some(w) = &h.active_window {
-                writeln!(
-                    s,
-                    "  focused: {} \"{}\" (pid {})",
-                    cut(&w.class, PROMPT_NAME_CHARS),
-                    cut(&w.title, PROMPT_TITLE_CHARS),
-                    w.pid
-                )?;
-            }
         }
         Ok(())
     }
+}
+
+fn write_battery(s: &mut String, battery: Option<&BatteryInfo>) -> fmt::Result {
+    let Some(b) = battery else {
+        return writeln!(s, "battery: none");
+    };
+    write!(s, "battery: {:.0}% {}", b.percent, b.state.as_str())?;
+    if let Some(t) = b.time_to_empty_secs {
+        write!(s, ", {} to empty", minutes(t))?;
+    }
+    if let Some(t) = b.time_to_full_secs {
+        write!(s, ", {} to full", minutes(t))?;
+    }
+    s.push('\n');
+    Ok(())
+}
+
+fn write_hyprland(s: &mut String, h: &HyprState) -> fmt::Result {
+    let ws = &h.active_workspace;
+    writeln!(
+        s,
+        "hyprland: workspace {} ({} windows)",
+        cut(&ws.name, PROMPT_NAME_CHARS),
+        ws.windows
+    )?;
+    if let Some(w) = &h.active_window {
+        writeln!(
+            s,
+            "  focused: {} \"{}\" (pid {})",
+            cut(&w.class, PROMPT_NAME_CHARS),
+            cut(&w.title, PROMPT_TITLE_CHARS),
+            w.pid
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -157,8 +275,8 @@ mod tests {
     use super::*;
     use crate::hyprland::{HyprState, Window, Workspace, WorkspaceRef};
     use crate::snapshot::{
-        BatteryInfo, BatteryState, DiskInfo, LoadAverage, Memory, PROMPT_TEXT_MAX_CHARS,
-        ProcessInfo, Processes,
+        BRIEF_TEXT_MAX_CHARS, BatteryInfo, BatteryState, DiskInfo, LoadAverage, Memory,
+        PROMPT_TEXT_MAX_CHARS, ProcessInfo, Processes,
     };
 
     fn worst_case() -> Snapshot {
@@ -231,6 +349,17 @@ mod tests {
         let chars = text.chars().count();
         assert!(chars <= PROMPT_TEXT_MAX_CHARS, "{chars} chars:\n{text}");
         assert!(text.contains("focused:"));
+    }
+
+    #[test]
+    fn brief_text_is_bounded_in_the_worst_case() {
+        let text = worst_case().to_brief_text();
+        let chars = text.chars().count();
+        assert!(chars <= BRIEF_TEXT_MAX_CHARS, "{chars} chars:\n{text}");
+        assert!(
+            text.contains("focused:") && text.contains("top cpu:"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -8,10 +8,12 @@
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::{Store, StoreError};
 use crate::catalog::Tier;
 use crate::ids::{SessionId, SoulId, TaskId};
 
@@ -182,10 +184,41 @@ pub(super) fn read(path: &Path) -> Result<AuditContents, std::io::Error> {
     Ok(contents)
 }
 
+impl Store {
+    /// Appends one line to `audit.jsonl`.
+    pub fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let fresh_line = self.audit_torn.load(Ordering::Acquire);
+        match append_line(&self.audit, entry, fresh_line) {
+            Ok(()) => {
+                self.audit_torn.store(false, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                self.audit_torn.store(true, Ordering::Release);
+                Err(StoreError::io("cannot append to", &self.audit_path(), e))
+            }
+        }
+    }
+
+    /// Every parseable line of `audit.jsonl`; torn lines (a crash or a full disk
+    /// mid-append) are skipped and numbered in the result.
+    pub fn read_audit(&self) -> Result<AuditContents, StoreError> {
+        let path = self.audit_path();
+        read(&path).map_err(|e| StoreError::io("cannot read", &path, e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::BTreeMap;
+    use std::fs::{self, OpenOptions};
+    use std::sync::Arc;
+
     use serde_json::json;
+
+    use super::*;
+    use crate::store::now_rfc3339;
+    use crate::store::tests::{sid, store};
 
     #[test]
     fn digest_ignores_key_order_and_whitespace() {
@@ -204,5 +237,96 @@ mod tests {
             args_digest(&json!({})),
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
+    }
+
+    /// Regression: after a crash (or a full disk) mid-append, the next audit line was
+    /// glued onto the torn one and both were lost to a reader.
+    #[test]
+    fn a_torn_audit_line_is_skipped_and_the_next_entry_survives() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.audit(&audit_entry(1, 0)).unwrap();
+        }
+        let path = dir.path().join("audit.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"{\"time\":\"2026").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.audit(&audit_entry(2, 0)).unwrap();
+        let c = store.read_audit().unwrap();
+        let reasons: Vec<_> = c
+            .entries
+            .iter()
+            .map(|e| e.reason.clone().unwrap())
+            .collect();
+        assert_eq!(reasons, ["1:", "2:"]);
+        assert_eq!(c.torn_lines, [2]);
+    }
+
+    fn audit_entry(n: usize, padding: usize) -> AuditEntry {
+        AuditEntry {
+            time: now_rfc3339(),
+            task_id: Some(TaskId::generate()),
+            session_id: Some(sid("s1")),
+            soul: SoulId::new("system_admin").unwrap(),
+            tool: "shell".into(),
+            tier: Tier::Execute,
+            args_digest: args_digest(&json!({"command": "ls"})),
+            decision: AuditDecision::Denied,
+            reason: Some(format!("{n}:{}", "x".repeat(padding))),
+            outcome: AuditOutcome::NotRun,
+        }
+    }
+
+    #[test]
+    fn audit_entries_are_one_json_line_without_raw_args() {
+        let (_dir, store) = store();
+        let e = audit_entry(1, 0);
+        store.audit(&e).unwrap();
+        let text = fs::read_to_string(store.audit_path()).unwrap();
+        assert!(!text.contains("ls\""), "raw args leaked: {text}");
+        let back: AuditEntry = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(back, e);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["decision"], "denied");
+        assert_eq!(v["tier"], "execute");
+    }
+
+    #[test]
+    fn concurrent_audit_appends_never_interleave() {
+        let (_dir, store) = store();
+        let store = Arc::new(store);
+        const THREADS: usize = 8;
+        const PER_THREAD: usize = 200;
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for i in 0..PER_THREAD {
+                        // Lines bigger than a page, so a split write would show.
+                        store.audit(&audit_entry(t * PER_THREAD + i, 6000)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let text = fs::read_to_string(store.audit_path()).unwrap();
+        let mut seen = BTreeMap::new();
+        for line in text.lines() {
+            let e: AuditEntry = serde_json::from_str(line).unwrap();
+            let n: usize = e
+                .reason
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            *seen.entry(n).or_insert(0) += 1;
+        }
+        assert_eq!(seen.len(), THREADS * PER_THREAD);
+        assert!(seen.values().all(|&c| c == 1));
     }
 }

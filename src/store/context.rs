@@ -1,4 +1,4 @@
-//! The session context as persisted in `context/SESSION_ID.json` (DESIGN §6).
+//! The session context as persisted in `context/SESSION_ID.json`.
 //!
 //! These types are the file format: field names and enum spellings are a contract that
 //! `jq` scripts and `familiar sessions show` rely on. A change that old files cannot be
@@ -194,7 +194,7 @@ pub struct TaskRecord {
 }
 
 /// Where a task stands. The finish statuses are the D-Bus `TaskFinished` strings
-/// (DESIGN §3); `interrupted` marks a task a crash left `running`.
+/// (docs/dbus.md); `interrupted` marks a task a crash left `running`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {

@@ -1,7 +1,7 @@
 //! The context journal (`context/SESSION_ID.journal`): what a running task appends after
 //! each iteration instead of rewriting the whole context, so an iteration's save costs
-//! what the iteration added, not what the session holds (issue 10: a 10,000-message
-//! context cost 9 ms to rewrite; its journal line costs what one turn costs).
+//! what the iteration added, not what the session holds (a 10,000-message context
+//! cost 9 ms to rewrite; its journal line costs what one turn costs).
 //!
 //! Each line is one JSON object, the change since the line before:
 //! `{"revision", "history_keep", "history": [...], "tasks_keep", "tasks": [...], "ctx"}`:

@@ -1,5 +1,5 @@
 //! Long-term memory: `data_dir/memory.json`, the facts the user approved for one soul
-//! (or for every soul) to keep across sessions (DESIGN §6).
+//! (or for every soul) to keep across sessions.
 //!
 //! Invariants:
 //! - Every operation runs under an exclusive `flock` on `context/.memory.lock`, and a

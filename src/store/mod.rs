@@ -1,4 +1,4 @@
-//! The runtime data directory (DESIGN §6): session contexts, transcripts, the audit log,
+//! The runtime data directory: session contexts, transcripts, the audit log,
 //! long-term memory ([`memory`]) and task workspaces. `data/README.md` documents the layout for users.
 //!
 //! Invariants:
@@ -10,27 +10,29 @@
 //!   it is moved aside to `SESSION_ID.json.corrupt-<unix time>` and reported.
 //! - Transcripts and the audit log only grow (see [`transcript`], [`audit`]).
 //! - One holder per session lock, across processes ([`SessionLock`], `flock(2)`).
+//!
+//! Here: opening the directory and naming its files. Contexts are saved, loaded and
+//! listed in [`sessions`], locked in [`lock`], removed in [`remove`].
 
 mod atomic;
 pub mod audit;
 pub mod context;
 mod journal;
+mod lock;
 pub mod memory;
 mod relocate;
 mod remove;
+mod sessions;
 pub mod transcript;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::SystemTime;
 
-use serde::Deserialize;
-use serde::de::IgnoredAny;
-
 use self::atomic::TEMP_MARKER;
-use crate::ids::{SessionId, SoulId};
+use crate::ids::SessionId;
 
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
 pub use context::{
@@ -38,8 +40,10 @@ pub use context::{
     ToolStats, now_rfc3339, title_from_prompt,
 };
 pub use journal::ContextJournal;
+pub use lock::SessionLock;
 pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
 pub use relocate::{Relocated, holds_data};
+pub use sessions::SessionSummary;
 pub use transcript::{Transcript, TranscriptContents};
 
 const CONTEXT_DIR: &str = "context";
@@ -130,46 +134,6 @@ pub struct Store {
     audit_torn: AtomicBool,
 }
 
-/// One line of [`Store::list_sessions`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SessionSummary {
-    pub id: SessionId,
-    pub soul: SoulId,
-    pub title: String,
-    /// Unix seconds (0 when the file's timestamp does not parse).
-    pub updated_at: u64,
-    /// RFC 3339 UTC, as the context has it.
-    pub created_at: String,
-    /// How many tasks the session has run.
-    pub tasks: usize,
-}
-
-/// Holds a session's lock until dropped (the kernel drops it if the process dies).
-#[derive(Debug)]
-pub struct SessionLock {
-    id: SessionId,
-    // Holding the descriptor is what holds the lock.
-    file: File,
-}
-
-impl SessionLock {
-    pub fn session_id(&self) -> &SessionId {
-        &self.id
-    }
-}
-
-impl Drop for SessionLock {
-    fn drop(&mut self) {
-        // Unlock explicitly rather than by closing: a child forked at this moment holds a
-        // copy of the descriptor until its exec closes it (close-on-exec), and a flock
-        // lives as long as any copy does, so closing alone could leave the session busy
-        // for a moment. LOCK_UN releases it for every copy at once.
-        if let Err(e) = self.file.unlock() {
-            tracing::warn!(session_id = %self.id, "cannot unlock the session: {e}");
-        }
-    }
-}
-
 impl Store {
     /// Opens (creating) the data directory: `data_dir` mode 0700, its `context/`,
     /// `transcripts/`, `workspaces/`, and `audit.jsonl`. Removes temp files left by
@@ -243,188 +207,6 @@ impl Store {
         Ok(dir)
     }
 
-    /// Replaces the session's context file atomically (see the module invariants) with
-    /// the next `revision`, then deletes the session's journal, which the new file
-    /// holds. `ctx.revision` is bumped only when the file was written.
-    pub fn save_context(&self, ctx: &mut Context) -> Result<(), StoreError> {
-        ctx.revision += 1;
-        let written = self
-            .write_temp(ctx)
-            .and_then(|temp| atomic::commit(temp, &self.context_path(&ctx.session_id)));
-        if written.is_err() {
-            ctx.revision -= 1;
-            return written;
-        }
-        // Left behind (a crash, or this failing), it names the old revision and is
-        // ignored on load: not worth failing the save for.
-        let journal = self.journal_path(&ctx.session_id);
-        match fs::remove_file(&journal) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(path = %journal.display(), error = %e, "cannot remove a session journal")
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes `ctx` to a fresh, synced temp file beside its target; the first half of
-    /// [`Store::save_context`], split so tests can stop between the halves.
-    fn write_temp(&self, ctx: &Context) -> Result<tempfile::TempPath, StoreError> {
-        if ctx.version != CONTEXT_VERSION {
-            return Err(StoreError::UnsupportedVersion(ctx.version));
-        }
-        let dir = self.data_dir.join(CONTEXT_DIR);
-        atomic::write_temp(&dir, ctx.session_id.as_str(), |w| {
-            serde_json::to_writer(w, ctx).map_err(StoreError::Serialize)
-        })
-    }
-
-    /// The session's context, `None` when it has none. A file that does not parse or
-    /// has another `version` is moved aside and reported as [`StoreError::Corrupt`].
-    pub fn load_context(&self, id: &SessionId) -> Result<Option<Context>, StoreError> {
-        let path = self.context_path(id);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(StoreError::io("cannot read", &path, e)),
-        };
-        let reason = match serde_json::from_slice::<Context>(&bytes) {
-            Ok(mut ctx) if ctx.version == CONTEXT_VERSION && &ctx.session_id == id => {
-                journal::replay(&self.journal_path(id), &mut ctx)?;
-                return Ok(Some(ctx));
-            }
-            Ok(ctx) if ctx.version != CONTEXT_VERSION => unknown_version(ctx.version),
-            Ok(ctx) => format!("it holds session `{}`", ctx.session_id),
-            // A newer schema may fail to parse as ours: name the version when it has one.
-            Err(e) => match serde_json::from_slice::<VersionProbe>(&bytes) {
-                Ok(VersionProbe { version: Some(v) }) if v != CONTEXT_VERSION => unknown_version(v),
-                Ok(_) | Err(_) => format!("invalid JSON context: {e}"),
-            },
-        };
-        let moved_to = move_aside(&path)?;
-        tracing::warn!(path = %path.display(), moved_to = %moved_to.display(), %reason, "moved an unreadable session context aside");
-        Err(StoreError::Corrupt {
-            path,
-            moved_to,
-            reason,
-        })
-    }
-
-    /// Opens the session's transcript for appending.
-    pub fn transcript(&self, id: &SessionId) -> Result<Transcript, StoreError> {
-        Transcript::open(self.transcript_path(id))
-    }
-
-    /// Every parseable entry of the session's transcript (empty when it has none).
-    /// Torn lines (a crash mid-append) are skipped with a warning; use
-    /// [`Store::read_transcript_contents`] to learn which.
-    pub fn read_transcript(&self, id: &SessionId) -> Result<Vec<serde_json::Value>, StoreError> {
-        Ok(self.read_transcript_contents(id)?.entries)
-    }
-
-    pub fn read_transcript_contents(
-        &self,
-        id: &SessionId,
-    ) -> Result<TranscriptContents, StoreError> {
-        let path = self.transcript_path(id);
-        if !path.exists() {
-            return Ok(TranscriptContents {
-                entries: Vec::new(),
-                torn_lines: Vec::new(),
-            });
-        }
-        transcript::read(&path)
-    }
-
-    /// Appends one line to `audit.jsonl`.
-    pub fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        let fresh_line = self.audit_torn.load(Ordering::Acquire);
-        match audit::append_line(&self.audit, entry, fresh_line) {
-            Ok(()) => {
-                self.audit_torn.store(false, Ordering::Release);
-                Ok(())
-            }
-            Err(e) => {
-                self.audit_torn.store(true, Ordering::Release);
-                Err(StoreError::io("cannot append to", &self.audit_path(), e))
-            }
-        }
-    }
-
-    /// Every parseable line of `audit.jsonl`; torn lines (a crash or a full disk
-    /// mid-append) are skipped and numbered in the result.
-    pub fn read_audit(&self) -> Result<AuditContents, StoreError> {
-        let path = self.audit_path();
-        audit::read(&path).map_err(|e| StoreError::io("cannot read", &path, e))
-    }
-
-    /// Takes the session's lock, or fails at once with [`StoreError::SessionBusy`].
-    ///
-    /// The lock file goes with its session ([`Store::remove_session`] unlinks it while
-    /// holding the lock), so a lock taken here is kept only if the name still leads to
-    /// the locked file: otherwise its holder removed it meanwhile, and the name is
-    /// opened again (two holders never lock two files of one name).
-    pub fn lock_session(&self, id: &SessionId) -> Result<SessionLock, StoreError> {
-        let path = self.lock_path(id);
-        loop {
-            let file = atomic::open_lock_file(&path)?;
-            // `std`'s `File::try_lock` (flock, stable since Rust 1.89, our minimum):
-            // `fs4` and `fd-lock` would add a dependency for the same call.
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(fs::TryLockError::WouldBlock) => {
-                    return Err(StoreError::SessionBusy(id.clone()));
-                }
-                Err(fs::TryLockError::Error(e)) => {
-                    return Err(StoreError::io("cannot lock", &path, e));
-                }
-            }
-            if atomic::still_named(&file, &path)? {
-                return Ok(SessionLock {
-                    id: id.clone(),
-                    file,
-                });
-            }
-        }
-    }
-
-    fn lock_path(&self, id: &SessionId) -> PathBuf {
-        self.data_dir.join(CONTEXT_DIR).join(format!("{id}.lock"))
-    }
-
-    /// Every session, newest first. Unreadable contexts are skipped with a warning and
-    /// left where they are (only [`Store::load_context`] moves files).
-    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
-        let dir = self.data_dir.join(CONTEXT_DIR);
-        let entries = fs::read_dir(&dir).map_err(|e| StoreError::io("cannot list", &dir, e))?;
-        // With each one's update time in milliseconds: several sessions end within the
-        // same second (a script, `-c` right after), and `-c` takes the first (issue 26).
-        let mut sessions: Vec<(u128, SessionSummary)> = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| StoreError::io("cannot list", &dir, e))?;
-            let name = entry.file_name();
-            let Some(id) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|n| SessionId::new(n).ok())
-            else {
-                continue;
-            };
-            match read_summary(&entry.path()) {
-                Ok(s) if s.1.id == id => sessions.push(s),
-                Ok((_, s)) => {
-                    tracing::warn!(path = %entry.path().display(), holds = %s.id, "skipping a context file named for another session");
-                }
-                Err(reason) => {
-                    tracing::warn!(path = %entry.path().display(), %reason, "skipping an unreadable session context");
-                }
-            }
-        }
-        sessions.sort_by(|(a_ms, a), (b_ms, b)| b_ms.cmp(a_ms).then(a.id.cmp(&b.id)));
-        Ok(sessions.into_iter().map(|(_, s)| s).collect())
-    }
-
     /// Deletes temp files whose writer process is gone; a live writer's file is left
     /// alone (another `familiar` process may be saving right now).
     fn remove_stale_temp_files(&self) {
@@ -453,65 +235,6 @@ fn temp_file_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix('.')?;
     let (_, tail) = rest.split_once(TEMP_MARKER)?;
     tail.split('-').next()?.parse().ok()
-}
-
-fn unknown_version(v: u32) -> String {
-    format!("unknown context version {v} (this build reads {CONTEXT_VERSION})")
-}
-
-#[derive(Deserialize)]
-struct VersionProbe {
-    version: Option<u32>,
-}
-
-/// Just what a listing shows; parsing skips the history without building it.
-#[derive(Deserialize)]
-struct SummaryProbe {
-    version: u32,
-    session_id: SessionId,
-    soul: SoulId,
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    created_at: String,
-    updated_at: String,
-    #[serde(default)]
-    tasks: Vec<IgnoredAny>,
-}
-
-/// Why a listing skips a context file (it is logged, and the file is left alone).
-#[derive(Debug, thiserror::Error)]
-enum Unlisted {
-    #[error("{0}")]
-    Open(#[from] std::io::Error),
-    #[error("invalid JSON context: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("{}", unknown_version(*.0))]
-    Version(u32),
-}
-
-/// The summary, and its update time in milliseconds (0 when it does not parse).
-fn read_summary(path: &Path) -> Result<(u128, SessionSummary), Unlisted> {
-    let file = File::open(path)?;
-    let probe: SummaryProbe = serde_json::from_reader(std::io::BufReader::new(file))?;
-    if probe.version != CONTEXT_VERSION {
-        return Err(Unlisted::Version(probe.version));
-    }
-    let updated_ms = humantime::parse_rfc3339_weak(&probe.updated_at)
-        .ok()
-        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_millis());
-    Ok((
-        updated_ms,
-        SessionSummary {
-            id: probe.session_id,
-            soul: probe.soul,
-            title: probe.title,
-            updated_at: context::unix_secs(&probe.updated_at).unwrap_or(0),
-            created_at: probe.created_at,
-            tasks: probe.tasks.len(),
-        },
-    ))
 }
 
 /// Moves `path` to `path.corrupt-<unix time>` (or `…-<unix time>-N` if that exists),
@@ -552,4 +275,49 @@ fn move_aside_to(path: &Path, dest: &Path) -> Result<PathBuf, StoreError> {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    pub(super) fn sid(s: &str) -> SessionId {
+        SessionId::new(s).unwrap()
+    }
+
+    pub(super) fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("data")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn open_creates_the_layout_private() {
+        let (_dir, store) = store();
+        for sub in ["context", "transcripts", "workspaces"] {
+            assert!(store.data_dir().join(sub).is_dir(), "{sub}");
+        }
+        let mode = fs::metadata(store.data_dir()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn open_removes_temp_files_of_dead_writers_only() {
+        let (_dir, store) = store();
+        let ctx_dir = store.data_dir().join("context");
+        // pid_max is at most 2^22, so this writer is certainly dead.
+        let dead = ctx_dir.join(".s1.json.tmp-99999999-0");
+        let live = ctx_dir.join(format!(".s1.json.tmp-{}-7", std::process::id()));
+        fs::write(&dead, b"{").unwrap();
+        fs::write(&live, b"{").unwrap();
+        let _reopened = Store::open(store.data_dir()).unwrap();
+        assert!(!dead.exists());
+        assert!(live.exists());
+    }
+
+    #[test]
+    fn workspace_is_created_on_demand() {
+        let (_dir, store) = store();
+        let path = store.workspace_dir(&sid("s1"));
+        assert!(!path.exists());
+        assert_eq!(store.ensure_workspace(&sid("s1")).unwrap(), path);
+        assert!(path.is_dir());
+    }
+}

@@ -422,7 +422,7 @@ mod tests {
         )
     }
 
-    /// Regression (issue 26): a daemon on systemd 252 wrote its data to the config dir.
+    /// Regression: a daemon on systemd 252 wrote its data to the config dir.
     /// Everything it wrote comes over; what the data dir already had stays; a clash
     /// keeps both copies; config files are not touched.
     #[test]

@@ -82,3 +82,39 @@ impl Store {
         Ok(existed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::StoreError;
+    use crate::store::tests::{sid, store};
+
+    // Regression: lock files were never removed (82 left after `sessions prune`).
+    #[test]
+    fn removing_a_session_removes_its_lock_file_and_a_stale_opener_relocks() {
+        let (dir, store) = store();
+        let lock_path = dir.path().join("data/context/s1.lock");
+        drop(store.lock_session(&sid("s1")).unwrap());
+        // A taker that opened the lock file before the removal unlinked it.
+        let stale = std::fs::File::open(&lock_path).unwrap();
+        assert!(store.remove_session(&sid("s1")).is_ok());
+        assert!(!lock_path.exists(), "the lock file outlived its session");
+        stale.try_lock().unwrap();
+        // The unlinked file's lock is not the session's: the name is locked afresh.
+        let lock = store.lock_session(&sid("s1")).unwrap();
+        assert!(matches!(
+            store.lock_session(&sid("s1")),
+            Err(StoreError::SessionBusy(_))
+        ));
+        drop(lock);
+    }
+
+    #[test]
+    fn orphan_lock_files_go_and_held_ones_stay() {
+        let (dir, store) = store();
+        std::fs::write(dir.path().join("data/context/s-orphan.lock"), "").unwrap();
+        let _held = store.lock_session(&sid("s-running")).unwrap();
+        assert_eq!(store.remove_orphan_locks().unwrap(), 1);
+        assert!(!dir.path().join("data/context/s-orphan.lock").exists());
+        assert!(dir.path().join("data/context/s-running.lock").exists());
+    }
+}

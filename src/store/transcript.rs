@@ -11,8 +11,9 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::StoreError;
 use super::context::now_rfc3339;
+use super::{Store, StoreError};
+use crate::ids::SessionId;
 
 /// An open transcript, positioned for appending.
 #[derive(Debug)]
@@ -138,4 +139,94 @@ pub(super) fn read(path: &Path) -> Result<TranscriptContents, StoreError> {
         entries,
         torn_lines,
     })
+}
+
+impl Store {
+    /// Opens the session's transcript for appending.
+    pub fn transcript(&self, id: &SessionId) -> Result<Transcript, StoreError> {
+        Transcript::open(self.transcript_path(id))
+    }
+
+    /// Every parseable entry of the session's transcript (empty when it has none).
+    /// Torn lines (a crash mid-append) are skipped with a warning; use
+    /// [`Store::read_transcript_contents`] to learn which.
+    pub fn read_transcript(&self, id: &SessionId) -> Result<Vec<serde_json::Value>, StoreError> {
+        Ok(self.read_transcript_contents(id)?.entries)
+    }
+
+    pub fn read_transcript_contents(
+        &self,
+        id: &SessionId,
+    ) -> Result<TranscriptContents, StoreError> {
+        let path = self.transcript_path(id);
+        if !path.exists() {
+            return Ok(TranscriptContents {
+                entries: Vec::new(),
+                torn_lines: Vec::new(),
+            });
+        }
+        read(&path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use std::fs::OpenOptions;
+
+    use crate::store::StoreError;
+    use crate::store::tests::{sid, store};
+
+    #[test]
+    fn transcript_appends_with_timestamps() {
+        let (_dir, store) = store();
+        let mut t = store.transcript(&sid("s1")).unwrap();
+        t.append(&json!({"kind": "message", "role": "user", "text": "hi"}))
+            .unwrap();
+        t.append(&json!({})).unwrap();
+        t.append(&json!({"ts": "2026-01-01T00:00:00Z", "kind": "task_finished"}))
+            .unwrap();
+        t.sync().unwrap();
+        assert!(matches!(
+            t.append(&json!("not an object")),
+            Err(StoreError::NotAnObject)
+        ));
+        drop(t);
+        // Reopening appends; nothing is rewritten.
+        let mut t = store.transcript(&sid("s1")).unwrap();
+        t.append(&json!({"kind": "x"})).unwrap();
+        let entries = store.read_transcript(&sid("s1")).unwrap();
+        assert_eq!(entries.len(), 4);
+        assert_eq!(entries[0]["kind"], "message");
+        assert!(entries[0]["ts"].as_str().unwrap().ends_with('Z'));
+        assert!(entries[1]["ts"].is_string());
+        assert_eq!(entries[2]["ts"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            store.read_transcript(&sid("none")).unwrap(),
+            Vec::<serde_json::Value>::new()
+        );
+    }
+
+    #[test]
+    fn torn_transcript_last_line_is_tolerated_and_reported() {
+        let (_dir, store) = store();
+        let mut t = store.transcript(&sid("s1")).unwrap();
+        t.append(&json!({"kind": "a"})).unwrap();
+        drop(t);
+        // A crash mid-append: half a line, no newline.
+        let path = store.transcript_path(&sid("s1"));
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"{\"ts\":\"2026").unwrap();
+        let c = store.read_transcript_contents(&sid("s1")).unwrap();
+        assert_eq!(c.entries.len(), 1);
+        assert_eq!(c.torn_lines, [2]);
+        // The next writer starts a new line, so its entry survives.
+        let mut t = store.transcript(&sid("s1")).unwrap();
+        t.append(&json!({"kind": "b"})).unwrap();
+        let c = store.read_transcript_contents(&sid("s1")).unwrap();
+        let kinds: Vec<_> = c.entries.iter().map(|e| e["kind"].clone()).collect();
+        assert_eq!(kinds, [json!("a"), json!("b")]);
+        assert_eq!(c.torn_lines, [2]);
+    }
 }

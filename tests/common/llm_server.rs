@@ -1,8 +1,8 @@
 //! A scripted loopback LLM server: plain HTTP/1.1 over tokio, one scripted reply per
 //! request, every request recorded. Replies can pause mid-body until the test releases
 //! them, hang, or cut the connection, so streaming faults are tested without sleeps.
-//! TCP_NODELAY is set and headers go out in the same write as the first body bytes
-//! (DESIGN §10), else Nagle plus delayed ACK adds ~40 ms per response.
+//! TCP_NODELAY is set and headers go out in the same write as the first body bytes,
+//! else Nagle plus delayed ACK adds ~40 ms per response.
 // Test helpers: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -32,6 +32,9 @@ pub enum Step {
     Send(Vec<u8>),
     /// Wait until the gate is opened (or the client goes away).
     Wait(Gate),
+    /// As `Wait`, but send nothing before it, not even the headers (a server that
+    /// answers only once it has read the whole prompt).
+    Hold(Gate),
     /// Never send more; wait for the client to go away.
     Hang,
     /// Close the connection now, before the declared length was sent.
@@ -209,7 +212,7 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
             Step::Send(b) => b.len(),
             // Promise a byte that never comes, so the client keeps waiting.
             Step::Hang => 1,
-            Step::Wait(_) | Step::Cut => 0,
+            Step::Wait(_) | Step::Hold(_) | Step::Cut => 0,
         })
         .sum();
     let mut head = format!("HTTP/1.1 {} X\r\n", reply.status);
@@ -221,10 +224,11 @@ async fn serve(mut sock: TcpStream, st: Arc<State>) {
     ));
     let mut pending = head.into_bytes();
     for step in reply.steps {
+        let hold = matches!(step, Step::Hold(_));
         match step {
             Step::Send(b) => pending.extend_from_slice(&b),
-            Step::Wait(gate) => {
-                if !flush(&mut sock, &mut pending).await {
+            Step::Wait(gate) | Step::Hold(gate) => {
+                if !hold && !flush(&mut sock, &mut pending).await {
                     return;
                 }
                 let mut buf = [0u8; 64];

@@ -1,4 +1,4 @@
-//! What a person is shown when asked to approve a hostile call (issue 24 §2): on the
+//! What a person is shown when asked to approve a hostile call: on the
 //! terminal of `familiar run` and `familiar ask` (a real pty from script(1)), and in
 //! `--json`. The daemon's surfaces (the signal, `GetTask`, the notification) are in
 //! `daemon::notifications`.
@@ -99,7 +99,7 @@ fn assert_nothing_raw(shown: &str) {
     }
 }
 
-// Issue 24 §2: the terminal showed `shell: ls -la ~/Documents`; approved, the hidden
+// The terminal showed `shell: ls -la ~/Documents`; approved, the hidden
 // `touch x` ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_asks_on_the_terminal_with_the_whole_command_made_visible() {

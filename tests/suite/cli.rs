@@ -92,7 +92,7 @@ fn souls_validate_accepts_a_good_file_and_locates_errors_in_a_bad_one() {
         .stderr(predicate::str::contains("`allow`, `ask`, `deny`"));
 }
 
-/// Regression (issue 26): a soul naming a provider or an MCP server that config.toml
+/// Regression: a soul naming a provider or an MCP server that config.toml
 /// does not define passed `souls validate`; its `mcp:` tools then never appeared.
 #[test]
 fn souls_validate_locates_a_provider_or_mcp_server_config_toml_lacks() {

@@ -180,7 +180,7 @@ fn setup_uninstall_removes_what_setup_installed_and_a_dev_build_is_named() {
             .join(".local/share/dbus-1/services/dev.familiar.Agent1.service")
             .exists()
     );
-    // Regression (issue 26): a second uninstall ran systemctl on units it no longer
+    // Regression: a second uninstall ran systemctl on units it no longer
     // knew and exited 1.
     let again = home
         .familiar()

@@ -1,4 +1,4 @@
-//! Bounded input from the command line (issue 24 §4): a prompt on stdin past the limit
+//! Bounded input from the command line: a prompt on stdin past the limit
 //! is refused, naming the limit, instead of cut short without a word.
 
 use std::io::Write;

@@ -256,7 +256,7 @@ async fn remember_is_asked_under_the_default_policy_and_refused_without_a_termin
         .collect();
     assert_eq!(started[0]["tier"], "write");
     assert_eq!(started[0]["decision"], "ask");
-    // Issue 24 §2: the approval showed `remember`, not the fact.
+    // The approval showed `remember`, not the fact.
     let asked: Vec<Value> = stdout(&out)
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -267,7 +267,7 @@ async fn remember_is_asked_under_the_default_policy_and_refused_without_a_termin
     assert!(!home.data_dir().join("memory.json").exists());
 }
 
-// Issue 24 §4: only `</memory_notes` in lower case was neutralised, so an entry could
+// Only `</memory_notes` in lower case was neutralised, so an entry could
 // close its block with `</MEMORY_NOTES>` and speak outside it; escapes in an entry
 // reached the prompt and `familiar memory list` raw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,7 +337,7 @@ async fn familiar_memory_clears_one_soul_or_everything() {
     assert_eq!(souls, ["research_agent", "*"]);
     let out = familiar(&home, &["memory", "clear", "--soul", "../x"]).await;
     assert_eq!(out.status.code(), Some(2));
-    // Regression (issue 26): a soul that does not exist cleared nothing, with rc 0.
+    // Regression: a soul that does not exist cleared nothing, with rc 0.
     let out = familiar(&home, &["memory", "clear", "--soul", "nosuch"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(

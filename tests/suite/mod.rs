@@ -4,6 +4,7 @@ mod agent;
 mod approvals;
 mod cli;
 mod cli_habits;
+mod cli_output;
 mod daemon;
 mod desktop_tools;
 mod limits;

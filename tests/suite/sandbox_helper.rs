@@ -113,7 +113,7 @@ fn a_malformed_helper_command_line_is_a_reported_setup_failure() {
     }
 }
 
-/// Issue 24 §3: with the binaries in `~/.local/bin` (the README's hand install) and a
+/// With the binaries in `~/.local/bin` (the README's hand install) and a
 /// soul that may write `~`, a tool overwrote `familiar-sandbox` and the next call ran
 /// unconfined. Now the helper is never writable from inside, and the launcher executes
 /// the file it opened and checked when it was made, whatever is at the path later.

@@ -1,4 +1,4 @@
-//! Unix sockets from inside the sandbox (issue 24 §1): a tool, what it starts, and an
+//! Unix sockets from inside the sandbox: a tool, what it starts, and an
 //! MCP server can reach no unix socket outside the sandbox, abstract ones included (the
 //! helper's seccomp filter refuses the socket: EACCES from the real kernel), so the
 //! session bus, the Secret Service and the daemon are out of reach; a soul that grants a
@@ -235,7 +235,7 @@ async fn the_daemon_refuses_calls_from_a_tools_process_tree_even_through_a_grant
     let bus = TestBus::start();
     let address = bus.address.clone();
     let familiar_bin = PathBuf::from(env!("CARGO_BIN_EXE_familiar"));
-    // Each a way in that the attack of issue 24 used: submit an unconfined task,
+    // Each a way in that a tool reaching the bus would use: submit an unconfined task,
     // approve a pending call, forget memory, and `familiar ask` itself.
     let commands = [
         format!(

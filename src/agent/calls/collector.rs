@@ -1,8 +1,8 @@
 //! Collecting one model call into a [`Turn`]: the stream loop that passes each complete
 //! tool call through the gate and submits it to the dispatcher while the model is still
 //! writing, draining the calls' events until every call has finished, folding the
-//! results back into the conversation in call order, and classifying a failed stream
-//! (retry on the next iteration, or finish the task).
+//! results back into the conversation in call order; a failed stream goes to
+//! [`failure`](super::failure) (retry on the next iteration, or finish the task).
 //!
 //! The calls' events are forwarded while the stream runs, so an approval prompt is seen
 //! at once, not at the end of the model's answer.
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::calls::dispatch::{
     CallEnv, CallResult, CallSpec, Dispatcher, Disposition, Submitted,
 };
+use crate::agent::calls::failure;
 use crate::agent::calls::gate::{CallGate, Decided, rate_limited_event};
 use crate::agent::context::record;
 use crate::agent::context::system_prompt::wrap_tool_output;
@@ -495,92 +496,27 @@ impl<'t> Collector<'t> {
         }
     }
 
-    /// A failed stream: cancelled (keep what ran, stop), fatal (fail the task), or
-    /// transient (the state machine decides whether to try again).
+    /// A failed stream: cancelled (keep what ran, stop), or what
+    /// [`failure::call_end`] makes of it.
     fn after_stream_error(
         &mut self,
         err: LlmError,
         blocks: Vec<ContentBlock>,
         results: Vec<ContentBlock>,
     ) -> CallEnd {
-        match err {
-            LlmError::Cancelled => {
-                // Calls that ran before the cancel are part of the work: keep them
-                // with their (possibly "cancelled") results.
-                if !results.is_empty() {
-                    self.record(Message {
-                        role: Role::Assistant,
-                        content: blocks,
-                    });
-                    self.record(Message {
-                        role: Role::User,
-                        content: results,
-                    });
-                }
-                CallEnd::Cancelled
-            }
-            LlmError::ContextOverflow(o) => CallEnd::Overflow(o),
-            e @ (LlmError::Auth(_)
-            | LlmError::BadRequest(_)
-            | LlmError::NotFound(_)
-            | LlmError::NoToolSupport(_)
-            | LlmError::Config(_)
-            | LlmError::Http { .. }
-            | LlmError::RetriesExhausted { .. }) => {
-                CallEnd::Finish(TaskStatus::Failed, model_failure(&e))
-            }
-            // A local server still reading the prompt would only queue a new request.
-            LlmError::NoFirstToken(t) if t.local => CallEnd::Finish(
-                TaskStatus::Failed,
-                model_failure(&LlmError::NoFirstToken(t)),
-            ),
-            e @ LlmError::NoFirstToken(_) => CallEnd::Failed(e),
-            e @ (LlmError::RateLimited { .. }
-            | LlmError::Overloaded { .. }
-            | LlmError::Server { .. }
-            | LlmError::Connect(_)
-            | LlmError::Stalled(_)
-            | LlmError::Truncated(_)
-            | LlmError::Protocol(_)) => CallEnd::Failed(e),
+        // Calls that ran before the cancel are part of the work: keep them with their
+        // (possibly "cancelled") results.
+        if matches!(err, LlmError::Cancelled) && !results.is_empty() {
+            self.record(Message {
+                role: Role::Assistant,
+                content: blocks,
+            });
+            self.record(Message {
+                role: Role::User,
+                content: results,
+            });
         }
-    }
-}
-
-/// A failed model call as a task result: what failed, and what the person can do.
-pub(in crate::agent) fn model_failure(e: &LlmError) -> String {
-    format!("the model call failed: {e}{}", failure_hint(e))
-}
-
-/// What to do about a failed call, when its message does not say it already. The last
-/// error decides when retries ran out: a server nobody reaches is not helped by
-/// `fallback_model` (a fallback is tried only for an answering server), so the advice
-/// is what to start or check (issue 26).
-fn failure_hint(e: &LlmError) -> &'static str {
-    match e {
-        LlmError::RetriesExhausted { last, .. } => failure_hint(last),
-        // A server on this machine refused: the message names what to start.
-        LlmError::Connect(c) if c.refused_locally => "",
-        LlmError::Connect(_) => {
-            " (check that the server runs and that this machine reaches it at the provider's base_url; `familiar doctor` checks the setup)"
-        }
-        // These carry their own remedy (fix the key, the model name, the request).
-        LlmError::Auth(_)
-        | LlmError::BadRequest(_)
-        | LlmError::ContextOverflow(_)
-        | LlmError::NotFound(_)
-        | LlmError::NoToolSupport(_)
-        | LlmError::Config(_)
-        | LlmError::NoFirstToken(_)
-        | LlmError::Cancelled => "",
-        LlmError::RateLimited { .. }
-        | LlmError::Overloaded { .. }
-        | LlmError::Server { .. }
-        | LlmError::Stalled(_)
-        | LlmError::Truncated(_)
-        | LlmError::Protocol(_)
-        | LlmError::Http { .. } => {
-            " (the model provider kept failing: run the task again later, or set `fallback_model` or `fallback_provider` for it in config.toml)"
-        }
+        failure::call_end(err)
     }
 }
 
@@ -594,50 +530,5 @@ fn refused(tier: crate::catalog::Tier, reason: String, trail: &str) -> Decided {
         },
         trail: trail.to_owned(),
         limited: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::llm::ConnectError;
-
-    // Issue 26: a refused connection, retried once, was told to set fallback_model,
-    // which never applies to a connection error.
-    #[test]
-    fn a_connection_error_is_never_told_to_set_a_fallback() {
-        let refused = LlmError::Connect(ConnectError {
-            message:
-                "nothing answers at http://127.0.0.1:8080/v1 (connection refused): start Ollama"
-                    .into(),
-            refused_locally: true,
-        });
-        let after_retries = LlmError::RetriesExhausted {
-            attempts: 2,
-            last: Box::new(refused),
-        };
-        let text = model_failure(&after_retries);
-        assert!(!text.contains("fallback"), "{text}");
-        assert!(text.contains("start Ollama"), "{text}");
-
-        let remote = LlmError::RetriesExhausted {
-            attempts: 5,
-            last: Box::new(LlmError::Connect(ConnectError::new(
-                "cannot reach https://example.test/v1: dns error",
-            ))),
-        };
-        let text = model_failure(&remote);
-        assert!(!text.contains("fallback"), "{text}");
-        assert!(text.contains("check that the server runs"), "{text}");
-
-        let server = LlmError::RetriesExhausted {
-            attempts: 5,
-            last: Box::new(LlmError::Server {
-                status: 500,
-                message: "x".into(),
-                retry_after: None,
-            }),
-        };
-        assert!(model_failure(&server).contains("fallback_model"));
     }
 }

@@ -311,11 +311,22 @@ async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
         call_id,
         tool,
         ok: result.ok,
-        preview: shorten(&result.output, 160),
+        preview: preview(&result.output),
         duration_ms: result.duration_ms,
         approval_wait_ms: approval_wait,
     });
     result
+}
+
+/// Most characters of a call's preview.
+const PREVIEW_CHARS: usize = 160;
+
+/// A call's output on one line for people: every run of whitespace (line breaks
+/// included) as one space, so a pretty-printed JSON object or a command's sections
+/// show their content, not a lone `{`; at most [`PREVIEW_CHARS`], `…` when cut.
+fn preview(output: &str) -> String {
+    let flat = output.split_whitespace().collect::<Vec<_>>().join(" ");
+    shorten(&flat, PREVIEW_CHARS)
 }
 
 async fn decide_and_run(

@@ -10,13 +10,15 @@
 //!
 //! The first reminder of a task carries what is the task's own, which the system
 //! prompt leaves out so it stays the same for every task of a soul ([`Place`]: the
-//! session and its workspace), and the whole environment; later ones only what moved ([`crate::snapshot::changes`]), the plan's progress and the budget left. The
-//! text is capped at [`MAX_CHARS`] (first) and [`MAX_CHANGE_CHARS`] (later) characters.
+//! session and its workspace), and a glance at the machine
+//! ([`Snapshot::to_brief_text`]: every new task re-reads this reminder, so it is a few
+//! lines; the tools have the whole picture); later ones only what moved
+//! ([`crate::snapshot::changes`]), the plan's progress and the budget left. The text is
+//! capped at [`MAX_CHARS`] (first) and [`MAX_CHANGE_CHARS`] (later) characters.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::ids::SessionId;
 use crate::snapshot::{self, Snapshot};
 use crate::store::{Plan, StepStatus};
 
@@ -24,9 +26,9 @@ use crate::store::{Plan, StepStatus};
 /// it.
 pub const OPEN: &str = "<system-reminder>";
 pub const CLOSE: &str = "</system-reminder>";
-/// Longest first reminder: the environment ([`snapshot::PROMPT_TEXT_MAX_CHARS`]) plus the
-/// task lines.
-pub const MAX_CHARS: usize = snapshot::PROMPT_TEXT_MAX_CHARS + 1_000;
+/// Longest first reminder: the glance at the machine ([`snapshot::BRIEF_TEXT_MAX_CHARS`])
+/// plus the task lines.
+pub const MAX_CHARS: usize = snapshot::BRIEF_TEXT_MAX_CHARS + 1_000;
 /// Longest later reminder.
 pub const MAX_CHANGE_CHARS: usize = 1_500;
 
@@ -40,6 +42,9 @@ pub struct Budget {
     pub max_tokens: u64,
     pub elapsed: Duration,
     pub max_wall_clock: Duration,
+    /// The limits are the soul's, which the system prompt states: a first reminder
+    /// leaves them out (a sub-task's smaller share is said there).
+    pub stated: bool,
 }
 
 /// The machine as far as the loop could see it this iteration.
@@ -55,12 +60,11 @@ pub enum Environment<'a> {
     Skipped,
 }
 
-/// Where the task runs: the session and its workspace. They name the session, so they
-/// stay out of the system prompt (whose bytes every task of a soul shares) and go in
-/// the task's first reminder, which the history keeps as sent.
+/// Where the task runs: its session's workspace (named after the session). It stays out
+/// of the system prompt (whose bytes every task of a soul shares) and goes in the task's
+/// first reminder, which the history keeps as sent.
 #[derive(Debug, Clone, Copy)]
 pub struct Place<'a> {
-    pub session: &'a SessionId,
     pub workspace: &'a Path,
 }
 
@@ -98,7 +102,7 @@ pub fn build(inputs: &Inputs<'_>) -> String {
             current,
         } => {
             body.push_str("Environment now:\n");
-            body.push_str(current.to_prompt_text().trim_end());
+            body.push_str(current.to_brief_text().trim_end());
             body.push('\n');
         }
         Environment::Fresh {
@@ -127,18 +131,28 @@ pub fn build(inputs: &Inputs<'_>) -> String {
 }
 
 fn place_lines(p: &Place<'_>) -> String {
-    format!(
-        "Session: {}\nWorkspace (writable; relative paths resolve here): {}\n",
-        p.session,
-        p.workspace.display()
-    )
+    // The workspace's name is the session's id: one line says both.
+    format!("Workspace: {}\n", p.workspace.display())
 }
 
 fn budget_line(b: &Budget) -> String {
     // Whole seconds: the model needs the order of magnitude, not the milliseconds.
     let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    if b.iteration <= 1 {
+        // Nothing used yet: the limits alone, and only when the system prompt's are not
+        // the task's (every new task re-reads this reminder).
+        if b.stated {
+            return String::new();
+        }
+        return format!(
+            "Budget: {} steps, {} tokens, {}.\n",
+            b.max_iterations,
+            b.max_tokens,
+            secs(b.max_wall_clock)
+        );
+    }
     format!(
-        "Budget: step {} of at most {}; {} of {} tokens used; {} of {} wall clock used.\n",
+        "Budget: step {} of {}; tokens {} of {}; time {} of {}.\n",
         b.iteration,
         b.max_iterations,
         b.tokens_used,
@@ -242,6 +256,7 @@ mod tests {
             max_tokens: 200_000,
             elapsed: Duration::from_millis(65_400),
             max_wall_clock: Duration::from_secs(600),
+            stated: false,
         }
     }
 
@@ -262,11 +277,9 @@ mod tests {
     #[test]
     fn first_reminder_carries_the_whole_environment() {
         let s = snap();
-        let session = SessionId::new("s-20261102-abcd").unwrap();
         let workspace = PathBuf::from("/home/u/.local/share/familiar/workspaces/s-20261102-abcd");
         let text = build(&Inputs {
             place: Some(Place {
-                session: &session,
                 workspace: &workspace,
             }),
             environment: Environment::Fresh {
@@ -280,20 +293,31 @@ mod tests {
         assert!(is_reminder(&text), "{text}");
         assert!(
             text.starts_with(
-                "<system-reminder>\nSession: s-20261102-abcd\nWorkspace (writable; \
-                 relative paths resolve here): \
+                "<system-reminder>\nWorkspace: \
                  /home/u/.local/share/familiar/workspaces/s-20261102-abcd\n"
             ),
             "{text}"
         );
         assert!(
-            text.contains("Environment now:\ntime: 2026-11-02T10:15:00Z\n"),
+            text.contains(
+                "Environment now:\ntime: 2026-11-02T10:15Z\nmemory: 4.0G used of 16.0G\n"
+            ),
             "{text}"
         );
-        assert!(text.contains(
-            "Budget: step 1 of at most 20; 1234 of 200000 tokens used; 1m 5s of 10m wall clock used.\n"
-        ));
+        assert!(text.contains("Budget: 20 steps, 200000 tokens, 10m.\n"));
         assert!(!text.contains("Progress"));
+        // The soul's own limits are in the system prompt: the first reminder leaves them out.
+        let stated = build(&Inputs {
+            place: None,
+            environment: Environment::Skipped,
+            plan: &plan(&[]),
+            budget: Budget {
+                stated: true,
+                ..budget(1)
+            },
+            notes: &[],
+        });
+        assert!(!stated.contains("Budget"), "{stated}");
     }
 
     #[test]
@@ -311,9 +335,8 @@ mod tests {
         });
         assert_eq!(
             quiet,
-            "<system-reminder>\nBudget: step 2 of at most 20; 1234 of 200000 tokens used; \
-             1m 5s of 10m wall clock used.\nProgress: 2 tool calls so far, 1 succeeded, 1 \
-             failed.\n</system-reminder>"
+            "<system-reminder>\nBudget: step 2 of 20; tokens 1234 of 200000; time 1m 5s of \
+             10m.\nProgress: 2 tool calls so far, 1 succeeded, 1 failed.\n</system-reminder>"
         );
         let mut b = snap();
         b.memory.used = 15 * GIB;

@@ -153,10 +153,9 @@ impl ContextKeeper {
             None => Environment::Skipped,
         };
         let iteration = budget.iteration;
-        // The task's first reminder names its session and workspace, which the system
-        // prompt leaves out so every task of the soul shares its bytes.
+        // The task's first reminder names its workspace (and so its session), which the
+        // system prompt leaves out so every task of the soul shares its bytes.
         let place = (iteration == 1).then(|| Place {
-            session: &self.session.ctx.session_id,
             workspace: &self.persona.workspace,
         });
         let text = reminder::build(&Inputs {

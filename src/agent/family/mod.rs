@@ -71,7 +71,8 @@ impl Family {
             Some(Exhausted::Iterations { used, max }) => Some((
                 TaskStatus::MaxIterations,
                 format!(
-                    "stopped after {used} model calls of the task and its sub-tasks (the budget is {max})"
+                    "stopped after {used} model call{} of the task and its sub-tasks (the budget is {max})",
+                    if used == 1 { "" } else { "s" }
                 ),
             )),
         }

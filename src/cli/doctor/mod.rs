@@ -74,22 +74,33 @@ impl Check {
     }
 }
 
-pub fn doctor(config: &Option<PathBuf>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    let checks = super::client::block_on(run_checks(config.as_deref()))?;
-    for c in &checks {
-        if json {
-            out.json_line(c)?;
-            continue;
-        }
+/// The checks for people: one line each, the names in one column as wide as the
+/// longest, and a check's fix on the line below, under its detail.
+fn render(checks: &[Check]) -> String {
+    let width = checks.iter().map(|c| c.check.len()).max().unwrap_or(0);
+    let mut text = String::new();
+    for c in checks {
         let mark = match c.status {
             Level::Ok => "ok  ",
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        writeln!(out, "{mark}  {:<13} {}", c.check, c.detail)?;
+        text.push_str(&format!("{mark}  {:<width$}  {}\n", c.check, c.detail));
         if let Some(fix) = &c.fix {
-            writeln!(out, "      {:<13} fix: {fix}", "")?;
+            text.push_str(&format!("      {:<width$}  fix: {fix}\n", ""));
         }
+    }
+    text
+}
+
+pub fn doctor(config: &Option<PathBuf>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    let checks = super::client::block_on(run_checks(config.as_deref()))?;
+    if json {
+        for c in &checks {
+            out.json_line(c)?;
+        }
+    } else {
+        write!(out, "{}", render(&checks))?;
     }
     let count = |l: Level| checks.iter().filter(|c| c.status == l).count();
     let failed = count(Level::Fail);
@@ -246,5 +257,29 @@ fn needed<T, E: std::fmt::Display>(
             checks.push(Check::fail(check, e.to_string(), fix));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Regression: a name longer than the column (sandbox_helper) pushed its detail out
+    // of line with the others.
+    #[test]
+    fn the_details_line_up_under_the_longest_name() {
+        let checks = [
+            Check::ok("bus", "the session bus answers"),
+            Check::fail("sandbox_helper", "not found", "install familiar-sandbox"),
+            Check::warn("hyprland", "not running", "start Hyprland"),
+        ];
+        assert_eq!(
+            render(&checks),
+            "ok    bus             the session bus answers\n\
+             FAIL  sandbox_helper  not found\n      \
+             \x20               fix: install familiar-sandbox\n\
+             warn  hyprland        not running\n      \
+             \x20               fix: start Hyprland\n"
+        );
     }
 }

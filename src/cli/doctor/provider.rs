@@ -78,9 +78,8 @@ fn provider_failure(cfg: &ProviderConfig, model: &str, e: &LlmError) -> (Check, 
                 "provider",
                 format!("nothing answers at {url} (connection refused)"),
                 format!(
-                    "start Ollama (`ollama serve`) or llama.cpp (`llama-server -m MODEL.gguf --port PORT`) \
-                     there, or set ANTHROPIC_API_KEY / OPENAI_API_KEY, or configure [providers.{name}] \
-                     in config.toml"
+                    "start the server at {url} (Ollama: `ollama serve`; llama.cpp: `llama-server -m \
+                     MODEL.gguf --port PORT`), or set `base_url` in [providers.{name}] to where one runs"
                 ),
             ),
             Some(not_checked()),

@@ -47,7 +47,7 @@ impl Supervisor {
             "plan": null,
             "usage": e.usage,
             "result": e.result,
-            // Without a notification server nothing else shows these (issue 9 §6).
+            // Without a notification server nothing else shows these.
             "approvals": self
                 .shared
                 .rt

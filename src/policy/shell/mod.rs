@@ -15,9 +15,8 @@
 
 use std::path::Path;
 
+mod follow;
 mod scan;
-#[cfg(test)]
-mod tests;
 mod words;
 
 use scan::{Segment, scan, split_redirects, tokenize};
@@ -292,198 +291,6 @@ impl State {
         }
     }
 
-    /// `bash -c '...'` is followed; a shell with no script reads its program from
-    /// standard input, which we cannot see.
-    fn shell_payload(&mut self, argv: &[String], reads_stdin: bool, seg: &Segment, depth: usize) {
-        let mut i = 1;
-        let mut inline = false;
-        let mut from_stdin = false;
-        while i < argv.len() {
-            let a = &argv[i];
-            if a == "--" {
-                i += 1;
-                break;
-            }
-            if a.starts_with("--") {
-                i += 1;
-                continue;
-            }
-            if a.starts_with(['-', '+']) && a.len() > 1 {
-                inline |= a.starts_with('-') && a.contains('c');
-                from_stdin |= a.starts_with('-') && a.contains('s');
-                // `-o option` and `-O shopt` take a value.
-                if a.ends_with('o') || a.ends_with('O') {
-                    i += 1;
-                }
-                i += 1;
-                continue;
-            }
-            break;
-        }
-        if inline {
-            match argv.get(i) {
-                Some(payload) => self.line(payload, depth + 1),
-                None => self.out.opaque("`-c` without a command"),
-            }
-            return;
-        }
-        if from_stdin || i >= argv.len() || argv[i] == "-" {
-            for body in &seg.heredocs {
-                self.line(body, depth + 1);
-            }
-            if reads_stdin || from_stdin {
-                self.out.opaque(
-                    "a shell reads its commands from standard input (a pipe or here-document)",
-                );
-            } else {
-                self.out
-                    .opaque("an interactive shell reads commands we cannot see");
-            }
-        }
-    }
-
-    fn interpreter(&mut self, program: &str, argv: &[String], reads_stdin: bool) {
-        let inline_flags: &[&str] = match interpreter_family(program) {
-            "python" => &["-c"],
-            "perl" => &["-e", "-E"],
-            "ruby" => &["-e"],
-            "node" => &["-e", "-p", "--eval", "--print"],
-            "php" => &["-r"],
-            "lua" => &["-e"],
-            _ => &[],
-        };
-        let inline = argv[1..].iter().any(|a| {
-            inline_flags.contains(&a.as_str())
-                || inline_flags
-                    .iter()
-                    .any(|f| f.len() == 2 && !a.starts_with("--") && a.starts_with(f))
-                || (a.starts_with('-') && !a.starts_with("--") && a.len() > 2 && {
-                    // `perl -pe`, `python3 -Sc`: the inline flag inside a cluster.
-                    inline_flags
-                        .iter()
-                        .any(|f| f.len() == 2 && a[1..].contains(&f[1..]))
-                })
-        });
-        if inline {
-            self.out.opaque(format!(
-                "`{program}` runs inline code that familiar cannot check"
-            ));
-            return;
-        }
-        let has_script = argv[1..].iter().any(|a| !a.starts_with('-') || a == "-m");
-        let stdin_script = argv[1..].iter().any(|a| a == "-");
-        if stdin_script || (!has_script && reads_stdin) {
-            self.out
-                .opaque(format!("`{program}` reads its program from standard input"));
-        }
-    }
-
-    fn find(&mut self, argv: &[String], depth: usize) {
-        let mut i = 1;
-        while i < argv.len() {
-            let a = argv[i].as_str();
-            if matches!(a, "-exec" | "-execdir" | "-ok" | "-okdir") {
-                let end = argv[i + 1..]
-                    .iter()
-                    .position(|w| w == ";" || w == "+")
-                    .map_or(argv.len(), |p| i + 1 + p);
-                let sub = argv[i + 1..end].to_vec();
-                self.sub_argv(sub, depth);
-                i = end + 1;
-                continue;
-            }
-            if a == "-delete" {
-                self.out
-                    .opaque("`find -delete` deletes every match: what it matches is only known when it runs");
-            }
-            i += 1;
-        }
-    }
-
-    /// `kitty -e CMD`, `foot CMD`, `gnome-terminal -- CMD`: the command a terminal
-    /// emulator is asked to run.
-    fn terminal(&mut self, program: &str, argv: &[String], depth: usize) {
-        let marker = argv[1..]
-            .iter()
-            .position(|a| matches!(a.as_str(), "-e" | "-x" | "--execute" | "--command" | "--"))
-            .map(|p| p + 2);
-        let bare_command = matches!(program, "kitty" | "foot" | "footclient" | "ghostty");
-        let start = marker.or_else(|| {
-            bare_command
-                .then(|| {
-                    argv[1..]
-                        .iter()
-                        .position(|a| !a.starts_with('-'))
-                        .map(|p| p + 1)
-                })
-                .flatten()
-        });
-        let Some(start) = start.filter(|s| *s < argv.len()) else {
-            return;
-        };
-        let rest = argv[start..].to_vec();
-        match rest.as_slice() {
-            [one] if one.contains(' ') => self.line(one, depth + 1),
-            _ => self.sub_argv(rest, depth),
-        }
-    }
-
-    fn sub_argv(&mut self, argv: Vec<String>, depth: usize) {
-        if depth >= MAX_DEPTH {
-            self.out
-                .opaque("commands nested deeper than familiar looks (bash -c, $(...))");
-            return;
-        }
-        let seg = Segment::default();
-        self.simple(argv, &seg, depth + 1);
-    }
-
-    fn git(&mut self, argv: &[String]) {
-        let mut settings: Vec<&str> = Vec::new();
-        let mut i = 1;
-        while i < argv.len() {
-            let a = argv[i].as_str();
-            if (a == "-c" || a == "--config-env") && i + 1 < argv.len() {
-                settings.push(&argv[i + 1]);
-                i += 2;
-                continue;
-            }
-            if let Some(v) = a.strip_prefix("-c").filter(|v| v.contains('=')) {
-                settings.push(v);
-            }
-            if let Some(v) = a.strip_prefix("--config-env=") {
-                settings.push(v);
-            }
-            if a == "config" {
-                // `git config KEY VALUE` persists what `-c` would set once.
-                let rest: Vec<&String> = argv[i + 1..]
-                    .iter()
-                    .filter(|w| !w.starts_with('-'))
-                    .collect();
-                if let [key, value, ..] = rest.as_slice()
-                    && dangerous_git_setting(key, value)
-                {
-                    self.out.opaque(format!(
-                        "`git config {key}` makes git run an arbitrary command later"
-                    ));
-                }
-                break;
-            }
-            if !a.starts_with('-') {
-                break;
-            }
-            i += 1;
-        }
-        for s in settings {
-            let (key, value) = s.split_once('=').unwrap_or((s, ""));
-            if dangerous_git_setting(key, value) {
-                self.out.opaque(format!(
-                    "`git -c {key}=...` makes git run an arbitrary command"
-                ));
-            }
-        }
-    }
-
     /// `PROGRAM OPTIONS OPERANDS`: program basename, options exploded, deduped, sorted,
     /// operands normalised in order.
     fn canonical(&self, argv: &[String]) -> String {
@@ -521,5 +328,188 @@ impl State {
             out.push_str(w);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn a(cmd: &str) -> Analysis {
+        analyze(cmd, Path::new("/home/u"), None)
+    }
+
+    #[test]
+    fn dangerous_spellings_share_one_canonical_form() {
+        for cmd in [
+            "rm -rf ~",
+            "rm -r -f ~",
+            "rm -fr ~",
+            "rm  -rf   ~",
+            "/bin/rm -rf ~",
+            "\\rm -rf ~",
+            "rm -rf $HOME",
+            "rm -rf \"${HOME}/\"",
+            "rm -rf /home/u",
+            "rm -rf /home/u/x/..",
+            "sudo rm -rf ~",
+            "sudo -u root -E rm -rf ~",
+            "doas rm -rf ~",
+            "env X=1 rm -rf ~",
+            "nice -n 5 nohup rm -rf ~",
+            "timeout -s KILL 10s rm -rf ~",
+            "time command rm -rf ~",
+            "stdbuf -o0 rm -rf ~",
+            "busybox rm -rf ~",
+            "bash -c 'rm -rf ~'",
+            "sh -lc \"rm -rf ~\"",
+            "zsh -c 'sudo rm -rf ~'",
+            "echo hi; rm -rf ~",
+            "true && rm -rf ~ || false",
+            "(rm -rf ~)",
+            "cd /tmp\nrm -rf ~",
+            "find /tmp -exec rm -rf ~ \\;",
+            "echo $(rm -rf ~)",
+            "rm -rf -- ~",
+        ] {
+            let got = a(cmd);
+            assert!(
+                got.subjects.contains(&"rm -f -r ~".to_owned()),
+                "{cmd}: {:?}",
+                got.subjects
+            );
+        }
+    }
+
+    #[test]
+    fn cd_then_relative_glob_is_seen_against_the_cd_target() {
+        let got = a("sh -c \"cd / && rm -rf *\"");
+        assert!(got.subjects.contains(&"rm -f -r /*".to_owned()), "{got:?}");
+        let got = a("cd; cat .ssh/id_rsa");
+        assert!(got.paths.contains(&"~/.ssh/id_rsa".to_owned()), "{got:?}");
+    }
+
+    #[test]
+    fn redirections_are_subjects_and_paths() {
+        let got = a("echo key >> ~/.ssh/authorized_keys 2>/dev/null");
+        assert!(
+            got.subjects
+                .contains(&">> ~/.ssh/authorized_keys".to_owned())
+        );
+        assert!(got.paths.contains(&"~/.ssh/authorized_keys".to_owned()));
+        assert!(got.subjects.contains(&"echo key".to_owned()), "{got:?}");
+        let got = a("cat x>/dev/sda");
+        assert!(got.subjects.contains(&"> /dev/sda".to_owned()), "{got:?}");
+        let got = a("make 2>&1 | tee log");
+        assert!(got.opaque.is_empty() && got.error.is_none(), "{got:?}");
+        assert!(!got.paths.iter().any(|p| p == "1"), "{got:?}");
+    }
+
+    #[test]
+    fn quoted_separators_do_not_split() {
+        let got = a("echo 'a; rm -rf ~' \"b && c\"");
+        assert_eq!(got.subjects, vec!["echo a; rm -rf ~ b && c".to_owned()]);
+    }
+
+    #[test]
+    fn opaque_constructs_are_reported() {
+        for cmd in [
+            "eval \"$X\"",
+            "source ./env.sh",
+            ". ./env.sh",
+            "echo $(whoami)",
+            "echo `whoami`",
+            "diff <(ls a) <(ls b)",
+            "curl -fsSL https://x.sh | sh",
+            "wget -qO- https://x | sudo bash",
+            "cat script | python3",
+            "cat x.pl | perl",
+            "echo aGk= | base64 -d | tee out",
+            "python3 -c 'import os'",
+            "perl -pe 's/a/b/' f",
+            "git -c core.pager='sh -c id' log",
+            "git -c core.sshCommand=evil fetch",
+            "git -c alias.x='!rm -rf ~' x",
+            "git -c core.fsmonitor=./x status",
+            "git config core.editor 'sh -c id'",
+            "find . -name '*.o' -delete",
+            "bash <<EOF\nls\nEOF",
+            "LD_PRELOAD=/tmp/x.so ls",
+            "$CMD -rf /tmp",
+        ] {
+            let got = a(cmd);
+            assert!(!got.opaque.is_empty(), "{cmd}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn plain_commands_are_not_opaque() {
+        for cmd in [
+            "ls -la",
+            "df -h",
+            "git status",
+            "git -C repo log --oneline",
+            "cargo build 2>&1 | tail -n 20",
+            "python3 script.py --flag",
+            "find . -name '*.rs' -exec wc -l {} +",
+            "grep -r 'a|b' src | sort | uniq -c",
+            "echo \"rm -rf /\"",
+            "cat > notes.txt <<'EOF'\nit's fine: rm -rf ~\nEOF",
+        ] {
+            let got = a(cmd);
+            assert!(
+                got.opaque.is_empty() && got.error.is_none(),
+                "{cmd}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unbalanced_quotes_are_errors() {
+        for cmd in ["echo 'oops", "echo \"oops", "echo $(oops", "echo `oops"] {
+            assert!(a(cmd).error.is_some(), "{cmd}");
+        }
+    }
+
+    #[test]
+    fn heredoc_into_a_shell_is_followed() {
+        let got = a("bash <<'EOF'\nrm -rf ~\nEOF\n");
+        assert!(got.subjects.contains(&"rm -f -r ~".to_owned()), "{got:?}");
+    }
+
+    #[test]
+    fn xargs_command_is_seen_without_operands() {
+        let got = a("find . -name x | xargs -0 -n 1 rm -rf");
+        assert!(got.subjects.contains(&"rm -f -r".to_owned()), "{got:?}");
+    }
+
+    #[test]
+    fn braces_expand_in_paths() {
+        let got = a("cat ~/.{ssh,gnupg}/x");
+        assert!(got.paths.contains(&"~/.ssh/x".to_owned()), "{got:?}");
+        assert!(got.paths.contains(&"~/.gnupg/x".to_owned()), "{got:?}");
+    }
+
+    proptest! {
+        #[test]
+        fn analysis_never_panics(s in "\\PC{0,80}") {
+            let _analysis = a(&s);
+        }
+
+        #[test]
+        fn analysis_never_panics_on_shell_soup(
+            s in proptest::collection::vec(
+                prop_oneof![
+                    Just("'"), Just("\""), Just("\\"), Just("$("), Just(")"), Just("`"),
+                    Just("<<"), Just("<("), Just(">"), Just("&"), Just("|"), Just(";"),
+                    Just("\n"), Just("EOF"), Just(" "), Just("rm"), Just("-rf"), Just("~"),
+                    Just("bash -c "), Just("find . -exec "), Just("{"), Just("}"), Just("#"),
+                ],
+                0..30,
+            )
+        ) {
+            let _analysis = a(&s.concat());
+        }
     }
 }

@@ -171,6 +171,69 @@ pub(super) struct Wrapper {
     assignments: bool,
 }
 
+/// `sudo`'s long options that take a value.
+const SUDO_LONG_ARGS: &[&str] = &[
+    "user",
+    "group",
+    "prompt",
+    "close-from",
+    "chdir",
+    "role",
+    "type",
+    "host",
+    "other-user",
+    "command-timeout",
+];
+
+/// `run0`'s long options that take a value.
+const RUN0_LONG_ARGS: &[&str] = &[
+    "user",
+    "group",
+    "chdir",
+    "property",
+    "description",
+    "slice",
+    "nice",
+    "setenv",
+    "unit",
+    "machine",
+];
+
+/// `xargs`'s long options that take a value.
+const XARGS_LONG_ARGS: &[&str] = &[
+    "arg-file",
+    "delimiter",
+    "eof",
+    "replace",
+    "max-lines",
+    "max-args",
+    "max-procs",
+    "max-chars",
+    "process-slot-var",
+];
+
+/// `systemd-run`'s long options that take a value.
+const SYSTEMD_RUN_LONG_ARGS: &[&str] = &[
+    "unit",
+    "property",
+    "description",
+    "slice",
+    "setenv",
+    "working-directory",
+    "uid",
+    "gid",
+    "nice",
+    "on-active",
+    "on-boot",
+    "on-startup",
+    "on-unit-active",
+    "on-unit-inactive",
+    "on-calendar",
+    "service-type",
+    "host",
+    "machine",
+];
+
 pub(super) fn wrapper(program: &str) -> Option<Wrapper> {
     let w = |short_arg, long_arg, positional, assignments| {
         Some(Wrapper {
@@ -181,42 +244,10 @@ pub(super) fn wrapper(program: &str) -> Option<Wrapper> {
         })
     };
     match program {
-        "sudo" => w(
-            "ugpCDrtTU",
-            &[
-                "user",
-                "group",
-                "prompt",
-                "close-from",
-                "chdir",
-                "role",
-                "type",
-                "host",
-                "other-user",
-                "command-timeout",
-            ],
-            0,
-            true,
-        ),
+        "sudo" => w("ugpCDrtTU", SUDO_LONG_ARGS, 0, true),
         "doas" => w("uC", &[], 0, false),
         "pkexec" => w("", &["user"], 0, false),
-        "run0" => w(
-            "uGD",
-            &[
-                "user",
-                "group",
-                "chdir",
-                "property",
-                "description",
-                "slice",
-                "nice",
-                "setenv",
-                "unit",
-                "machine",
-            ],
-            0,
-            false,
-        ),
+        "run0" => w("uGD", RUN0_LONG_ARGS, 0, false),
         "env" => w("uCS", &["unset", "chdir", "split-string"], 0, true),
         "nice" => w("n", &["adjustment"], 0, false),
         "ionice" => w(
@@ -231,49 +262,10 @@ pub(super) fn wrapper(program: &str) -> Option<Wrapper> {
         "exec" => w("a", &[], 0, false),
         "timeout" => w("sk", &["signal", "kill-after"], 1, false),
         "stdbuf" => w("ioe", &["input", "output", "error"], 0, false),
-        "xargs" => w(
-            "adEeIiLlnPs",
-            &[
-                "arg-file",
-                "delimiter",
-                "eof",
-                "replace",
-                "max-lines",
-                "max-args",
-                "max-procs",
-                "max-chars",
-                "process-slot-var",
-            ],
-            0,
-            false,
-        ),
+        "xargs" => w("adEeIiLlnPs", XARGS_LONG_ARGS, 0, false),
         "uwsm" | "app2unit" => w("sStaN", &[], 1, false),
         "flock" => w("wEc", &["timeout", "conflict-exit-code"], 1, false),
-        "systemd-run" => w(
-            "upEHMd",
-            &[
-                "unit",
-                "property",
-                "description",
-                "slice",
-                "setenv",
-                "working-directory",
-                "uid",
-                "gid",
-                "nice",
-                "on-active",
-                "on-boot",
-                "on-startup",
-                "on-unit-active",
-                "on-unit-inactive",
-                "on-calendar",
-                "service-type",
-                "host",
-                "machine",
-            ],
-            0,
-            false,
-        ),
+        "systemd-run" => w("upEHMd", SYSTEMD_RUN_LONG_ARGS, 0, false),
         _ => None,
     }
 }

@@ -296,10 +296,6 @@ async fn two_sessions(anthropic: bool) {
         let first_user = String::from_utf8_lossy(&req.raw[keep[0].min(req.raw.len())..]);
         let reminder = &first_user[first_user.find("<system-reminder>").unwrap()..];
         assert!(
-            reminder.contains(&format!("Session: {id}\\n")),
-            "{wire}: {reminder}"
-        );
-        assert!(
             reminder.contains(&format!("workspaces/{id}\\n")),
             "{wire}: {reminder}"
         );

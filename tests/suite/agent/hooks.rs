@@ -1,5 +1,5 @@
 //! The hooks fire where things happen, and they alone feed the metrics and the audit log
-//! (issue 11: `before_tool` used to fire after the tools had run).
+//! (`before_tool` used to fire after the tools had run).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -56,13 +56,11 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
         .as_str()
         .unwrap()
         .to_owned();
-    // The task's own place opens it (issue 25: it stays out of the system prompt, which
-    // every task of the soul shares).
+    // The task's own place opens it: it stays out of the system prompt, which every task
+    // of the soul shares.
     assert!(
         first.contains(&format!(
-            "\n\n<system-reminder>\nSession: {}\nWorkspace (writable; relative paths \
-             resolve here): {}\nEnvironment now:\ntime: ",
-            out.session_id,
+            "\n\n<system-reminder>\nWorkspace: {}\nEnvironment now:\ntime: ",
             h.workspace().display()
         )),
         "{first}"

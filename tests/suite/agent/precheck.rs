@@ -21,6 +21,13 @@ async fn a_quiet_precheck_skips_the_model_and_says_nothing_to_report() {
     assert_eq!(kinds(&events).last(), Some(&"task_finished"));
     // The time of this pre-check is kept for the next one's journal look-back.
     assert!(h.store.data_dir().join("precheck/test").exists());
+    // Regression: precheck/ was made 0755; the data dir and all in it are 0700.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(h.store.data_dir().join("precheck"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700);
 }
 
 #[tokio::test]

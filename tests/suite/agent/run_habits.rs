@@ -126,7 +126,7 @@ async fn model_and_provider_apply_to_one_run_and_ephemeral_keeps_nothing() {
         sessions(&home).is_empty(),
         "an ephemeral run left a session"
     );
-    // Issue 26: the footer named the removed session, and its lock file stayed.
+    // The footer named the removed session, and its lock file stayed.
     let err = stderr(&out);
     assert!(err.contains("(no session kept)"), "{err}");
     assert!(!err.contains("(session s-"), "{err}");
@@ -184,7 +184,7 @@ async fn sessions_rm_and_prune_remove_what_they_name() {
     let out = run(&home, &["sessions", "rm", &ids[1]]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(sessions(&home).is_empty());
-    // Issue 26: 82 lock files were left after everything was removed.
+    // 82 lock files were left after everything was removed.
     assert_eq!(lock_files(&home), Vec::<String>::new());
     // An unknown id is a usage error.
     let out = run(&home, &["sessions", "rm", &ids[1]]).await;
@@ -207,7 +207,7 @@ async fn a_task_the_model_never_answered_leaves_no_session() {
     let out = run(&home, &["run", "hello"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(sessions(&home).is_empty(), "an empty session was left");
-    // Issue 26: the footer named the removed session, and its lock file stayed.
+    // The footer named the removed session, and its lock file stayed.
     let err = stderr(&out);
     assert!(err.contains("(no session kept)"), "{err}");
     assert!(!err.contains("(session s-"), "{err}");

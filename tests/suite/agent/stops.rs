@@ -152,7 +152,7 @@ async fn cancel_mid_tool_stops_the_tool_and_records_its_result() {
     assert_eq!(ctx.tasks[0].plan.steps[0].status, StepStatus::Failed);
 }
 
-/// Issue 25 §5: a small model streamed 4,096 tokens of the same sentence for minutes.
+/// A small model streamed 4,096 tokens of the same sentence for minutes.
 /// The guard cuts it after a few copies: the connection is closed (the server stops
 /// generating), the answer keeps one copy and a marker, and the loop goes on like
 /// after any cut-off answer.
@@ -196,7 +196,7 @@ async fn a_repeating_answer_is_cut_and_the_loop_goes_on() {
     assert!(second.contains("kept repeating the same text"), "{second}");
 }
 
-/// Issue 25 §4: a task that failed before the model answered left its prompt as the
+/// A task that failed before the model answered left its prompt as the
 /// session's last message, so the next task sent `user, user`, which templates that
 /// enforce alternation reject for every later task of the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

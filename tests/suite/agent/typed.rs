@@ -1,4 +1,4 @@
-//! Lines typed on the terminal under `familiar run` steer the task (issue 9 §3): the
+//! Lines typed on the terminal under `familiar run` steer the task: the
 //! real binary on a pseudo-terminal made by `script(1)`, the model held back until the
 //! line was taken.
 

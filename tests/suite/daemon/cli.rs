@@ -90,7 +90,25 @@ async fn ask_detach_prints_the_ids_and_the_task_runs_on() {
         ids[0].starts_with("t-") && ids[1].starts_with("s-"),
         "{stdout}"
     );
+    // Regression: the ids came bare, with no word on what to do with them.
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "familiar: task {t} runs in the background: `familiar tasks` lists it, `familiar steer {t} MESSAGE` adds to it, `familiar cancel {t}` stops it, `familiar sessions show {s}` shows its answer\n",
+            t = ids[0],
+            s = ids[1]
+        )
+    );
     assert_eq!(w.finished(ids[0]).await.0, "completed");
+    let out = familiar(&f.harness.home, &f.bus, &["cancel", ids[0]], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "task {} had already ended (completed): nothing to cancel\n",
+            ids[0]
+        )
+    );
 
     let out = familiar(&f.harness.home, &f.bus, &["tasks"], &[]).await;
     assert!(text(&out.stdout).contains(ids[0]), "{}", text(&out.stdout));
@@ -224,7 +242,7 @@ async fn an_unreachable_daemon_is_exit_3_with_how_to_start_it() {
     assert_eq!(out.status.code(), Some(3));
 }
 
-// Issue 9 §6: with no notification server, `ask` printed the tool line but neither the
+// Regression: with no notification server, `ask` printed the tool line but neither the
 // request id nor how to answer, and `tasks` showed nothing pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer() {
@@ -295,6 +313,10 @@ async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer(
         Some(0),
         "{}",
         text(&approved.stderr)
+    );
+    assert_eq!(
+        text(&approved.stdout),
+        format!("approved request {request}: the call runs\n")
     );
     let out = ask.await.unwrap();
     let stderr = text(&out.stderr);

@@ -1,4 +1,4 @@
-//! One data dir for the daemon and the CLI on every systemd (issue 26): the real
+//! One data dir for the daemon and the CLI on every systemd: the real
 //! daemon binary started with the environment systemd 252 gives a user unit with
 //! `StateDirectory=familiar` (`STATE_DIRECTORY=~/.config/familiar`), and the CLI, which
 //! has no `STATE_DIRECTORY`, reading what the daemon wrote.
@@ -54,7 +54,7 @@ fn daemon_data_check(stdout: &[u8]) -> Value {
         .unwrap_or_else(|| panic!("no daemon_data check in {}", text(stdout)))
 }
 
-/// Regression (issue 26): under systemd 252 the daemon kept its sessions, transcripts,
+/// Regression: under systemd 252 the daemon kept its sessions, transcripts,
 /// audit log, memory and workspaces in `~/.config/familiar` and the CLI never saw them.
 /// Now the daemon uses the CLI's data dir, and takes in what an earlier daemon left in
 /// the config dir, merged with what the data dir already holds.

@@ -120,7 +120,7 @@ async fn doctor_says_ollama_pull_for_a_missing_ollama_model() {
     assert_eq!(paths, ["/v1/models", "/api/tags"]);
 }
 
-/// Issue 25 §7: llama-server answers any model name with the one model it loaded, so a
+/// Regression: llama-server answers any model name with the one model it loaded, so a
 /// config naming it otherwise works; doctor said `FAIL model … is not served`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_passes_llama_server_serving_its_model_under_another_name() {
@@ -175,8 +175,13 @@ async fn doctor_names_a_dead_provider_and_a_broken_soul_with_their_fixes() {
         )),
         "{stdout}"
     );
+    // A configured provider that is down: start it, not "configure" it.
     assert!(
-        stdout.contains("fix: start Ollama (`ollama serve`)"),
+        stdout.contains(&format!(
+            "fix: start the server at http://127.0.0.1:{port}/v1 (Ollama: `ollama serve`; \
+             llama.cpp: `llama-server -m MODEL.gguf --port PORT`), or set `base_url` in \
+             [providers.local] to where one runs"
+        )),
         "{stdout}"
     );
     assert!(line("souls").starts_with("FAIL"), "{stdout}");

@@ -116,7 +116,7 @@ async fn a_daemon_that_loses_its_name_cancels_its_tasks_and_fails() {
     );
 }
 
-/// Regression (issue 26): the daemon re-executes itself (trim.rs) through
+/// Regression: the daemon re-executes itself (trim.rs) through
 /// `/proc/self/exe`, and the kernel named it `exe`: `ps`, `pgrep -x familiar`,
 /// `systemctl status` and busctl showed that. Its name is the binary's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

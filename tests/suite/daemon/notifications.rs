@@ -156,7 +156,7 @@ async fn the_deny_action_denies_and_the_notification_offers_three_actions() {
     let resolved = w.event(&task, "approval_resolved").await;
     assert_eq!(resolved["approved"], false);
     assert_eq!(resolved["outcome"]["by"], "notification");
-    // Regression (issue 26): the notification is resident and stayed on screen, its
+    // Regression: the notification is resident and stayed on screen, its
     // buttons live, after its own action; it is closed once answered.
     assert_eq!(server.next_closed().await, id);
     assert_eq!(w.finished(&task).await.0, "completed");
@@ -229,7 +229,7 @@ async fn ask_notify_shows_the_result_as_a_notification() {
     assert!(actions.is_empty(), "a result needs no answer: {actions:?}");
 }
 
-// Issue 24: a result's markup reached a server that renders it (a link, an image that
+// A result's markup reached a server that renders it (a link, an image that
 // may load a local file), and its escapes went through raw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_notify_shows_a_results_markup_and_escapes_as_text() {
@@ -258,7 +258,7 @@ async fn ask_notify_shows_a_results_markup_and_escapes_as_text() {
     );
 }
 
-// Issue 24 §2: the approval notification, the ApprovalRequested signal and GetTask showed
+// The approval notification, the ApprovalRequested signal and GetTask showed
 // the first line of the arguments with their escapes raw; a server that renders markup
 // would also have turned an argument's `<a href>` into a link hiding its text.
 #[tokio::test]

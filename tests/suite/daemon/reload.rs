@@ -1,4 +1,4 @@
-//! config.toml changed while the real daemon runs (issue 26): picked up at the next
+//! config.toml changed while the real daemon runs: picked up at the next
 //! `Submit` like a soul or policy file, and a broken one keeps the previous version and
 //! says so to the next `familiar ask`.
 
@@ -20,7 +20,7 @@ fn config(server: &LlmServer, model: &str) -> String {
     )
 }
 
-/// Regression (issue 26): a daemon kept the config.toml it started with until it was
+/// Regression: a daemon kept the config.toml it started with until it was
 /// restarted, silently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_reloads_config_toml_and_keeps_the_previous_one_when_it_breaks() {

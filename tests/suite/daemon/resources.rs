@@ -1,4 +1,4 @@
-//! A soul's `[resources]` (issue 14 §3) through `familiar run`: under a real systemd
+//! A soul's `[resources]` through `familiar run`: under a real systemd
 //! user manager the task's tool processes live in a transient slice whose cgroup
 //! limits the kernel enforces (an allocation past `MemoryMax` is killed, a fork past
 //! `TasksMax` fails) and the slice is gone after the task; without a manager, rlimits

@@ -476,7 +476,7 @@ async fn a_burst_of_200_submits_is_rate_limited_and_the_daemon_stays_responsive(
     f.proxy.list_tasks().await.unwrap();
 }
 
-// Issue 9 §6: a soul file added while the daemon ran was listed by `familiar souls`
+// A soul file added while the daemon ran was listed by `familiar souls`
 // but refused with UnknownSoul until a restart.
 #[tokio::test]
 async fn soul_changes_are_picked_up_and_a_broken_file_keeps_its_previous_version() {

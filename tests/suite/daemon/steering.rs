@@ -1,4 +1,4 @@
-//! Steering a running task (issue 9 §3): `Steer` over the bus, driven by the proxy,
+//! Steering a running task: `Steer` over the bus, driven by the proxy,
 //! `busctl` and `gdbus`; the message joins at the next step without changing what the
 //! model saw before, and a message the task did not read opens the session's next task.
 
@@ -193,6 +193,12 @@ async fn the_cli_steers_with_steer_and_with_ask_on_a_busy_session() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "message sent to task {task}: it joins at the task's next step, or opens the session's next task\n"
+        )
     );
     let out = super::cli::familiar(
         home,

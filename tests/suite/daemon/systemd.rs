@@ -196,7 +196,7 @@ async fn an_unread_notify_socket_never_stalls_the_daemon() {
     drop(sock);
 }
 
-/// DESIGN §9: after `familiar setup`, the first `familiar ask` starts the daemon through
+/// After `familiar setup`, the first `familiar ask` starts the daemon through
 /// D-Bus activation. (Without a systemd user manager on the test bus, dbus-daemon runs
 /// the activation file's `Exec=` line itself; under systemd it asks for
 /// `SystemdService=familiar.service` instead.)
@@ -250,7 +250,7 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
     sigterm(pid);
 }
 
-/// DESIGN §9: STATUS= follows the task count and WATCHDOG=1 is sent when systemd asks
+/// STATUS= follows the task count and WATCHDOG=1 is sent when systemd asks
 /// for it (`WATCHDOG_USEC`). Waits for the datagrams; no timing is asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_follows_tasks_and_the_watchdog_is_pinged() {

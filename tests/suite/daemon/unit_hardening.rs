@@ -1,4 +1,4 @@
-//! The shipped familiar.service under a real systemd user manager (issue 15 §3): it
+//! The shipped familiar.service under a real systemd user manager: it
 //! starts with every hardening directive it ships, the daemon runs with them (umask,
 //! no new privileges, a seccomp filter), and the kernel's Landlock still confines a
 //! tool inside it. Plus the `systemd-analyze --user security` score of the unit.
@@ -16,7 +16,7 @@ use crate::common::TestHome;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, oa_tool_call, sse};
 
 /// The highest exposure `systemd-analyze --user security` may rate the unit (10 is
-/// the worst; the unit before issue 15 rated 8.9).
+/// the worst; the unit before it was hardened rated 8.9).
 const MAX_EXPOSURE: f64 = 7.0;
 
 /// `Name: value` from /proc/PID/status.
@@ -39,7 +39,7 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
     };
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    // The second line is issue 24's attack: the session bus from a tool. Under the
+    // The second line is the attack the sandbox must stop: the session bus from a tool. Under the
     // unit's own syscall filter the helper must still be able to install its own.
     let command = format!(
         "echo in > inside.txt; echo out > ../outside.txt\n\

@@ -295,7 +295,7 @@ async fn conditions_that_hold_let_the_task_run() {
     assert_eq!(server.requests().len(), 1);
 }
 
-/// Regression (issue 26): with no system bus (so no NetworkManager), `metered=no` was
+/// Regression: with no system bus (so no NetworkManager), `metered=no` was
 /// unmet ("cannot tell whether the network is metered") and the run skipped; docs say
 /// NetworkManager's absence means no metered connection is known.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +395,7 @@ async fn wait_holds_the_run_until_the_battery_charges() {
     assert_eq!(server.requests().len(), 1);
 }
 
-/// Regression (issue 26): Ctrl-C while `--wait`ing printed "skipped"; it is an
+/// Regression: Ctrl-C while `--wait`ing printed "skipped"; it is an
 /// interruption (exit 130), and no task ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_while_waiting_says_interrupted() {

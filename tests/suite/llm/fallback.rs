@@ -74,7 +74,7 @@ fn models_asked(server: &LlmServer) -> Vec<String> {
         .collect()
 }
 
-// Issue 9 §4: with max_retries = 2, the primary's two overloads made the client fall
+// Regression: with max_retries = 2, the primary's two overloads made the client fall
 // back, and the fallback's first overload ended the task: it had no retries of its own.
 #[tokio::test]
 async fn the_fallback_model_gets_its_own_retries_with_backoff() {

@@ -8,6 +8,7 @@
 mod decode;
 mod fallback;
 mod faults;
+mod first_contact;
 mod ollama;
 mod prefill;
 mod requests;

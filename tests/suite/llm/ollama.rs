@@ -1,5 +1,5 @@
 //! `kind = "ollama"` against a loopback server speaking Ollama's `/api/chat` NDJSON and
-//! `/api/show` (issue 25 §6): what is sent (`options.num_ctx`, `keep_alive`, tool
+//! `/api/show`: what is sent (`options.num_ctx`, `keep_alive`, tool
 //! messages by name), what is read back, the context length looked up when none is
 //! configured, and a prompt too long for `num_ctx` refused or reported, never answered.
 

@@ -1,4 +1,4 @@
-//! Slow prefills are not stalls (issue 25 §2): until the first token only
+//! Slow prefills are not stalls: until the first token only
 //! `first_token_timeout` bounds the wait, llama.cpp's `prompt_progress` chunks become
 //! `PromptProgress` events, and a local server that never answers gets one request.
 //!

@@ -419,7 +419,7 @@ async fn the_daemon_keeps_an_mcp_server_across_tasks_and_stops_it_when_it_stops(
     );
 }
 
-/// Regression (issue 26): a soul naming `mcp:probe` while config.toml has no
+/// Regression: a soul naming `mcp:probe` while config.toml has no
 /// `[mcp.probe]`: the model's call of `probe__probe` was put to the user for approval
 /// as a `system_critical` tool, then failed as "not available in this build". A tool
 /// nothing implements is refused as unknown, before the policy, and the task goes on.

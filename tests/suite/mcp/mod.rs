@@ -128,6 +128,37 @@ async fn stdio_server_runs_under_landlock_and_the_kernel_refuses_other_writes() 
     hub.shutdown().await;
 }
 
+// Regression: a server whose script the sandbox hides failed with "Permission denied"
+// and no word on which setting to change.
+#[tokio::test]
+async fn a_script_outside_the_read_paths_says_to_add_it_to_the_sandbox_read_list() {
+    if !landlock_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("server.sh");
+    std::fs::write(&script, "echo never\n").unwrap();
+    let mut hidden = config("hidden", "ok", Vec::new());
+    hidden.transport = McpTransport::Stdio {
+        command: "sh".to_owned(),
+        args: vec![script.display().to_string()],
+    };
+    let hub = hub(tmp.path(), vec![hidden]);
+    let e = hub
+        .tools("hidden", &CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Permission denied"), "{e}");
+    assert!(
+        e.ends_with(
+            "add the file it could not open (its script, its interpreter, or their directory) \
+             to `read` in [mcp.hidden.sandbox]"
+        ),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn a_server_that_sends_garbage_fails_clearly_and_is_restarted_at_most_three_times() {
     if !landlock_available() {
@@ -280,7 +311,7 @@ async fn a_url_server_is_reached_over_streamable_http() {
     hub.shutdown().await;
 }
 
-// Issue 24 §4: garbage on a server's stdout was skipped and the call waited out its
+// Regression: garbage on a server's stdout was skipped and the call waited out its
 // timeout (300 s in a task).
 #[tokio::test]
 async fn garbage_on_stdout_fails_the_call_at_once_with_a_clear_error() {
@@ -308,7 +339,7 @@ async fn garbage_on_stdout_fails_the_call_at_once_with_a_clear_error() {
     hub.shutdown().await;
 }
 
-// Issue 24 §4: a 10 MB description went into every request; duplicate names and any
+// Regression: a 10 MB description went into every request; duplicate names and any
 // number of tools were offered.
 #[tokio::test]
 async fn a_bloated_tool_list_is_bounded() {
@@ -369,7 +400,7 @@ async fn flood_probe() {
     println!("FLOOD_PROBE VmHWM={hwm} error={e}");
 }
 
-// Issue 24 §4: an MCP server writing 2.6 GB to stderr with no newline took the daemon
+// Regression: an MCP server writing 2.6 GB to stderr with no newline took the daemon
 // to 2.5 GiB. The probe runs in a process of its own, so no other test's memory counts.
 #[tokio::test]
 async fn a_server_flooding_stderr_without_newlines_costs_bounded_memory() {
@@ -412,7 +443,7 @@ async fn a_server_flooding_stderr_without_newlines_costs_bounded_memory() {
     );
 }
 
-/// Issue 24 §1: an MCP server starts before any approval and lives as long as the
+/// Regression: an MCP server starts before any approval and lives as long as the
 /// daemon; the first thing a hostile one did was connect to the session bus. From the
 /// server's own start-up, every unix socket is refused by the kernel (EACCES).
 #[tokio::test]
@@ -463,7 +494,7 @@ async fn a_stdio_server_cannot_reach_the_session_bus_or_any_unix_socket() {
     hub.shutdown().await;
 }
 
-/// Regression (issue 26): stdio servers started with SIGTERM, SIGINT, SIGHUP, SIGCHLD
+/// Regression: stdio servers started with SIGTERM, SIGINT, SIGHUP, SIGCHLD
 /// and SIGALRM blocked (the sandbox helper's mask), so every stop waited the helper's
 /// grace second and SIGKILLed them (`mcp list` took over a second). The server starts
 /// with no signal blocked, and a stop ends it by its SIGTERM: the helper, which ends the
@@ -506,7 +537,7 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
     .unwrap();
     // What the server read from /proc/thread-self/status as it started.
     let blocked = std::fs::read_to_string(workspace.join("server.sigblk")).unwrap();
-    // Its state folder is the user's alone, like the rest of the data dir (issue 26).
+    // Its state folder is the user's alone, like the rest of the data dir.
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&workspace).unwrap().permissions(),
     );

@@ -4,7 +4,7 @@
 use super::super::agent::harness::text_reply;
 use super::*;
 
-/// See: issue 13 — the daemon used to live on after its bus died, unreachable and never
+/// The daemon used to live on after its bus died, unreachable and never
 /// restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_exits_non_zero_when_its_bus_goes_away_and_never_spins() {

@@ -102,7 +102,7 @@ async fn a_full_disk_fails_the_task_with_exit_1_and_the_next_task_works() {
     };
     let out = output(cmd).await;
     let err = stderr_of(&out);
-    // See: issue 13 — this was exit 2 (a usage error) with the OS error printed twice.
+    // This was exit 2 (a usage error) with the OS error printed twice.
     assert_eq!(out.status.code(), Some(1), "{err}");
     let os_error = if tmpfs.is_some() {
         "No space left on device"

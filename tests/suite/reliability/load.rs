@@ -289,7 +289,7 @@ async fn a_submit_burst_from_many_clients_is_rate_limited_and_status_keeps_answe
     report_latency("burst", lat);
     assert_eq!(ok + limited, total);
     assert!(ok > 0 && limited > 0, "{ok} accepted, {limited} refused");
-    // Counted per user: reconnecting clients do not get 30 each (issue 24 §4). The
+    // Counted per user: reconnecting clients do not get 30 each. The
     // warm-up took one; a few more may refill while the burst runs.
     assert!(ok <= 32, "{ok} accepted from {clients} connections");
 }

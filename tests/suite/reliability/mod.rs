@@ -1,4 +1,4 @@
-//! Reliability (issue 13): faults injected at every boundary, load, leaks and crash
+//! Reliability: faults injected at every boundary, load, leaks and crash
 //! safety, each ending in a clear status or a recovery while the daemon keeps serving.
 //!
 //! The default run keeps every scenario small; the long versions read counts from the

@@ -150,7 +150,7 @@ async fn every_model_fault_ends_in_a_status_and_the_daemon_serves_the_next_task(
 
 /// A single enormous response (50 MB) is abandoned at the size cap instead of taking
 /// the daemon's memory with it: the next iteration gets a normal answer, and the daemon serves
-/// the next task. See: issue 13 — a response had no size limit.
+/// the next task. A response used to have no size limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_50_mb_response_is_abandoned_and_the_daemon_serves_the_next_task() {
     let chunk = "x".repeat(64 * 1024);

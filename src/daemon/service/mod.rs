@@ -4,7 +4,10 @@
 //! Invariant: this struct owns no task state. It checks the caller (same Unix user),
 //! validates arguments into typed values, and forwards to the supervisor's single owner
 //! task through a bounded channel ([`Op`]); every method answers at once, and long
-//! work is reported through the signals declared here.
+//! work is reported through the signals declared here. Who may call is checked in
+//! [`caller`].
+
+mod caller;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,16 +18,13 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, interface};
 
-use super::callers::{Caller, Callers};
+use super::callers::Callers;
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
-use crate::catalog::Tier;
 use crate::dbus::{Error, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
-use crate::ids::{RequestId, SoulId, TaskId};
+use crate::ids::{RequestId, TaskId};
 use crate::ratelimit::Scope;
-use crate::sandbox::ancestry::Sandboxed;
-use crate::store::{AuditDecision, AuditEntry, AuditOutcome};
 use crate::store::{Memory, MemoryError, StoreError};
 
 /// The served object.
@@ -51,123 +51,6 @@ impl Service {
     /// The daemon's long-term memory (a handle on the file: cheap to clone).
     fn memory(&self) -> Memory {
         self.shared.loaded.get().rt.memory.clone()
-    }
-
-    /// The caller's unique name, after checking it runs as our user and outside every
-    /// sandbox.
-    async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<String, Error> {
-        // A peer-to-peer connection has no bus to ask; its peer was authenticated by
-        // the socket it came through (only tests build those).
-        let Some(sender) = hdr.sender() else {
-            return Ok("p2p".to_owned());
-        };
-        let caller = match self.callers.get(sender.as_str()) {
-            Some(caller) => caller,
-            None => {
-                let caller = self.look_up(sender, conn).await?;
-                self.callers.remember(sender.as_str(), caller.clone());
-                caller
-            }
-        };
-        if caller.uid != self.shared.uid {
-            tracing::warn!(caller = %sender, uid = caller.uid, "refusing a call from another user");
-            return Err(Error::access_denied(caller.uid, self.shared.uid));
-        }
-        if let Some(sandboxed) = &caller.sandboxed {
-            let method = hdr.member().map_or("?", |m| m.as_str());
-            self.refuse_sandboxed(sender.as_str(), method, sandboxed);
-            return Err(Error::SandboxedCaller(format!(
-                "refused: the caller, {sandboxed}, is inside familiar's sandbox; tools may not drive the daemon"
-            )));
-        }
-        Ok(sender.to_string())
-    }
-
-    /// Asks the bus who `sender` is (its uid and pid) and looks at the pid's process
-    /// tree. A bus that cannot say the pid (a TCP bus) leaves only the uid check.
-    async fn look_up(
-        &self,
-        sender: &zbus::names::UniqueName<'_>,
-        conn: &Connection,
-    ) -> Result<Caller, Error> {
-        let dbus = self
-            .bus_driver
-            .get_or_try_init(|| async {
-                zbus::fdo::DBusProxy::builder(conn)
-                    .cache_properties(zbus::proxy::CacheProperties::No)
-                    .build()
-                    .await
-            })
-            .await?;
-        let uid = dbus
-            .get_connection_unix_user(sender.clone().into())
-            .await
-            .map_err(zbus::Error::from)?;
-        let pid = match dbus
-            .get_connection_unix_process_id(sender.clone().into())
-            .await
-        {
-            Ok(pid) => Some(pid),
-            Err(e) => {
-                tracing::warn!(caller = %sender, "the bus does not say the caller's pid: {e}");
-                None
-            }
-        };
-        // A few small /proc reads per new caller, not per call.
-        let sandboxed = pid.and_then(crate::sandbox::ancestry::sandboxed);
-        Ok(Caller { uid, sandboxed })
-    }
-
-    /// Logs and audits a refused call from a sandbox's process.
-    fn refuse_sandboxed(&self, sender: &str, method: &str, sandboxed: &Sandboxed) {
-        tracing::warn!(caller = %sender, method, "refusing a call from a sandboxed process: {sandboxed}");
-        let soul = sandboxed
-            .owner
-            .as_deref()
-            .and_then(|o| o.rsplit_once(" of soul "))
-            .and_then(|(_, soul)| SoulId::new(soul).ok())
-            .or_else(|| SoulId::new("unknown").ok());
-        let task_id = sandboxed
-            .owner
-            .as_deref()
-            .and_then(|o| o.strip_prefix("task "))
-            .and_then(|o| o.split_whitespace().next())
-            .and_then(|t| TaskId::new(t).ok());
-        let Some(soul) = soul else { return };
-        let entry = AuditEntry {
-            time: crate::store::now_rfc3339(),
-            task_id,
-            session_id: None,
-            soul,
-            tool: format!("dbus:{method}"),
-            tier: Tier::SystemCritical,
-            args_digest: String::new(),
-            decision: AuditDecision::Denied,
-            reason: Some(format!(
-                "bus caller {sender}: {sandboxed}; sandboxed processes may not call the daemon"
-            )),
-            outcome: AuditOutcome::NotRun,
-        };
-        if let Err(e) = self.shared.rt.store.audit(&entry) {
-            tracing::error!("cannot write the audit log: {e}");
-        }
-    }
-
-    /// [`Service::caller`] for property reads. No header means the daemon itself is
-    /// reading the value for `PropertiesChanged`.
-    async fn property_caller(
-        &self,
-        hdr: Option<Header<'_>>,
-        conn: &Connection,
-    ) -> zbus::fdo::Result<()> {
-        let Some(hdr) = hdr else {
-            return Ok(());
-        };
-        match self.caller(&hdr, conn).await {
-            Ok(_) => Ok(()),
-            Err(Error::ZBus(zbus::Error::FDO(e))) => Err(*e),
-            Err(e) => Err(zbus::fdo::Error::AccessDenied(e.to_string())),
-        }
     }
 
     /// Sends an op and waits for the owner's answer.
@@ -550,7 +433,7 @@ impl Service {
     }
 
     /// What the kernel enforces of the sandbox, as JSON `{"abi", "status", "missing"}`
-    /// (an addition to DESIGN §3's properties; probed once at start).
+    /// (probed once at start).
     #[zbus(property(emits_changed_signal = "const"))]
     async fn sandbox(
         &self,
@@ -563,10 +446,10 @@ impl Service {
     }
 
     /// The config the daemon runs with, as JSON `{"config", "provider", "model",
-    /// "default_soul", "policy", "data_dir", "reload_error"}` (an addition to DESIGN
-    /// §3's properties, for `familiar status`, `ask` and `doctor`: a client's own
-    /// config, or data dir, may not be the daemon's; `reload_error` says what a reload
-    /// could not take). Not constant: config.toml is reloaded.
+    /// "default_soul", "policy", "data_dir", "reload_error"}` (for `familiar status`,
+    /// `ask` and `doctor`: a client's own config, or data dir, may not be the daemon's;
+    /// `reload_error` says what a reload could not take). Not constant: config.toml is
+    /// reloaded.
     #[zbus(property(emits_changed_signal = "false"))]
     async fn configuration(
         &self,
@@ -588,7 +471,8 @@ impl Service {
         Ok(facts.to_string())
     }
 
-    /// Every loop event of every task (DESIGN §5).
+    /// Every loop event of every task: its kind and its JSON without `kind`, `task_id`
+    /// and `session_id` (docs/events.md).
     #[zbus(signal)]
     pub async fn task_event(
         emitter: &SignalEmitter<'_>,
@@ -608,7 +492,8 @@ impl Service {
         tier: &str,
     ) -> zbus::Result<()>;
 
-    /// A task ended (status per DESIGN §3).
+    /// A task ended: exactly once per accepted task, after all its `TaskEvent`s, with its
+    /// final status (`completed`, `failed`, `cancelled`, `max_iterations`, ...).
     #[zbus(signal)]
     pub async fn task_finished(
         emitter: &SignalEmitter<'_>,

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""The crate's shape, as docs/architecture.md states it: no src file over 600 lines
+counting the tests it pulls in (`mod tests;`, with or without `#[path]`), no function over
+100 lines, no `Result<_, String>`. Prints what breaks a rule and exits 1 if anything does.
+Not part of `.ci/run`; run it from the crate root: `python3 .ci/shape.py`."""
+import os
+import re
+import sys
+
+MAX_FILE_LINES = 600
+MAX_FN_LINES = 100
+
+
+def lines(path):
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+def rust_files(root="src"):
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n.endswith(".rs"):
+                yield os.path.join(d, n)
+
+
+def test_files(path, src):
+    """The files `path` pulls in as its tests (`#[cfg(test)] mod NAME;`)."""
+    out = []
+    for i, l in enumerate(src):
+        m = re.match(r"\s*mod (\w+);", l)
+        if not m:
+            continue
+        attrs = " ".join(src[max(0, i - 2):i])
+        if "cfg(test)" not in attrs and "test" not in m.group(1):
+            continue
+        p = re.search(r'#\[path = "([^"]+)"\]', attrs)
+        base, stem = os.path.dirname(path), os.path.basename(path)[:-3]
+        if p:
+            t = os.path.join(base, p.group(1))
+        elif stem in ("mod", "lib", "main"):
+            t = os.path.join(base, m.group(1) + ".rs")
+        else:
+            t = os.path.join(base, stem, m.group(1) + ".rs")
+        if os.path.exists(t):
+            out.append(t)
+    return out
+
+
+FN = re.compile(r"^(\s*)(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)")
+
+
+def long_functions(path, src):
+    for i, l in enumerate(src):
+        m = FN.match(l)
+        if not m:
+            continue
+        indent, j = m.group(1), i
+        while j < len(src) and not src[j].rstrip().endswith(("{", ";")):
+            j += 1
+        if j >= len(src) or not src[j].rstrip().endswith("{"):
+            continue
+        k = j + 1
+        while k < len(src) and src[k] != indent + "}":
+            k += 1
+        if k - i + 1 > MAX_FN_LINES:
+            yield i + 1, m.group(7), k - i + 1
+
+
+def string_errors(l):
+    """Whether `l` names a `Result<_, String>` (two arguments, the second `String`)."""
+    for m in re.finditer(r"Result<", l):
+        depth, k, last = 1, m.end(), m.end()
+        while k < len(l) and depth:
+            c = l[k]
+            if c in "<(":
+                depth += 1
+            elif c in ">)":
+                depth -= 1
+            elif c == "," and depth == 1:
+                last = k + 1
+            k += 1
+        if depth == 0 and last != m.end() and l[last:k - 1].strip() == "String":
+            return True
+    return False
+
+
+def main():
+    bad = 0
+    files = sorted(rust_files())
+    pulled = {t for p in files for t in test_files(p, lines(p))}
+    for p in files:
+        if p in pulled:
+            continue
+        src = lines(p)
+        tests = test_files(p, src)
+        total = len(src) + sum(len(lines(t)) for t in tests)
+        if total > MAX_FILE_LINES:
+            bad += 1
+            print(f"{p}: {total} lines" + (f" with {', '.join(tests)}" if tests else ""))
+        for line, name, n in long_functions(p, src):
+            bad += 1
+            print(f"{p}:{line}: fn {name} is {n} lines")
+        for i, l in enumerate(src):
+            if string_errors(l):
+                bad += 1
+                print(f"{p}:{i + 1}: Result<_, String>: {l.strip()}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

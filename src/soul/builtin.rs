@@ -1,0 +1,132 @@
+//! The shipped souls and their persona prompts, compiled in.
+
+/// The shipped souls: (id, TOML source).
+pub const BUILTIN_SOULS: &[(&str, &str)] = &[
+    (
+        "safe_assistant",
+        include_str!("../../souls/safe_assistant.toml"),
+    ),
+    (
+        "system_admin",
+        include_str!("../../souls/system_admin.toml"),
+    ),
+    (
+        "automation_agent",
+        include_str!("../../souls/automation_agent.toml"),
+    ),
+    (
+        "research_agent",
+        include_str!("../../souls/research_agent.toml"),
+    ),
+    ("maintenance", include_str!("../../souls/maintenance.toml")),
+    ("desktop", include_str!("../../souls/desktop.toml")),
+];
+
+const BUILTIN_PROMPTS: &[(&str, &str)] = &[
+    (
+        "prompts/safe_assistant.md",
+        include_str!("../../souls/prompts/safe_assistant.md"),
+    ),
+    (
+        "prompts/system_admin.md",
+        include_str!("../../souls/prompts/system_admin.md"),
+    ),
+    (
+        "prompts/automation_agent.md",
+        include_str!("../../souls/prompts/automation_agent.md"),
+    ),
+    (
+        "prompts/research_agent.md",
+        include_str!("../../souls/prompts/research_agent.md"),
+    ),
+    (
+        "prompts/maintenance.md",
+        include_str!("../../souls/prompts/maintenance.md"),
+    ),
+    (
+        "prompts/desktop.md",
+        include_str!("../../souls/prompts/desktop.md"),
+    ),
+];
+
+pub(super) fn builtin_prompt(name: &str) -> Option<&'static str> {
+    BUILTIN_PROMPTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::catalog::Tier;
+    use crate::policy::Mode;
+    use crate::soul::tests::policy;
+    use crate::soul::{PromptSource, SoulOrigin, parse};
+
+    #[test]
+    fn every_builtin_soul_parses() {
+        for (id, src) in BUILTIN_SOULS {
+            let soul = parse(
+                &format!("built-in:souls/{id}.toml"),
+                id,
+                src,
+                PromptSource::BuiltIn,
+                Path::new("/home/user"),
+                Some(&policy(Mode::Ask, Mode::Ask)),
+                SoulOrigin::BuiltIn,
+            )
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+            insta::assert_json_snapshot!(format!("soul_{id}"), soul);
+        }
+    }
+
+    #[test]
+    fn builtin_budgets_match_the_contract() {
+        let iters = |id: &str| {
+            let (_, src) = BUILTIN_SOULS.iter().find(|(i, _)| *i == id).unwrap();
+            parse(
+                "x",
+                id,
+                src,
+                PromptSource::BuiltIn,
+                Path::new("/h"),
+                None,
+                SoulOrigin::BuiltIn,
+            )
+            .unwrap()
+            .max_iterations
+        };
+        assert_eq!(iters("safe_assistant"), 10);
+        assert_eq!(iters("system_admin"), 20);
+        assert_eq!(iters("automation_agent"), 50);
+        assert_eq!(iters("research_agent"), 15);
+    }
+
+    #[test]
+    fn safe_assistant_is_read_only() {
+        let (id, src) = BUILTIN_SOULS[0];
+        let soul = parse(
+            "x",
+            id,
+            src,
+            PromptSource::BuiltIn,
+            Path::new("/h"),
+            None,
+            SoulOrigin::BuiltIn,
+        )
+        .unwrap();
+        for tool in &soul.grant.tools {
+            assert_eq!(
+                crate::catalog::info(tool).unwrap().tier,
+                Tier::Read,
+                "{tool}"
+            );
+        }
+        assert_eq!(soul.grant.permissions.write, Mode::Deny);
+        assert_eq!(soul.grant.permissions.execute, Mode::Deny);
+        assert!(soul.sandbox.write.is_empty());
+    }
+}
