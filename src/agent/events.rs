@@ -23,6 +23,8 @@ pub const EVENT_BUFFER: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompactionMode {
     Micro,
+    /// Large tool results cut to make a request fit.
+    Trim,
     Full,
 }
 
@@ -30,6 +32,7 @@ impl CompactionMode {
     pub fn as_str(self) -> &'static str {
         match self {
             CompactionMode::Micro => "micro",
+            CompactionMode::Trim => "trim",
             CompactionMode::Full => "full",
         }
     }

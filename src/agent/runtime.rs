@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::agent::context::learned::Calibrations;
 use crate::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use crate::agent::metrics::Metrics;
 use crate::approval::ApprovalBroker;
@@ -47,6 +48,9 @@ pub struct Runtime {
     /// The MCP servers of `config.toml`, started when a task first uses one and kept
     /// for the process's life ([`McpHub::shutdown`] when it ends).
     pub mcp: Arc<McpHub>,
+    /// What the model servers' counts taught earlier tasks (their token ratio and
+    /// context size), per provider and model.
+    pub calibrations: Calibrations,
 }
 
 /// Builds a model client for a soul.
@@ -169,6 +173,7 @@ impl Runtime {
             souls,
             memory,
             mcp,
+            calibrations: Calibrations::default(),
         })
     }
 }

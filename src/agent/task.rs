@@ -387,19 +387,20 @@ impl Task {
             prompt: spec.prompt.clone(),
         };
         let provider = rt.config.provider(spec.soul.provider.as_deref());
+        let provider_name = spec
+            .soul
+            .provider
+            .clone()
+            .unwrap_or_else(|| rt.config.default_provider.clone());
+        let model = Model::for_soul(&rt, &spec.soul, &provider_name);
         let settings = Settings {
-            provider: spec
-                .soul
-                .provider
-                .clone()
-                .unwrap_or_else(|| rt.config.default_provider.clone()),
+            provider: provider_name,
             max_output_tokens: provider.map_or(crate::config::DEFAULT_MAX_OUTPUT_TOKENS, |p| {
                 p.max_output_tokens
             }),
             snapshotter: Arc::clone(&rt.snapshotter),
         };
-        let context =
-            ContextKeeper::new(session, Model::for_soul(&rt, &spec.soul), persona, settings);
+        let context = ContextKeeper::new(session, model, persona, settings);
         Task {
             plan: PlanTracker::new(&spec.prompt),
             clock: Clock::start(caller_cancel, spec.soul.max_wall_clock),
@@ -492,6 +493,9 @@ impl Task {
         }
         let iterations = self.progress.iteration;
         let usage = self.progress.usage;
+        if self.context.model.client.is_some() {
+            self.context.model.remember(&self.rt);
+        }
         // Closed in the same step that takes the unread: a later Steer is refused, so
         // nothing accepted is lost.
         let unread = self.spec.steering.close();

@@ -45,6 +45,10 @@ use crate::store::TaskStatus;
 use crate::tools::ToolContext;
 use crate::tools::delegate::Subagents;
 
+/// Times one iteration makes room after a server's overflow before the task fails: each
+/// round trims or compacts, so more would only repeat a request that cannot shrink.
+const MAX_OVERFLOW_ROUNDS: u32 = 3;
+
 /// Runs one task to its finish status.
 ///
 /// Every log line of the task carries `task_id`, `session_id` and `soul` (journald:
@@ -258,25 +262,31 @@ impl Task {
             return State::Finish(s, r);
         }
         let mut collected = self.collect(client, &request).await;
-        // Too long for the server: compact and send it once more (the same iteration).
-        if let Some(o) = collected.bare_overflow() {
+        // Too long for the server: make room and send it again (the same iteration), as
+        // long as each round made the request smaller.
+        let mut rounds = 0;
+        while let Some(o) = collected.bare_overflow() {
             self.account(estimate, &collected);
-            let (recovered, usage) = self
-                .context
-                .recover_overflow(
-                    client,
-                    &mut self.emitter,
-                    &o,
-                    &mut request,
-                    estimate,
-                    &self.clock.cancel,
-                )
-                .await;
+            rounds += 1;
+            let (recovered, usage) = if rounds > MAX_OVERFLOW_ROUNDS {
+                (None, Usage::default())
+            } else {
+                self.context
+                    .recover_overflow(
+                        client,
+                        &mut self.emitter,
+                        &o,
+                        &mut request,
+                        estimate,
+                        &self.clock.cancel,
+                    )
+                    .await
+            };
             self.spend(&usage);
             match recovered {
                 Some(e) => estimate = e,
                 None => {
-                    let why = self.context.overflow_failure(&o);
+                    let why = self.context.overflow_failure(&o, &request);
                     return State::Finish(TaskStatus::Failed, why);
                 }
             }
@@ -301,9 +311,10 @@ impl Task {
                 let (s, r) = self.cancelled_status();
                 State::Finish(s, r)
             }
-            CallEnd::Overflow(o) => {
-                State::Finish(TaskStatus::Failed, self.context.overflow_failure(&o))
-            }
+            CallEnd::Overflow(o) => State::Finish(
+                TaskStatus::Failed,
+                self.context.overflow_failure(&o, &request),
+            ),
             CallEnd::Finish(s, r) => State::Finish(s, r),
         }
     }

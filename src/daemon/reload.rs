@@ -160,6 +160,12 @@ impl Reloadable {
                     config.paths.home.clone(),
                 ))
             },
+            // What the servers taught holds while their tables stay the same.
+            calibrations: if same_config {
+                rt.calibrations.clone()
+            } else {
+                Default::default()
+            },
             policy,
             souls: Arc::clone(&souls),
             config,

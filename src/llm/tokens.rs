@@ -41,6 +41,14 @@ impl Estimator {
         Self::default()
     }
 
+    /// An estimator that starts from `factor` (what an earlier task learned).
+    pub fn with_factor(factor: f64) -> Self {
+        let factor = if factor.is_finite() { factor } else { 1.0 };
+        Estimator {
+            factor: factor.clamp(MIN_FACTOR, MAX_FACTOR),
+        }
+    }
+
     pub fn factor(&self) -> f64 {
         self.factor
     }
@@ -79,6 +87,16 @@ impl Estimator {
         let target = actual as f64 / raw;
         // Half-way each time: one odd response moves the factor, but does not own it.
         self.factor = ((self.factor + target) / 2.0).clamp(MIN_FACTOR, MAX_FACTOR);
+    }
+
+    /// Learns from a count the next request must be sized by (a server's refusal of a
+    /// request too long for it): the factor takes the server's ratio whole.
+    pub fn calibrate_exact(&mut self, estimated: u64, actual: u64) {
+        if estimated == 0 || actual == 0 {
+            return;
+        }
+        let raw = estimated as f64 / self.factor;
+        self.factor = (actual as f64 / raw).clamp(MIN_FACTOR, MAX_FACTOR);
     }
 }
 
@@ -169,6 +187,16 @@ mod tests {
         }
         assert_eq!(e.factor(), MAX_FACTOR);
         e.calibrate(10, 1_000_000);
+        assert_eq!(e.factor(), MAX_FACTOR);
+    }
+
+    #[test]
+    fn an_exact_calibration_takes_the_server_count_whole() {
+        let mut e = Estimator::new();
+        let text = "abcd".repeat(1000);
+        e.calibrate_exact(e.text(&text), 1333);
+        assert_eq!(e.text(&text), 1333);
+        e.calibrate_exact(e.text(&text), 100_000);
         assert_eq!(e.factor(), MAX_FACTOR);
     }
 }

@@ -4,9 +4,11 @@
 //!   [`KEEP_TOOL_RESULTS`] are replaced by a marker, only when that saves at least
 //!   [`MICRO_MIN_SAVING`] characters (rewriting the history for a few bytes would only
 //!   spoil prompt caching).
-//! - *Full* (when the estimated tokens pass the window minus a reserve, or the history
-//!   passes [`HISTORY_LIMIT`] messages): the older part of the history is summarised by
-//!   the model into `summary` and `facts`, and only the recent part is kept.
+//! - *Full* (when the request's calibrated estimate is still over its budget once the
+//!   large tool results were trimmed, see [`super::oversize`], or the history passes
+//!   [`HISTORY_LIMIT`] messages): the older part of the history is summarised by the
+//!   model into `summary` and `facts`, and only the recent part is kept. The summary
+//!   request is cut to fit the window too.
 //!
 //! Invariants: a tool_use and its tool_result are never separated (the kept part starts
 //! at an assistant message, behind a synthetic user message); the first message is
@@ -20,7 +22,7 @@
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::context::ContextKeeper;
+use crate::agent::context::{ContextKeeper, trim};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::{CompactionMode, EventPayload};
 use crate::llm::{
@@ -37,6 +39,8 @@ pub const MAX_FULL_COMPACTIONS: u32 = 3;
 
 /// Tokens kept free below the context window besides the output budget.
 pub const CONTEXT_RESERVE: u64 = 2_000;
+/// Tokens a summary request's framing takes besides its text.
+const SUMMARY_FRAMING: u64 = 64;
 /// Facts kept across compactions.
 pub const MAX_FACTS: usize = 40;
 
@@ -97,22 +101,13 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
     })
 }
 
-/// Whether a full compaction is due.
-pub fn needs_full(
-    estimated_tokens: u64,
-    context_window: u32,
-    reserve: u64,
-    history_len: usize,
-) -> bool {
-    history_len > HISTORY_LIMIT || estimated_tokens + reserve > u64::from(context_window)
-}
-
 /// Where the kept part starts: the latest assistant message at or before
 /// `len - KEEP_RECENT`, so no tool_use/tool_result pair straddles the cut. `None` when
-/// there is nothing to cut.
+/// there is nothing to cut: at least two messages go, since the one message the cut
+/// puts in their place would save nothing over one.
 pub fn split_point(history: &[Message]) -> Option<usize> {
     let limit = history.len().saturating_sub(KEEP_RECENT);
-    (1..=limit)
+    (2..=limit)
         .rev()
         .find(|&i| history[i].role == Role::Assistant)
 }
@@ -215,90 +210,65 @@ pub fn merge_facts(old: &mut Vec<String>, new: Vec<String>, max: usize) {
 }
 
 impl ContextKeeper {
-    /// Clears old tool results when that saves enough.
-    pub(super) async fn micro_compact(&mut self, emitter: &mut Emitter) {
+    /// Clears old tool results when that saves enough. `fixed` is the estimate of the
+    /// system prompt and tools, so the event's numbers are whole requests.
+    pub(super) async fn micro_compact(&mut self, emitter: &mut Emitter, fixed: u64) {
+        let est = self.model.estimator;
         let history = &mut self.session.ctx.history;
-        let Some(stats) = micro_compact(history) else {
+        let tokens_before = fixed + est.messages(history);
+        if micro_compact(history).is_none() {
             return;
-        };
+        }
         let messages = history.len();
+        let tokens_after = fixed + est.messages(history);
         compacted(emitter, CompactionMode::Micro);
         emitter
             .emit(EventPayload::Compaction {
                 mode: CompactionMode::Micro.as_str().into(),
-                tokens_before: (stats.chars_saved / 4) as u64,
-                tokens_after: 0,
+                tokens_before,
+                tokens_after,
                 messages_before: messages,
                 messages_after: messages,
             })
             .await;
     }
 
-    /// Runs a full compaction when `estimate` (of `request`) leaves too little room, and
-    /// rebuilds the request over the compacted history. Returns the request's estimate
-    /// and what the summary cost.
-    pub(super) async fn compact_if_full(
-        &mut self,
-        client: &mut LlmClient,
-        emitter: &mut Emitter,
-        request: &mut Request,
-        estimate: u64,
-        cancel: &CancellationToken,
-    ) -> (u64, Usage) {
-        let due = self.model.context_window > 0
-            && needs_full(
-                estimate,
-                self.model.context_window,
-                u64::from(request.max_tokens) + CONTEXT_RESERVE,
-                self.session.ctx.history.len(),
-            )
-            && self.full_compactions < MAX_FULL_COMPACTIONS;
-        if !due {
-            return (estimate, Usage::default());
-        }
-        let (_, usage) = self.full_compact(client, emitter, estimate, cancel).await;
-        request.system = self.system();
-        request.messages = self.session.ctx.history.clone();
-        (self.model.estimator.request(request), usage)
-    }
-
-    /// Summarises the older history with the model; on failure, keeps going without.
-    /// Returns whether the history was cut, and what the summary cost.
+    /// Summarises the older history with the model and rebuilds `request` over what is
+    /// left; on failure, keeps going without. Returns whether the history was cut, and
+    /// what the summary cost.
     pub(super) async fn full_compact(
         &mut self,
         client: &mut LlmClient,
         emitter: &mut Emitter,
+        request: &mut Request,
         tokens_before: u64,
         cancel: &CancellationToken,
     ) -> (bool, Usage) {
         let ctx = &self.session.ctx;
         let Some(cut) = split_point(&ctx.history) else {
+            self.tried
+                .push("no older history to summarise (the recent messages are kept)".into());
             return (false, Usage::default());
         };
         self.full_compactions += 1;
         let messages_before = ctx.history.len();
         let prompt = summary_prompt(ctx.summary.as_deref(), &ctx.facts, &ctx.history[..cut]);
-        let request = Request {
-            model: client
-                .model_override()
-                .unwrap_or(&self.model.name)
-                .to_owned(),
-            system: "You write concise, faithful summaries of agent sessions.".into(),
-            messages: vec![Message::user_text(prompt)],
-            tools: Vec::new(),
-            max_tokens: self.settings.max_output_tokens,
-            temperature: client.temperature(),
-        };
-        let (answer, usage) = summarise(client, emitter, &request, cancel).await;
+        let summary_request = self.summary_request(client, prompt);
+        let (answer, usage) = summarise(client, emitter, &summary_request, cancel).await;
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::warn!(task_id = %emitter.task_id(), "compaction summary failed: {e}");
+                self.tried.push(format!(
+                    "a full compaction, whose summary request failed: {e}"
+                ));
                 return (false, usage);
             }
         };
         let (summary, facts) = parse_summary(&answer);
         if summary.is_empty() {
+            self.tried
+                .push("a full compaction, whose summary came back empty".into());
             return (false, usage);
         }
         let ctx = &mut self.session.ctx;
@@ -306,8 +276,13 @@ impl ContextKeeper {
         merge_facts(&mut ctx.facts, facts, MAX_FACTS);
         apply_cut(&mut ctx.history, cut, &self.persona.prompt);
         compacted(emitter, CompactionMode::Full);
-        let tokens_after = self.model.estimator.messages(&self.session.ctx.history);
+        request.system = self.system();
+        request.messages = self.session.ctx.history.clone();
+        let tokens_after = self.model.estimator.request(request);
         let messages_after = self.session.ctx.history.len();
+        self.tried.push(format!(
+            "a full compaction ({messages_before} messages summarised down to {messages_after})"
+        ));
         emitter
             .emit(EventPayload::Compaction {
                 mode: CompactionMode::Full.as_str().into(),
@@ -318,6 +293,33 @@ impl ContextKeeper {
             })
             .await;
         (true, usage)
+    }
+
+    /// The request for a summary of `prompt`, cut in the middle to what the window
+    /// holds (the summary request must fit as well as the task's).
+    fn summary_request(&self, client: &LlmClient, prompt: String) -> Request {
+        let system = "You write concise, faithful summaries of agent sessions.";
+        let max_tokens = self.settings.max_output_tokens;
+        let est = &self.model.estimator;
+        let prompt = match self.input_budget(max_tokens) {
+            Some(budget) => {
+                let room = budget.saturating_sub(est.text(system) + SUMMARY_FRAMING);
+                let chars = (room as f64 * 4.0 / est.factor()) as usize;
+                trim::cut_middle(&prompt, chars.max(trim::TRIM_FLOOR_CHARS), "")
+            }
+            None => prompt,
+        };
+        Request {
+            model: client
+                .model_override()
+                .unwrap_or(&self.model.name)
+                .to_owned(),
+            system: system.into(),
+            messages: vec![Message::user_text(prompt)],
+            tools: Vec::new(),
+            max_tokens,
+            temperature: client.temperature(),
+        }
     }
 }
 
@@ -462,13 +464,6 @@ mod tests {
         let before = h.clone();
         assert_eq!(micro_compact(&mut h), None);
         assert_eq!(h, before);
-    }
-
-    #[test]
-    fn full_is_due_past_the_window_or_fifty_messages() {
-        assert!(needs_full(30_000, 32_768, 4_096, 10));
-        assert!(!needs_full(20_000, 32_768, 4_096, 10));
-        assert!(needs_full(100, 32_768, 4_096, 51));
     }
 
     #[test]

@@ -4,17 +4,20 @@
 //! A [`ContextKeeper`] owns the session state (the history on disk, under its lock) and
 //! the model; it builds each request ([`request`]: the stable system prompt of
 //! [`system_prompt`], the history, this iteration's [`reminder`]), compacts the history
-//! ([`compaction`]: the rules and the model's summary), recovers from a request the
-//! server says is too long ([`oversize`]), and [`repair`] mends a history a crash left
+//! ([`compaction`]: the rules and the model's summary), keeps each request within its
+//! token budget and recovers from one the server says is too long ([`oversize`], cutting
+//! tool output with [`trim`]), and [`repair`] mends a history a crash left
 //! invalid. It knows nothing of tool calls or the loop's rules: what it needs of them
 //! comes in as plain data at each iteration ([`Boundary`]).
 
 pub mod compaction;
+pub mod learned;
 mod oversize;
 pub mod reminder;
 pub mod repair;
 mod request;
 pub mod system_prompt;
+pub mod trim;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -52,21 +55,49 @@ pub(in crate::agent) struct Model {
     /// Tokens; 0 when unknown (no full compaction then).
     pub(in crate::agent) context_window: u32,
     pub(in crate::agent) estimator: Estimator,
+    /// Where what the server's counts teach is kept for the next task
+    /// ([`learned::key`]).
+    pub(in crate::agent) calibration_key: String,
 }
 
 impl Model {
-    pub(in crate::agent) fn for_soul(rt: &Runtime, soul: &Soul) -> Model {
-        let (client, client_error, name, context_window) = match rt.llm.client(soul) {
+    /// The soul's model, sized by what earlier tasks learned of it (`provider`'s).
+    pub(in crate::agent) fn for_soul(rt: &Runtime, soul: &Soul, provider: &str) -> Model {
+        let (client, client_error, name, mut context_window) = match rt.llm.client(soul) {
             Ok((c, m, w)) => (Some(c), None, m, w),
             Err(e) => (None, Some(e), soul.model.clone().unwrap_or_default(), 0),
         };
+        let base_url = rt
+            .config
+            .provider(soul.provider.as_deref())
+            .map_or("", |p| p.base_url.as_str());
+        let calibration_key = learned::key(provider, base_url, &name);
+        let mut estimator = Estimator::new();
+        if let Some(l) = rt.calibrations.get(&calibration_key) {
+            estimator = Estimator::with_factor(l.factor);
+            if l.context_window > 0 && (context_window == 0 || l.context_window < context_window) {
+                context_window = l.context_window;
+            }
+        }
         Model {
             client,
             client_error,
             name,
             context_window,
-            estimator: Estimator::new(),
+            estimator,
+            calibration_key,
         }
+    }
+
+    /// Hands what this task learned to the next ones.
+    pub(in crate::agent) fn remember(&self, rt: &Runtime) {
+        rt.calibrations.remember(
+            self.calibration_key.clone(),
+            learned::Learned {
+                factor: self.estimator.factor(),
+                context_window: self.context_window,
+            },
+        );
     }
 }
 
@@ -105,6 +136,9 @@ pub(in crate::agent) struct ContextKeeper {
     /// system prompt with the same.
     tool_names: Vec<String>,
     full_compactions: u32,
+    /// What this iteration did to make its request fit, for the failure message of one
+    /// that still does not.
+    tried: Vec<String>,
     /// The snapshot the last reminder was built from: the next one says what changed.
     last_snapshot: Option<Snapshot>,
 }
@@ -123,6 +157,7 @@ impl ContextKeeper {
             settings,
             tool_names: Vec::new(),
             full_compactions: 0,
+            tried: Vec::new(),
             last_snapshot: None,
         }
     }

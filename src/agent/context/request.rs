@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::context::ContextKeeper;
 use crate::agent::context::reminder::{self, Budget, Environment, Inputs, Place};
 use crate::agent::context::system_prompt::{PromptParts, system_prompt};
+use crate::agent::context::{ContextKeeper, trim};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::steering;
@@ -77,7 +77,17 @@ impl ContextKeeper {
         at: Boundary<'_>,
     ) -> Built {
         self.tool_names = at.tool_names;
-        self.micro_compact(emitter).await;
+        self.tried.clear();
+        let est = self.model.estimator;
+        // Tool results the model has not seen yet are cut to their share of the window
+        // now; those it has seen stay as sent (the prompt cache).
+        let cap = trim::result_cap_chars(self.model.context_window, &est);
+        let capped = trim::cap_new_results(&mut self.session.ctx.history, cap);
+        if capped > 0 {
+            tracing::debug!(capped, cap, "tool results cut to their share of the window");
+        }
+        let fixed = est.text(&self.system()) + est.tools(&at.tools);
+        self.micro_compact(emitter, fixed).await;
         self.add_steering(emitter, at.steering, at.budget.iteration)
             .await;
         self.add_reminder(emitter, at.notes, at.plan, at.budget)
@@ -93,10 +103,10 @@ impl ContextKeeper {
             max_tokens: self.settings.max_output_tokens,
             temperature: client.temperature(),
         };
-        let estimate = self.model.estimator.request(&request);
-        let (estimate, usage) = self
-            .compact_if_full(client, emitter, &mut request, estimate, at.cancel)
+        let room = self
+            .make_room(client, emitter, &mut request, at.cancel)
             .await;
+        let (estimate, usage) = (room.estimate, room.usage);
         Built {
             request,
             estimate,

@@ -9,18 +9,16 @@
 //! ones ([`crate::agent::context::reminder`]).
 //!
 //! Tool results reach the model wrapped by [`wrap_tool_output`]: a delimited block the
-//! output cannot close, cut to [`MODEL_OUTPUT_CHARS`] with a marker. The model is told
+//! output cannot close, cut to [`MODEL_OUTPUT_CHARS`] with a marker
+//! ([`crate::agent::context::trim`]). The model is told
 //! that what is inside is data, never instructions.
 
+use crate::agent::context::trim::{MODEL_OUTPUT_CHARS, cut_middle};
 use crate::approval::render::{neutralise_closing_tag, visible};
 use crate::ids::SoulId;
 use crate::policy::{Mode, Policy, Tier};
 use crate::soul::Soul;
 use crate::store::{MemoryEntry, MemoryScope};
-
-/// Characters of one tool output the model sees (head and tail kept).
-pub const MODEL_OUTPUT_CHARS: usize = 16_000;
-const TAIL_CHARS: usize = 4_000;
 
 /// Everything the system prompt is built from.
 pub struct PromptParts<'a> {
@@ -177,42 +175,15 @@ fn memory_notes(entries: &[MemoryEntry]) -> String {
 /// Wraps a tool's output for the model: delimited, closing tags inside neutralised,
 /// cut to [`MODEL_OUTPUT_CHARS`] keeping head and tail.
 pub fn wrap_tool_output(tool: &str, ok: bool, output: &str) -> String {
-    let body = truncate_middle(output, MODEL_OUTPUT_CHARS);
+    let body = cut_middle(output, MODEL_OUTPUT_CHARS, tool);
     let body = neutralise_closing_tag(&body, "tool_output");
     let status = if ok { "ok" } else { "error" };
     format!("<tool_output tool=\"{tool}\" status=\"{status}\">\n{body}\n</tool_output>")
 }
 
-/// `s` itself when short enough, else its head and tail around a marker that says how
-/// much was left out and where to find it.
-pub fn truncate_middle(s: &str, max: usize) -> String {
-    let total = s.chars().count();
-    if total <= max {
-        return s.to_owned();
-    }
-    let tail = TAIL_CHARS.min(max / 4);
-    let head = max - tail;
-    let head_s: String = s.chars().take(head).collect();
-    let tail_s: String = s.chars().skip(total - tail).collect();
-    format!(
-        "{head_s}\n[… {} characters omitted here; the full output is in the session transcript …]\n{tail_s}",
-        total - head - tail
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn long_output_is_cut_in_the_middle_with_a_marker() {
-        let s = format!("{}{}", "a".repeat(20_000), "z".repeat(10));
-        let out = truncate_middle(&s, 1000);
-        assert!(out.starts_with(&"a".repeat(750)));
-        assert!(out.ends_with("zzzzzzzzzz"));
-        assert!(out.contains("19010 characters omitted"), "{out}");
-        assert_eq!(truncate_middle("short", 1000), "short");
-    }
 
     #[test]
     fn output_cannot_close_its_block() {

@@ -165,7 +165,9 @@ async fn an_overflow_that_cannot_be_compacted_names_the_limit_and_the_setting() 
     let (out, _) = h.run(rt, h.spec(h.soul(LIST_SOUL), "hi", None)).await;
     assert_eq!(out.status, TaskStatus::Failed);
     assert!(
-        out.result.contains("8192 tokens") && out.result.contains("context_window"),
+        out.result.contains("8192 tokens")
+            && out.result.contains("context_window")
+            && out.result.contains("no older history to summarise"),
         "{}",
         out.result
     );

@@ -199,6 +199,7 @@ impl Harness {
                 self.store.data_dir(),
                 self.config.memory.max_entries_per_scope,
             ),
+            calibrations: Default::default(),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &self.config.mcp,
                 SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),

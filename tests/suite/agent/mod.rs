@@ -6,6 +6,7 @@ mod desktop_tools;
 pub mod harness;
 mod hooks;
 mod loop_behaviour;
+mod overflow;
 mod precheck;
 mod run_cli;
 mod run_habits;
