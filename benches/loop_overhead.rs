@@ -365,8 +365,6 @@ fn parts_alone(
                 soul,
                 policy,
                 tools: &tools,
-                summary: None,
-                facts: &[],
                 memory: &[],
                 delegates: &[],
             });

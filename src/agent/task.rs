@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::calls::gate::CallGate;
 use crate::agent::calls::mcp::McpTools;
-use crate::agent::context::repair::{alternate_roles, repair_dangling};
+use crate::agent::context::compaction::SessionMemory;
+use crate::agent::context::repair::{alternate_roles, inline_session_memory, repair_dangling};
 use crate::agent::context::{ContextKeeper, Model, Persona, SessionState, Settings, memory_notes};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::{EventBus, EventPayload};
@@ -207,6 +208,13 @@ fn open_session(
     if paired > 0 {
         tracing::warn!(session_id = %session_id, "paired {paired} user messages left without an answer");
         transcript.append(&json!({"kind": "repair", "unanswered_messages": paired}))?;
+    }
+    let memory = SessionMemory {
+        summary: ctx.summary.as_deref(),
+        facts: &ctx.facts,
+    };
+    if inline_session_memory(&mut ctx.history, &memory) {
+        transcript.append(&json!({"kind": "repair", "session_memory": "moved from the system prompt to the history's opening"}))?;
     }
     for t in &mut ctx.tasks {
         if t.status == TaskStatus::Running || t.status == TaskStatus::Queued {

@@ -1,8 +1,9 @@
 //! Collecting one model call into a [`Turn`]: the stream loop that passes each complete
 //! tool call through the gate and submits it to the dispatcher while the model is still
 //! writing, draining the calls' events until every call has finished, folding the
-//! results back into the conversation in call order; a failed stream goes to
-//! [`failure`](super::failure) (retry on the next iteration, or finish the task).
+//! results back into the conversation in call order, and classifying a failed stream
+//! (retry on the next iteration, or finish the task with [`failure`](super::failure)'s
+//! words).
 //!
 //! The calls' events are forwarded while the stream runs, so an approval prompt is seen
 //! at once, not at the end of the model's answer.
@@ -497,7 +498,7 @@ impl<'t> Collector<'t> {
     }
 
     /// A failed stream: cancelled (keep what ran, stop), or what
-    /// [`failure::call_end`] makes of it.
+    /// [`call_end`] makes of it.
     fn after_stream_error(
         &mut self,
         err: LlmError,
@@ -516,7 +517,39 @@ impl<'t> Collector<'t> {
                 content: results,
             });
         }
-        failure::call_end(err)
+        call_end(err)
+    }
+}
+
+/// What a failed stream (other than a cancel's recording, the collector's) means for
+/// the task: fatal errors fail it, an overflow goes to the context keeper, transient
+/// ones go to the state machine, which decides whether to try again.
+fn call_end(err: LlmError) -> CallEnd {
+    match err {
+        LlmError::Cancelled => CallEnd::Cancelled,
+        LlmError::ContextOverflow(o) => CallEnd::Overflow(o),
+        e @ (LlmError::Auth(_)
+        | LlmError::BadRequest(_)
+        | LlmError::NotFound(_)
+        | LlmError::NoToolSupport(_)
+        | LlmError::Config(_)
+        | LlmError::Http { .. }
+        | LlmError::RetriesExhausted { .. }) => {
+            CallEnd::Finish(TaskStatus::Failed, failure::model_failure(&e))
+        }
+        // A local server still reading the prompt would only queue a new request.
+        LlmError::NoFirstToken(t) if t.local => CallEnd::Finish(
+            TaskStatus::Failed,
+            failure::model_failure(&LlmError::NoFirstToken(t)),
+        ),
+        e @ LlmError::NoFirstToken(_) => CallEnd::Failed(e),
+        e @ (LlmError::RateLimited { .. }
+        | LlmError::Overloaded { .. }
+        | LlmError::Server { .. }
+        | LlmError::Connect(_)
+        | LlmError::Stalled(_)
+        | LlmError::Truncated(_)
+        | LlmError::Protocol(_)) => CallEnd::Failed(e),
     }
 }
 

@@ -1,41 +1,7 @@
-//! A failed model call: whether the loop tries again or the task ends, and the result
-//! the person reads when it ends (what failed, and what they can do about it).
+//! A failed model call as the person reads it when the task ends: what failed, and what
+//! they can do about it.
 
-use crate::agent::calls::collector::CallEnd;
 use crate::llm::LlmError;
-use crate::store::TaskStatus;
-
-/// What a failed stream (other than a cancel's recording, the collector's) means for
-/// the task: fatal errors fail it, an overflow goes to the context keeper, transient
-/// ones go to the state machine, which decides whether to try again.
-pub(in crate::agent) fn call_end(err: LlmError) -> CallEnd {
-    match err {
-        LlmError::Cancelled => CallEnd::Cancelled,
-        LlmError::ContextOverflow(o) => CallEnd::Overflow(o),
-        e @ (LlmError::Auth(_)
-        | LlmError::BadRequest(_)
-        | LlmError::NotFound(_)
-        | LlmError::NoToolSupport(_)
-        | LlmError::Config(_)
-        | LlmError::Http { .. }
-        | LlmError::RetriesExhausted { .. }) => {
-            CallEnd::Finish(TaskStatus::Failed, model_failure(&e))
-        }
-        // A local server still reading the prompt would only queue a new request.
-        LlmError::NoFirstToken(t) if t.local => CallEnd::Finish(
-            TaskStatus::Failed,
-            model_failure(&LlmError::NoFirstToken(t)),
-        ),
-        e @ LlmError::NoFirstToken(_) => CallEnd::Failed(e),
-        e @ (LlmError::RateLimited { .. }
-        | LlmError::Overloaded { .. }
-        | LlmError::Server { .. }
-        | LlmError::Connect(_)
-        | LlmError::Stalled(_)
-        | LlmError::Truncated(_)
-        | LlmError::Protocol(_)) => CallEnd::Failed(e),
-    }
-}
 
 /// A failed model call as a task result: what failed, and what the person can do.
 pub(in crate::agent) fn model_failure(e: &LlmError) -> String {

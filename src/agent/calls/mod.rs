@@ -3,8 +3,7 @@
 //! Each complete call passes the task's [`gate`] (policy, the sandbox rule, quotas), is
 //! reported, and goes to the [`dispatch`]er, which runs it (in parallel or in order)
 //! while the model is still writing; the [`collector`] drives the stream and folds the
-//! results back in call order, and [`failure`] says what a failed model call means for
-//! the task. [`mcp`] is the task's MCP tools, offered per task and
+//! results back in call order, and [`failure`] words a failed model call for the person. [`mcp`] is the task's MCP tools, offered per task and
 //! decided like the built-ins.
 
 pub(in crate::agent) mod collector;

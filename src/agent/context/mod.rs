@@ -101,7 +101,7 @@ impl Model {
     }
 }
 
-/// What the system prompt says besides the tools and the session's summary and facts:
+/// What the system prompt says besides the tools:
 /// the same for the task's life, so the prompt stays byte-stable for the prompt cache.
 pub(in crate::agent) struct Persona {
     pub(in crate::agent) soul: Arc<Soul>,

@@ -1,9 +1,12 @@
-//! Repairing a history that a crash left invalid: a tool_use without its tool_result is
-//! refused by every provider, so it gets a synthetic one saying the call was interrupted;
-//! and two user messages in a row (a task that failed before the model answered, in a
-//! session from before issue 25 §4) get an assistant note between them, since chat
-//! templates that enforce alternation reject every later request of the session.
+//! Repairing a history that a crash or an older familiar left invalid or stale: a
+//! tool_use without its tool_result is refused by every provider, so it gets a synthetic
+//! one saying the call was interrupted; two user messages in a row (a task that failed
+//! before the model answered, from a familiar that kept its prompt) get an assistant
+//! note between them, since chat templates that enforce alternation reject every later
+//! request of the session; and a compacted history that points at a summary in the
+//! system prompt (where older familiars kept it) opens with the summary itself.
 
+use crate::agent::context::compaction::{SessionMemory, opening};
 use crate::ids::CallId;
 use crate::llm::{ContentBlock, Message, Role};
 
@@ -104,11 +107,56 @@ pub fn alternate_roles(history: &mut Vec<Message>) -> usize {
     inserted
 }
 
+/// How older familiars opened a compacted history, the summary being in the system prompt.
+const SUMMARY_IN_SYSTEM_PROMPT: &str = "[familiar: the earlier part of this conversation was \
+     compacted; its summary and key facts are in the system prompt.] The current task is: ";
+
+/// Rewrites a compacted history's opening that points at the system prompt into one
+/// that carries the session's memory ([`opening`]). Returns whether it did.
+pub fn inline_session_memory(history: &mut [Message], memory: &SessionMemory<'_>) -> bool {
+    let Some(first) = history.first_mut() else {
+        return false;
+    };
+    let task = match first.content.first() {
+        Some(ContentBlock::Text { text }) if first.role == Role::User => {
+            match text.strip_prefix(SUMMARY_IN_SYSTEM_PROMPT) {
+                Some(task) => task.to_owned(),
+                None => return false,
+            }
+        }
+        _ => return false,
+    };
+    let mut rewritten = opening(memory, &task).content;
+    rewritten.extend(first.content.drain(1..));
+    first.content = rewritten;
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_opening_that_points_at_the_system_prompt_gets_the_memory_itself() {
+        let mut h = vec![
+            Message::user_text(format!("{SUMMARY_IN_SYSTEM_PROMPT}clean the disk")),
+            Message::assistant_text("done"),
+        ];
+        let facts = vec!["backup disk is /mnt/b".to_owned()];
+        let memory = SessionMemory {
+            summary: Some("Freed 2 GB."),
+            facts: &facts,
+        };
+        assert!(inline_session_memory(&mut h, &memory));
+        let ContentBlock::Text { text } = &h[0].content[0] else {
+            panic!("{:?}", h[0]);
+        };
+        assert!(text.contains("<session_memory>\nFreed 2 GB.\nKey facts:\n- backup disk is /mnt/b\n</session_memory>\nThe current task is: clean the disk"), "{text}");
+        // Once rewritten, nothing more to do.
+        assert!(!inline_session_memory(&mut h, &memory));
+    }
 
     #[test]
     fn dangling_calls_get_an_interrupted_result() {

@@ -53,17 +53,14 @@ pub(in crate::agent) struct Built {
 }
 
 impl ContextKeeper {
-    /// The system prompt over the session's current summary and facts.
+    /// The system prompt: the same for every task and session of the soul.
     pub(super) fn system(&self) -> String {
         let tools: Vec<&str> = self.tool_names.iter().map(String::as_str).collect();
         let p = &self.persona;
-        let ctx = &self.session.ctx;
         system_prompt(&PromptParts {
             soul: &p.soul,
             policy: &p.policy,
             tools: &tools,
-            summary: ctx.summary.as_deref(),
-            facts: &ctx.facts,
             memory: &p.memory,
             delegates: &p.delegates,
         })

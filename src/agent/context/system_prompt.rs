@@ -1,12 +1,13 @@
-//! The system prompt: the soul's persona, the rules in force, its long-term memory
-//! notes, the tools, the paths and the session's memory. It holds nothing that differs
-//! from one task or session to the next (no workspace, no session id, no clock, no
-//! figure of the machine): for a session without a compacted summary it is a pure
-//! function of the soul, the policy, the config and the memory notes, so every task of
-//! a soul starts with the same bytes (system prompt, then tools) and a server's prompt
-//! cache holds across tasks, not only within one. What is the task's own (its
-//! workspace and session) goes in the first system reminder, what changes in later
-//! ones ([`crate::agent::context::reminder`]).
+//! The system prompt: the soul's persona, the rules in force and its limits, its
+//! long-term memory notes, the tools and the paths. It holds nothing that differs from
+//! one task or session to the next (no workspace, no session id, no clock, no figure of
+//! the machine, no compacted session's memory): it is a pure function of the soul, the
+//! policy, the config and the memory notes, so every task of a soul starts with the
+//! same bytes (system prompt, then tools) and a server's prompt cache holds across
+//! tasks and sessions, not only within one. What is the task's own (its workspace) goes
+//! in the first system reminder, what changes in later ones
+//! ([`crate::agent::context::reminder`]), a compacted session's memory in the message
+//! that opens its history ([`crate::agent::context::compaction::opening`]).
 //!
 //! Tool results reach the model wrapped by [`wrap_tool_output`]: a delimited block the
 //! output cannot close, cut to [`MODEL_OUTPUT_CHARS`] with a marker
@@ -26,8 +27,6 @@ pub struct PromptParts<'a> {
     pub policy: &'a Policy,
     /// Tools offered this turn (allowlisted, implemented, available here).
     pub tools: &'a [&'a str],
-    pub summary: Option<&'a str>,
-    pub facts: &'a [String],
     /// Long-term memory entries the soul sees (empty unless `memory = true`).
     pub memory: &'a [MemoryEntry],
     /// Souls `delegate` may hand sub-tasks to here (empty when it may not).
@@ -56,43 +55,7 @@ pub fn system_prompt(p: &PromptParts<'_>) -> String {
     } else {
         s.push_str(&format!("- Tools you can call: {}.\n", p.tools.join(", ")));
     }
-    let list = |v: &[std::path::PathBuf]| {
-        v.iter()
-            .map(|x| x.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    s.push_str(&format!(
-        "- Files: readable: {}; writable: your workspace{}.\n",
-        if p.soul.sandbox.read.is_empty() {
-            "(none)".to_owned()
-        } else {
-            list(&p.soul.sandbox.read)
-        },
-        if p.soul.sandbox.write.is_empty() {
-            String::new()
-        } else {
-            format!(", {}", list(&p.soul.sandbox.write))
-        }
-    ));
-    s.push_str(
-        "- Your workspace is a folder of its own for each session; the first \
-         <system-reminder> of the task names it. Relative paths are relative to it.\n",
-    );
-    s.push_str(&format!(
-        "- Network access for tools: {}.\n",
-        if p.soul.sandbox.network {
-            "allowed"
-        } else {
-            "none"
-        }
-    ));
-    if !p.policy.protected_paths.is_empty() {
-        s.push_str(&format!(
-            "- Protected (no tool can read or write them, do not try): {}.\n",
-            list(&p.policy.protected_paths)
-        ));
-    }
+    s.push_str(&file_rules(p));
     s.push_str(
         "- A denied call comes back as a tool error with the reason. Do not retry it in \
          another form; adapt, or explain to the user what they could do.\n\
@@ -134,18 +97,48 @@ pub fn system_prompt(p: &PromptParts<'_>) -> String {
     if !p.memory.is_empty() {
         s.push_str(&memory_notes(p.memory));
     }
-    if p.summary.is_some() || !p.facts.is_empty() {
-        s.push_str("\n# Session memory (earlier, compacted conversation)\n");
-        if let Some(summary) = p.summary {
-            s.push_str(summary.trim_end());
-            s.push('\n');
+    s
+}
+
+/// Where tools may read and write, the network, what is protected.
+fn file_rules(p: &PromptParts<'_>) -> String {
+    let mut s = String::new();
+    let list = |v: &[std::path::PathBuf]| {
+        v.iter()
+            .map(|x| x.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    s.push_str(&format!(
+        "- Files: readable: {}; writable: your workspace{}.\n",
+        if p.soul.sandbox.read.is_empty() {
+            "(none)".to_owned()
+        } else {
+            list(&p.soul.sandbox.read)
+        },
+        if p.soul.sandbox.write.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", list(&p.soul.sandbox.write))
         }
-        if !p.facts.is_empty() {
-            s.push_str("Key facts:\n");
-            for f in p.facts {
-                s.push_str(&format!("- {f}\n"));
-            }
+    ));
+    s.push_str(
+        "- Your workspace is a folder of its own for each session; the first \
+         <system-reminder> of the task names it. Relative paths are relative to it.\n",
+    );
+    s.push_str(&format!(
+        "- Network access for tools: {}.\n",
+        if p.soul.sandbox.network {
+            "allowed"
+        } else {
+            "none"
         }
+    ));
+    if !p.policy.protected_paths.is_empty() {
+        s.push_str(&format!(
+            "- Protected (no tool can read or write them, do not try): {}.\n",
+            list(&p.policy.protected_paths)
+        ));
     }
     s
 }

@@ -308,8 +308,16 @@ async fn full_compaction_summarises_and_the_transcript_keeps_everything() {
                 .as_array()
                 .is_some_and(|t| t.is_empty())
     );
+    // The session's memory opens the history; the system prompt stays the soul's.
     let system = reqs[1].body["messages"][0]["content"].as_str().unwrap();
-    assert!(system.contains("The user chatted a lot.") && system.contains("the answer is 42"));
+    assert!(!system.contains("The user chatted a lot."), "{system}");
+    let opening = reqs[1].body["messages"][1]["content"].to_string();
+    assert!(
+        opening.contains("<session_memory>")
+            && opening.contains("The user chatted a lot.")
+            && opening.contains("the answer is 42"),
+        "{opening}"
+    );
     let compaction = events.iter().find(|e| e.kind() == "compaction").unwrap();
     assert!(
         matches!(&compaction.payload, EventPayload::Compaction { mode, messages_before: 61, .. } if mode == "full")
