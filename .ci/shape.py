@@ -2,7 +2,7 @@
 """The crate's shape, as docs/architecture.md states it: no src file over 600 lines
 counting the tests it pulls in (`mod tests;`, with or without `#[path]`), no function over
 100 lines, no `Result<_, String>`. Prints what breaks a rule and exits 1 if anything does.
-Not part of `.ci/run`; run it from the crate root: `python3 .ci/shape.py`."""
+`.ci/run` runs it; by hand, from the crate root: `python3 .ci/shape.py`."""
 import os
 import re
 import sys
