@@ -1,5 +1,5 @@
 //! Against a real llama.cpp server and a real model (SmolLM2-135M-Instruct), what does
-//! not depend on the model's wording (issue 25 §8): llama.cpp's prefill progress, the
+//! not depend on the model's wording: llama.cpp's prefill progress, the
 //! prompt cache as the server counts it, and a task whose first request overflows the
 //! server's context. Temperature 0 and a few output tokens keep
 //! each test to seconds on two cores. Skipped without the venv (tests/README.md).
@@ -176,7 +176,7 @@ async fn a_new_task_of_the_soul_reuses_the_cached_system_prompt_and_tools() {
     );
 }
 
-/// Issue 25 §3 and §8: a session whose short history holds three huge tool outputs
+/// A session whose short history holds three huge tool outputs
 /// overflows the real server's small context (the configured window is larger, as a
 /// misconfigured provider's would be); llama.cpp's refusal (`exceed_context_size_error`
 /// with `n_prompt_tokens` and `n_ctx`) teaches the limit and the ratio, the oldest

@@ -193,7 +193,7 @@ mod tests {
         assert_eq!(repair_dangling(&mut h), 0, "idempotent");
     }
 
-    /// Issue 25 §4: a task that failed before the model answered left `user, user`.
+    /// A task that failed before the model answered left `user, user`.
     #[test]
     fn two_user_messages_in_a_row_get_a_note_between() {
         let mut h = vec![

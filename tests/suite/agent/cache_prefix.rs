@@ -1,4 +1,4 @@
-//! Issue 9 against the loopback server: every request of a task repeats the previous
+//! Against the loopback server: every request of a task repeats the previous
 //! request's bytes up to its last message (system, tools and every earlier message
 //! identical, reminders included), for both wire formats; and a context overflow in
 //! each server's wording is recovered by a full compaction and a retry.
@@ -173,7 +173,7 @@ async fn an_overflow_that_cannot_be_compacted_names_the_limit_and_the_setting() 
     );
 }
 
-/// Issue 9 §6: a call cut off by the output limit and a denied call are reported like
+/// A call cut off by the output limit and a denied call are reported like
 /// any call (started, then finished), the cut call is stored with what arrived, and an
 /// empty final answer is recorded so roles keep alternating.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +240,7 @@ fn prefix_before_first_user_message(raw: &[u8], body: &Value) -> usize {
         .expect("the first user message is in the body")
 }
 
-/// Issue 25 §1: two tasks of one soul, each in a session (and workspace) of its own,
+/// Two tasks of one soul, each in a session (and workspace) of its own,
 /// send byte-identical system prompts and tools; what names the session (its id, its
 /// workspace) travels in the first user message's reminder instead.
 async fn two_sessions(anthropic: bool) {

@@ -413,7 +413,7 @@ async fn a_server_without_tool_support_is_named() {
     assert!(err.to_string().contains("model `main-model`"), "{err}");
 }
 
-// Issue 9 §5: with nothing on Ollama's port, `familiar run` took 12 s (five attempts
+// With nothing on Ollama's port, `familiar run` took 12 s (five attempts
 // with backoff) and printed the nested reqwest chain each time.
 #[tokio::test]
 async fn nothing_listening_fails_fast_with_one_clear_message() {
