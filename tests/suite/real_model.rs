@@ -188,7 +188,7 @@ async fn a_task_completes_when_its_first_request_overflows_the_context() {
     use familiar::llm::{ContentBlock, Role};
     use familiar::store::{Context, TaskStatus};
 
-    use crate::suite::agent::harness::{Harness, OPEN_POLICY, builtin_plus};
+    use crate::suite::agent::harness::{Harness, OPEN_POLICY, builtin_plus, compactions};
 
     const N_CTX: u32 = 3072;
     let Some(server) = LlamaServer::start(N_CTX, 512).await else {
@@ -236,18 +236,7 @@ async fn a_task_completes_when_its_first_request_overflows_the_context() {
     let (out, events) = h.run(rt, h.spec(soul, "Say OK.", Some(id.clone()))).await;
     let took = started.elapsed();
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
-    let trims: Vec<(u64, u64)> = events
-        .iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::Compaction {
-                mode,
-                tokens_before,
-                tokens_after,
-                ..
-            } if mode == "trim" => Some((*tokens_before, *tokens_after)),
-            _ => None,
-        })
-        .collect();
+    let trims = compactions(&events, "trim");
     let sent = events.iter().rev().find_map(|e| match e.payload {
         EventPayload::ModelProgress { total, .. } => Some(total),
         _ => None,

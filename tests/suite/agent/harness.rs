@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use familiar::agent::events::{Delivery, Event, EventBus};
+use familiar::agent::events::{Delivery, Event, EventBus, EventPayload};
 use familiar::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use familiar::agent::metrics::Metrics;
 use familiar::agent::{LlmFactory, Runtime, TaskOutcome, TaskSpec, run_task};
@@ -309,6 +309,22 @@ pub fn count(events: &[Arc<Event>], kind: &str) -> usize {
 }
 
 /// An OpenAI-format reply with text only.
+/// The `(tokens_before, tokens_after)` of each `compaction` event of `mode`, in order.
+pub fn compactions(events: &[Arc<Event>], mode: &str) -> Vec<(u64, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::Compaction {
+                mode: m,
+                tokens_before,
+                tokens_after,
+                ..
+            } if m == mode => Some((*tokens_before, *tokens_after)),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn text_reply(text: &str) -> Reply {
     Reply::sse(sse(vec![
         oa_text(text),

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use familiar::agent::events::EventPayload;
 use familiar::store::TaskStatus;
 use serde_json::{Value, json};
 
@@ -105,18 +104,7 @@ async fn a_short_history_of_huge_tool_outputs_is_trimmed_and_the_task_completes(
     assert!(!refused.is_empty(), "the history overflowed the server");
     // The trim's numbers are whole requests in the server's tokens: its "before" is the
     // refused request as the server counted it.
-    let trims: Vec<(u64, u64)> = events
-        .iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::Compaction {
-                mode,
-                tokens_before,
-                tokens_after,
-                ..
-            } if mode == "trim" => Some((*tokens_before, *tokens_after)),
-            _ => None,
-        })
-        .collect();
+    let trims = compactions(&events, "trim");
     assert!(!trims.is_empty(), "a trim ran");
     let (before, after) = trims[0];
     assert!(
