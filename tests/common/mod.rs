@@ -6,6 +6,7 @@ pub mod fake_secrets;
 pub mod llama;
 pub mod llm_server;
 pub mod sandbox;
+pub mod skip;
 
 use std::path::{Path, PathBuf};
 
