@@ -40,7 +40,6 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hyprland;
-pub mod ids;
 pub mod llm;
 pub mod logging;
 pub mod mcp;
@@ -52,3 +51,6 @@ pub mod snapshot;
 pub mod soul;
 pub mod store;
 pub mod tools;
+
+/// The newtype ids, defined with the bus contract (`familiar-protocol`).
+pub use familiar_protocol::ids;

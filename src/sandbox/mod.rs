@@ -1,4 +1,7 @@
-//! The Landlock sandbox every file-touching or program-running tool goes through.
+//! The Landlock sandbox every file-touching or program-running tool goes through: the
+//! daemon's side. The helper itself (its spec, plan, Landlock and seccomp code, its
+//! `main`) is the `familiar-sandbox` crate, re-exported here under the same names, so
+//! the code that confines hostile programs cannot import the daemon's (tokio, zbus).
 //!
 //! The daemon never restricts itself. A call runs in the helper binary
 //! `familiar-sandbox` (or `familiar sandbox-exec` where only `familiar` is installed;
@@ -8,42 +11,35 @@
 //! what its [`SandboxPolicy`] grants, minus the protected paths, and leaves no process
 //! behind.
 //!
+//! Here, the daemon's side:
 //! - [`spec`]: [`SandboxSpec`] (a soul's `[sandbox]`), [`SandboxPolicy`] (one task's
-//!   sandbox) and [`Limits`]; [`spec::HelperSpec`] is what the helper gets.
-//! - [`plan`]: protected-path carving, done once in the daemon and kept while current.
-//! - [`ruleset`]: the helper applies the plan as a Landlock ruleset.
-//! - [`exec`]: the helper (`familiar-sandbox`): arguments, setup, report.
-//! - [`supervise`]: the helper runs the command and kills and reaps all it left behind.
-//! - [`fileops`]: read/list/write/edit/search performed inside the sandbox.
-//! - [`search`]: the bounded tree walk behind `search_files`.
-//! - [`limits`]: rlimits and the pids cgroup.
+//!   sandbox) and the [`spec::HelperSpec`] it hands the helper.
 //! - [`lines`]: lines from a child's pipe, each held to a ceiling.
 //! - [`resources`]: a task's `[resources]`: its systemd slice, or rlimits standing in.
 //! - [`launcher`]: the async daemon side: spawn, timeout, cancel, kill.
 //! - [`capture`]: the command's stdout and stderr, drained into capped buffers.
 //! - [`pin`]: the helper binary, opened and checked once, executed from that descriptor.
-//! - [`seccomp`]: the helper's filter: no unix sockets (the session bus, the keyring).
 //! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
-//! - [`status`]: what the kernel enforces ([`probe`]).
+//!
+//! From `familiar-sandbox`: [`plan`] (protected-path carving, done once in the daemon
+//! and kept while current), [`ruleset`] (the plan as a Landlock ruleset), [`exec`] (the
+//! helper's entry: arguments, setup, report), [`fileops`] and [`search`] (file
+//! operations inside the sandbox), [`limits`] (rlimits, the pids cgroup), [`seccomp`]
+//! (no unix sockets, no io_uring), [`status`] (what the kernel enforces, [`probe`]).
 
 pub mod ancestry;
 mod capture;
-pub mod exec;
-pub mod fileops;
 pub mod launcher;
-pub mod limits;
 pub mod lines;
 pub mod pin;
-pub mod plan;
 pub mod resources;
-pub mod ruleset;
-pub mod search;
-pub mod seccomp;
 pub mod spec;
-pub mod status;
-mod supervise;
 
 use std::path::PathBuf;
+
+pub use familiar_sandbox::{
+    OpFailure, exec, fileops, limits, plan, ruleset, search, seccomp, status,
+};
 
 pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
@@ -52,23 +48,6 @@ pub use search::{SearchMatch, SearchReply, SearchStop};
 pub use seccomp::UnixSockets;
 pub use spec::{Limits, SandboxPolicy, SandboxSpec};
 pub use status::{Enforcement, EnforcementStatus, probe};
-
-/// A file operation the kernel or the operation itself refused, as the helper reports
-/// it: `errno` when it was the kernel. Shared by [`fileops`] and [`search`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpFailure {
-    pub errno: Option<i32>,
-    pub message: String,
-}
-
-impl OpFailure {
-    pub fn from_io(path: &std::path::Path, e: &std::io::Error) -> OpFailure {
-        OpFailure {
-            errno: e.raw_os_error(),
-            message: format!("{}: {e}", path.display()),
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {

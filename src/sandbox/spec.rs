@@ -1,6 +1,6 @@
 //! The sandbox spec: what one sandboxed call may touch ([`SandboxPolicy`], the daemon's
 //! side) and what the daemon hands the `familiar-sandbox` helper ([`HelperSpec`]:
-//! the ready rules of the [`Plan`], the limits and the environment).
+//! the ready rules of the [`Plan`](super::plan::Plan), the limits and the environment).
 //!
 //! The invariant: a [`SandboxPolicy`] only ever grants what the [`SandboxSpec`] (the
 //! soul's `[sandbox]` table, built by the caller), the task workspace and the start-up
@@ -33,12 +33,16 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use familiar_sandbox::spec::{
+    DEFAULT_CPU_SECONDS, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_PROCESSES, DEFAULT_OUTPUT_CAP_BYTES,
+    DEFAULT_TIMEOUT, HelperSpec, HelperSpecRef, Limits,
+};
+
 use super::SandboxError;
-use super::plan::{Plan, PlanCache};
+use super::plan::PlanCache;
 use super::resources::TaskResources;
 
 /// What a soul's tools may touch, as the soul's `[sandbox]` table says it.
@@ -95,48 +99,6 @@ pub const ENV_ALLOWLIST_PREFIXES: &[&str] = &["LC_"];
 /// Used when the daemon has no `PATH` of its own (systemd gives one, `env -i` does not).
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Per stream (stdout, stderr): the head and the tail are kept, half each.
-pub const DEFAULT_OUTPUT_CAP_BYTES: usize = 128 * 1024;
-/// Processes (threads count too) the command may have at once.
-pub const DEFAULT_MAX_PROCESSES: u64 = 256;
-pub const DEFAULT_MAX_FILE_SIZE: u64 = 1024 * 1024 * 1024;
-pub const DEFAULT_CPU_SECONDS: u64 = 120;
-
-/// Resource bounds of one sandboxed call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Wall clock, enforced by the launcher (SIGTERM, then SIGKILL to the group).
-    #[serde(with = "millis")]
-    pub timeout: Duration,
-    /// Per stream; past it the middle is dropped, far past it the command is killed.
-    pub output_cap_bytes: usize,
-    /// A pids cgroup where one can be made, else `RLIMIT_NPROC` on top of the user's
-    /// current count (root ignores `RLIMIT_NPROC`, hence the cgroup).
-    pub max_processes: u64,
-    /// `RLIMIT_FSIZE`, bytes.
-    pub max_file_size: u64,
-    /// `RLIMIT_CPU`, seconds of CPU time per process.
-    pub cpu_seconds: u64,
-    /// `RLIMIT_DATA`, bytes per process: a soul's `memory_max` where no systemd slice
-    /// bounds the task's memory ([`super::resources`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_data: Option<u64>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            timeout: DEFAULT_TIMEOUT,
-            output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
-            max_processes: DEFAULT_MAX_PROCESSES,
-            max_file_size: DEFAULT_MAX_FILE_SIZE,
-            cpu_seconds: DEFAULT_CPU_SECONDS,
-            max_data: None,
-        }
-    }
-}
-
 /// One task's sandbox, on the daemon's side: the trees, the protected paths, and the
 /// plan worked out from them (kept while it is current, see [`super::plan`]).
 #[derive(Debug, Clone)]
@@ -172,20 +134,6 @@ pub struct SandboxPolicy {
     /// Who the calls are for (`task t-… of soul S`), set in each helper's own
     /// environment so the daemon can name it when a sandboxed process calls it.
     pub owner: Option<String>,
-}
-
-/// Everything the helper needs to restrict itself and run one command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HelperSpec {
-    pub plan: Plan,
-    pub network: bool,
-    pub scope_signals: bool,
-    pub require_full: bool,
-    #[serde(default)]
-    pub sockets: Vec<PathBuf>,
-    pub limits: Limits,
-    pub env: Vec<(String, String)>,
-    pub cwd: PathBuf,
 }
 
 impl SandboxPolicy {
@@ -285,19 +233,6 @@ impl SandboxPolicy {
     }
 }
 
-/// [`HelperSpec`] borrowed, to encode without copying the plan.
-#[derive(Serialize)]
-struct HelperSpecRef<'a> {
-    plan: &'a Plan,
-    network: bool,
-    scope_signals: bool,
-    require_full: bool,
-    sockets: &'a [PathBuf],
-    limits: &'a Limits,
-    env: &'a [(String, String)],
-    cwd: &'a Path,
-}
-
 /// What no tool may write, whatever its soul's `write` trees: the places that decide
 /// what runs outside any sandbox later, the user's systemd units and D-Bus activation
 /// files. The launcher adds familiar's own binaries and the helper it runs as it starts
@@ -335,20 +270,6 @@ pub fn allowed_env(
     env.push(("TMPDIR".into(), workspace.display().to_string()));
     env.sort();
     env
-}
-
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
-    }
 }
 
 #[cfg(test)]

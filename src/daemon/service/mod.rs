@@ -157,12 +157,6 @@ impl From<MemoryError> for Error {
     }
 }
 
-impl From<serde_json::Error> for Error {
-    fn from(e: serde_json::Error) -> Error {
-        failed(e)
-    }
-}
-
 fn task_id(s: &str) -> Result<TaskId, Error> {
     TaskId::new(s).map_err(|_| {
         Error::UnknownTask(format!(
@@ -398,7 +392,8 @@ impl Service {
             let mut s = snapshotter.lock().unwrap_or_else(|e| e.into_inner());
             serde_json::to_string(&s.take(None))
         })
-        .await??;
+        .await?
+        .map_err(failed)?;
         Ok(snap)
     }
 

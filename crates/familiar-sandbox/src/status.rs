@@ -11,7 +11,7 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::seccomp::{self, UnixSockets};
+use crate::seccomp::{self, UnixSockets};
 
 /// The ABI that provides every restriction familiar asks for.
 pub const TARGET_ABI: u8 = 6;

@@ -52,7 +52,7 @@ pub trait Agent1 {
     #[zbus(property)]
     fn metrics(&self) -> zbus::Result<HashMap<String, u64>>;
 
-    /// JSON of [`crate::sandbox::Enforcement`].
+    /// JSON of what the kernel enforces for tools (docs/dbus.md: `Sandbox`).
     #[zbus(property)]
     fn sandbox(&self) -> zbus::Result<String>;
 

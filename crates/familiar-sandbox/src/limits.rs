@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::resource::{Resource, setrlimit};
 use nix::unistd::{Uid, getpid};
 
-use super::Limits;
+use crate::spec::Limits;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LimitsError {

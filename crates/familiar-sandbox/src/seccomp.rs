@@ -22,7 +22,7 @@
 //! the named paths only (Landlock's `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`, ABI 9, is not in
 //! the landlock crate we build with), so the grant opens every unix socket, which
 //! `familiar doctor`, `task_started` and docs/sandbox.md say. The daemon still refuses
-//! D-Bus calls from a task's tool processes ([`super::ancestry`]).
+//! D-Bus calls from a task's tool processes (the daemon's `sandbox::ancestry`).
 //!
 //! The invariant: once [`install`] returned `Ok`, the calling thread and everything it
 //! starts can never create a unix socket (unless granted); the filter cannot be removed.

@@ -2,7 +2,7 @@
 //!
 //! Landlock can only allow: a rule on `~` grants everything beneath it, `~/.ssh`
 //! included. So a tree that contains a protected path is never granted whole: the
-//! daemon's plan ([`super::plan`]) grants each of its children instead, except the
+//! daemon's plan ([`crate::plan`]) grants each of its children instead, except the
 //! protected ones, recursing into a child that contains a protected path deeper down
 //! (`~/.config` minus `~/.config/familiar`). The invariant: no rule is ever placed on a
 //! protected path, on an ancestor of one, or on a symlink (a rule on a symlink would
@@ -17,7 +17,7 @@
 //!
 //! Limitation: an entry created in a carved directory after the plan was checked is
 //! not covered (a new `~/notes.txt` is not readable by a command already running); the
-//! next call's plan sees it (see [`super::plan`] for when a plan is made again). Files
+//! next call's plan sees it (see [`crate::plan`] for when a plan is made again). Files
 //! hard-linked from a protected path into a granted tree are reachable: Landlock sees
 //! paths, not inodes' other names.
 
@@ -30,9 +30,9 @@ use landlock::{
 use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag};
 
-use super::plan::{Grant, Rule};
-use super::spec::HelperSpec;
-use super::status::{Enforcement, EnforcementStatus, TARGET_ABI, abi_from, kernel_abi};
+use crate::plan::{Grant, Rule};
+use crate::spec::HelperSpec;
+use crate::status::{Enforcement, EnforcementStatus, TARGET_ABI, abi_from, kernel_abi};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RulesetError {

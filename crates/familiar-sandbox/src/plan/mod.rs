@@ -4,7 +4,7 @@
 //! Working the rules out means resolving the protected paths (symlinks included) and
 //! carving them out of every readable tree ([`expand`]): thousands of `readlink`s and a
 //! `readdir` per carved directory. The helper would otherwise repeat that for every
-//! call; instead the daemon keeps one [`Plan`] per [`super::SandboxPolicy`] (one per
+//! call; instead the daemon keeps one [`Plan`] per `SandboxPolicy` (one per
 //! task) and the helper only opens each rule's path and adds the rule.
 //!
 //! The invariant: a plan handed to a helper is the plan [`compute`] would make now.
@@ -41,7 +41,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::paths::{glob_match, has_glob};
+use crate::glob::{glob_match, has_glob};
 
 /// The rights one rule grants, weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, alarm, getpid};
 
-use super::spec::HelperSpec;
+use crate::spec::HelperSpec;
 
 /// The command could not be started (like a shell's 127).
 pub const EXIT_SPAWN_FAILED: u8 = 127;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::OpFailure;
+use crate::OpFailure;
 
 /// A search stops after this many matching lines.
 pub const MAX_SEARCH_MATCHES: usize = 200;
@@ -166,7 +166,7 @@ impl Search<'_> {
             let kind = entry.file_type();
             if kind.is_file()
                 && self.glob.is_none_or(|g| {
-                    crate::policy::paths::glob_match(g, &entry.file_name().to_string_lossy())
+                    crate::glob::glob_match(g, &entry.file_name().to_string_lossy())
                 })
             {
                 match entry.metadata() {

@@ -18,7 +18,7 @@
 //! On SIGTERM (the launcher's timeout or cancel) it passes SIGTERM to every
 //! descendant and SIGKILLs them [`TERM_GRACE_SECS`] later. The helper then exits the
 //! way the command did (same code, or same signal). That supervision is in
-//! [`super::supervise`].
+//! `supervise`.
 //!
 //! The spec ([`HelperSpec`]: the daemon's ready Landlock plan, limits, environment)
 //! comes first on stdin, framed by its length ([`frame`]); the helper reads exactly that
@@ -36,14 +36,14 @@ use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
 
-use super::fileops::{self, FileOpKind};
-use super::limits;
-use super::ruleset::{effective_abi, restrict_self};
-use super::seccomp::{self, UnixSockets};
-use super::spec::HelperSpec;
-use super::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
-use super::supervise::supervise;
-pub use super::supervise::{EXIT_SPAWN_FAILED, TERM_GRACE_SECS};
+use crate::fileops::{self, FileOpKind};
+use crate::limits;
+use crate::ruleset::{effective_abi, restrict_self};
+use crate::seccomp::{self, UnixSockets};
+use crate::spec::HelperSpec;
+use crate::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
+use crate::supervise::supervise;
+pub use crate::supervise::{EXIT_SPAWN_FAILED, TERM_GRACE_SECS};
 
 /// A spec larger than this on stdin is refused (a plan is a few hundred KiB at most).
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024 * 1024;

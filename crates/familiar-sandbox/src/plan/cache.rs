@@ -97,8 +97,8 @@ impl PlanCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::plan::Grant;
-    use crate::sandbox::plan::tests::{grants, tree};
+    use crate::plan::Grant;
+    use crate::plan::tests::{grants, tree};
 
     #[test]
     fn the_cache_reuses_a_plan_until_a_witness_changes() {

@@ -9,7 +9,7 @@
 //! follows one), and are atomic: a reader sees the old content or the new, never half.
 //! A search never follows a symlink, never opens anything but a regular file (a fifo
 //! would block it), and is bounded in matches, files and bytes per file; what the
-//! kernel refuses is skipped and counted, never fatal (see [`super::search`]).
+//! kernel refuses is skipped and counted, never fatal (see [`crate::search`]).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -19,8 +19,8 @@ use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
 
-use super::OpFailure;
-use super::search::{SearchReply, search};
+use crate::OpFailure;
+use crate::search::{SearchReply, search};
 
 /// Bytes `read` returns at most; the reply says when the file was longer.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;

@@ -1,0 +1,69 @@
+//! The bus contract of familiar's daemon, `dev.familiar.Agent1` on the session bus
+//! (docs/dbus.md): its names, the typed error, the limits both sides share, the ids
+//! that cross it ([`ids`]) and a typed async client ([`proxy::Agent1Proxy`]).
+//!
+//! This is the way to talk to familiar from Rust: a bar module, a desktop extension
+//! or a script links this crate, not the daemon (`examples/` shows a status watcher).
+//! The daemon implements the same contract (`familiar::daemon::service`), and its tests
+//! drive it through this proxy, so server and client cannot disagree.
+//!
+//! Invariant: every name, error name and shared limit used on the bus is defined here,
+//! once; this crate knows nothing of the daemon.
+
+pub mod ids;
+pub mod proxy;
+
+/// The well-known bus name.
+pub const NAME: &str = "dev.familiar.Agent1";
+/// The object the service is served at.
+pub const PATH: &str = "/dev/familiar/Agent1";
+/// The interface name.
+pub const INTERFACE: &str = "dev.familiar.Agent1";
+/// Prefix of our error names.
+pub const ERROR_PREFIX: &str = "dev.familiar.Agent1.Error";
+
+/// Longest prompt `Submit` takes (the same cap `familiar run` puts on stdin).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+/// Longest `origin` label `Submit` takes.
+pub const MAX_ORIGIN_CHARS: usize = 64;
+/// Longest steering message `Steer` takes, in bytes.
+pub const MAX_STEER_BYTES: usize = 16 * 1024;
+/// Characters of a prompt `ListTasks` shows.
+pub const LIST_PROMPT_CHARS: usize = 80;
+
+/// The errors a method can return, named `dev.familiar.Agent1.Error.<Variant>`. Each
+/// carries a sentence a person can act on.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "dev.familiar.Agent1.Error")]
+pub enum Error {
+    /// Bus-level failures, and `org.freedesktop.DBus.Error.AccessDenied` for callers
+    /// of another user.
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    UnknownSoul(String),
+    UnknownTask(String),
+    UnknownSession(String),
+    SessionBusy(String),
+    RateLimited(String),
+    InvalidArgument(String),
+    ShuttingDown(String),
+    /// `Steer` for a task that has already ended.
+    TaskNotRunning(String),
+    /// The caller is one of a sandbox's processes (a tool, what it started, an MCP
+    /// server): it may not drive the daemon.
+    SandboxedCaller(String),
+}
+
+impl Error {
+    /// The refusal of a request that arrives while the daemon stops.
+    pub fn shutting_down() -> Error {
+        Error::ShuttingDown("familiar is shutting down; submit again once it is back".to_owned())
+    }
+
+    /// The refusal for a caller running as another user.
+    pub fn access_denied(uid: u32, ours: u32) -> Error {
+        Error::ZBus(zbus::Error::FDO(Box::new(zbus::fdo::Error::AccessDenied(
+            format!("familiar serves only its own user (uid {ours}); the caller runs as uid {uid}"),
+        ))))
+    }
+}
