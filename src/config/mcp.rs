@@ -39,6 +39,8 @@ pub struct McpSandboxToml {
     #[serde(default)]
     pub write: Vec<PathBuf>,
     pub network: Option<bool>,
+    /// UDP as well as TCP, with `network` (docs/mcp.md).
+    pub udp: Option<bool>,
 }
 
 /// How the daemon talks to a server.
@@ -66,6 +68,7 @@ pub struct McpServerConfig {
     /// The only writable trees (absolute).
     pub write: Vec<PathBuf>,
     pub network: bool,
+    pub udp: bool,
 }
 
 impl McpServerConfig {
@@ -143,6 +146,7 @@ pub fn resolve_server(
         read: absolute("sandbox.read", sandbox.read)?,
         write: absolute("sandbox.write", sandbox.write)?,
         network: sandbox.network.unwrap_or(false),
+        udp: sandbox.udp.unwrap_or(false),
     })
 }
 

@@ -250,6 +250,7 @@ impl McpHub {
             read: config.read.clone(),
             write: config.write.clone(),
             network: config.network,
+            udp: config.udp,
             require: false,
             // A server gets no unix socket: it starts before any approval.
             sockets: vec![],

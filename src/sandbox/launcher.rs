@@ -453,6 +453,7 @@ mod tests {
             read: vec![],
             write: vec![],
             network: false,
+            udp: false,
             require: false,
             sockets: vec![],
         };

@@ -54,6 +54,9 @@ pub struct SandboxSpec {
     pub write: Vec<PathBuf>,
     /// TCP connect/bind allowed.
     pub network: bool,
+    /// UDP as well (`[sandbox] udp`, only with `network`): DNS, QUIC.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
     /// Refuse to run unless Landlock is fully enforced.
     pub require: bool,
     /// Unix sockets the tools may connect to (`[sandbox] sockets`); none by default,
@@ -115,6 +118,8 @@ pub struct SandboxPolicy {
     pub write_protected: Vec<PathBuf>,
     /// TCP connect and bind allowed.
     pub network: bool,
+    /// UDP sockets as well (with `network` only).
+    pub udp: bool,
     /// Signals and abstract unix sockets scoped to the sandbox (Landlock ABI 6).
     pub scope_signals: bool,
     /// Refuse to run the command unless every restriction is enforced.
@@ -172,6 +177,7 @@ impl SandboxPolicy {
             protected: protected.to_vec(),
             write_protected: write_protected(home),
             network: spec.network,
+            udp: spec.network && spec.udp,
             scope_signals: true,
             require_full: spec.require,
             sockets: spec.sockets.clone(),
@@ -222,6 +228,7 @@ impl SandboxPolicy {
         serde_json::to_vec(&HelperSpecRef {
             plan: &plan,
             network: self.network,
+            udp: self.udp,
             scope_signals: self.scope_signals,
             require_full: self.require_full,
             sockets: &self.sockets,
@@ -311,6 +318,7 @@ mod tests {
             read: vec![t.path().to_owned()],
             write: vec![],
             network: false,
+            udp: false,
             require: true,
             sockets: vec![],
         };

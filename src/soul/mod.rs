@@ -115,6 +115,7 @@ impl Soul {
                 read: intersect_trees(&self.sandbox.read, &parent.sandbox.read),
                 write: intersect_trees(&self.sandbox.write, &parent.sandbox.write),
                 network: self.sandbox.network && parent.sandbox.network,
+                udp: self.sandbox.udp && parent.sandbox.udp,
                 require: self.sandbox.require || parent.sandbox.require,
                 sockets: self
                     .sandbox

@@ -82,6 +82,7 @@ pub(super) struct SandboxToml {
     pub(super) read: Option<Vec<Spanned<String>>>,
     pub(super) write: Option<Vec<Spanned<String>>>,
     pub(super) network: Option<bool>,
+    pub(super) udp: Option<bool>,
     pub(super) require: Option<bool>,
     pub(super) sockets: Option<Vec<Spanned<String>>>,
 }
@@ -405,6 +406,7 @@ impl Fields<'_> {
             read: self.paths(sb.read, &["~"])?,
             write: self.paths(sb.write, &[])?,
             network: sb.network.unwrap_or(false),
+            udp: sb.udp.unwrap_or(false),
             require: sb.require.unwrap_or(false),
             sockets: self.paths(sb.sockets, &[])?,
         })

@@ -15,6 +15,7 @@ mod real_model;
 mod reliability;
 mod sandbox;
 mod sandbox_helper;
+mod sandbox_network;
 mod sandbox_plan;
 mod sandbox_sockets;
 mod secrets;

@@ -134,6 +134,7 @@ async fn a_tool_that_may_write_home_cannot_replace_the_helper_in_local_bin() {
             read: vec![h.home.clone()],
             write: vec![h.home.clone()],
             network: false,
+            udp: false,
             require: false,
             sockets: vec![],
         },

@@ -98,7 +98,7 @@ async fn a_tool_cannot_open_a_unix_socket_of_any_kind() {
     // nothing outside and stay allowed; io_uring could open sockets behind the filter.
     assert_eq!(
         out.stdout,
-        "path errno 13\nabstract errno 13\ndgram errno 13\npair ok\ntcp_socket ok\nio_uring errno 13\n",
+        "path errno 13\nabstract errno 13\ndgram errno 13\npair ok\ntcp_socket errno 13\nio_uring errno 13\n",
         "{out:?}"
     );
     assert_eq!(out.enforcement.unix_sockets, UnixSockets::Blocked);

@@ -219,9 +219,14 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
         Err(e) => return setup_failed(e.to_string()),
     };
     // After Landlock, before anything runs: no unix socket (the session bus, the
-    // keyring) unless the soul grants one. A kernel without seccomp says so in the
+    // keyring) unless the soul grants one, no socket of the network's unless it has one. A kernel without seccomp says so in the
     // report; `require_full` then refuses.
-    let unix = match seccomp::install(!policy.sockets.is_empty()) {
+    let sockets = seccomp::Sockets {
+        unix: !policy.sockets.is_empty(),
+        tcp: policy.network,
+        udp: policy.network && policy.udp,
+    };
+    let unix = match seccomp::install(sockets) {
         Ok(unix) => unix,
         Err(e) => {
             tracing::debug!("{e}");

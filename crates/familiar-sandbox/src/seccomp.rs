@@ -7,9 +7,15 @@
 //! its workspace could still ask the daemon to run an unconfined task, approve its own
 //! calls or read the keyring. So the helper installs, after its Landlock ruleset and
 //! before it starts anything, a filter that makes `socket(AF_UNIX, …)` fail with
-//! `EACCES`: no socket, no connect, path-name or abstract alike. `socketpair()` stays
-//! allowed (its two ends reach nothing outside), and so do TCP sockets, which Landlock
-//! governs (`network = false`).
+//! `EACCES`: no socket, no connect, path-name or abstract alike. A datagram
+//! `socketpair()` is refused too (`sendto()` on either end with an address reaches any
+//! path-named datagram socket: journald, `/dev/log`); stream and seqpacket pairs reach
+//! nothing outside and stay allowed.
+//!
+//! The network is the same filter's: without `network` no `socket()` of any family but
+//! unix succeeds (no UDP, which Landlock does not govern, no netlink, vsock or packet
+//! sockets); with `network` only internet stream sockets, whose TCP ports Landlock
+//! holds, and datagram ones only with `udp`. Raw and packet sockets never.
 //!
 //! The filter also refuses `io_uring_setup` (and its siblings): a ring's
 //! `IORING_OP_SOCKET` and `IORING_OP_CONNECT` run without passing through the filter's
@@ -88,8 +94,39 @@ pub fn available() -> bool {
         && TargetArch::try_from(std::env::consts::ARCH).is_ok()
 }
 
-/// The filter: `socket(AF_UNIX, …)` refused unless `allow_unix`, io_uring refused.
-pub fn filter(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
+/// Which sockets a sandboxed call may create: what the filter lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sockets {
+    /// `[sandbox] sockets` granted something: `socket(AF_UNIX)` and datagram pairs.
+    pub unix: bool,
+    /// `network = true`: `AF_INET`/`AF_INET6` stream sockets (Landlock then decides
+    /// which TCP ports).
+    pub tcp: bool,
+    /// `udp = true` as well: `AF_INET`/`AF_INET6` datagram sockets (DNS, QUIC), which
+    /// Landlock does not govern.
+    pub udp: bool,
+}
+
+/// Socket types by their low bits (`SOCK_NONBLOCK`/`SOCK_CLOEXEC` sit above them).
+const SOCK_TYPE_MASK: u64 = 0xf;
+
+/// Internet socket types never allowed: raw and packet sockets, and the datagram-like
+/// ones that are not UDP. `SOCK_DGRAM` joins them without `udp`.
+const INET_REFUSED_TYPES: &[i32] = &[
+    libc::SOCK_RAW,
+    libc::SOCK_RDM,
+    libc::SOCK_SEQPACKET,
+    libc::SOCK_DCCP,
+    // SOCK_PACKET (10), the obsolete packet type; libc marks its constant deprecated.
+    10,
+];
+
+/// The filter: io_uring refused; `socket()` refused for every family but those
+/// [`Sockets`] allows (no network: no `AF_INET`, `AF_INET6`, `AF_NETLINK`, `AF_VSOCK`,
+/// `AF_PACKET`, nor any other; no unix grant: no `AF_UNIX`); datagram `socketpair()`s
+/// refused without a unix grant, since `sendto()` on one reaches any path-named
+/// datagram socket (journald, `/dev/log`).
+pub fn filter(sockets: Sockets) -> Result<BpfProgram, SeccompError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -101,17 +138,14 @@ pub fn filter(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
         // No conditions: every call of it matches.
         rules.insert(nr, Vec::new());
     }
-    if !allow_unix {
-        let unix = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Eq,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(SeccompError::Build)?;
-        let rule = SeccompRule::new(vec![unix]).map_err(SeccompError::Build)?;
-        for nr in syscall_numbers(libc::SYS_socket) {
-            rules.insert(nr, vec![rule.clone()]);
+    let socket_rules = socket_rules(sockets)?;
+    for nr in syscall_numbers(libc::SYS_socket) {
+        rules.insert(nr, socket_rules.clone());
+    }
+    if !sockets.unix {
+        let dgram = vec![rule(&[(1, SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_DGRAM)])?];
+        for nr in syscall_numbers(libc::SYS_socketpair) {
+            rules.insert(nr, dgram.clone());
         }
     }
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, REFUSED, arch)
@@ -119,12 +153,51 @@ pub fn filter(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
     filter.try_into().map_err(SeccompError::Build)
 }
 
+/// The `socket()` calls refused, each rule one refused shape (any rule matching
+/// refuses the call).
+fn socket_rules(sockets: Sockets) -> Result<Vec<SeccompRule>, SeccompError> {
+    use SeccompCmpOp::{Eq, MaskedEq, Ne};
+    let (unix, inet, inet6) = (libc::AF_UNIX, libc::AF_INET, libc::AF_INET6);
+    let mut refused = Vec::new();
+    // Every family but the three this filter reasons about.
+    refused.push(rule(&[(0, Ne, unix), (0, Ne, inet), (0, Ne, inet6)])?);
+    if !sockets.unix {
+        refused.push(rule(&[(0, Eq, unix)])?);
+    }
+    for family in [inet, inet6] {
+        if !sockets.tcp {
+            refused.push(rule(&[(0, Eq, family)])?);
+            continue;
+        }
+        let mut types = INET_REFUSED_TYPES.to_vec();
+        if !sockets.udp {
+            types.push(libc::SOCK_DGRAM);
+        }
+        for ty in types {
+            refused.push(rule(&[(0, Eq, family), (1, MaskedEq(SOCK_TYPE_MASK), ty)])?);
+        }
+    }
+    Ok(refused)
+}
+
+/// A rule of conditions on 32-bit arguments, all of which must hold.
+fn rule(conditions: &[(u8, SeccompCmpOp, i32)]) -> Result<SeccompRule, SeccompError> {
+    let conditions = conditions
+        .iter()
+        .map(|(arg, op, value)| {
+            SeccompCondition::new(*arg, SeccompCmpArgLen::Dword, op.clone(), *value as u64)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(SeccompError::Build)?;
+    SeccompRule::new(conditions).map_err(SeccompError::Build)
+}
+
 /// Installs [`filter`] on the calling thread (the helper has only one).
 /// `PR_SET_NO_NEW_PRIVS` must already be set.
-pub fn install(allow_unix: bool) -> Result<UnixSockets, SeccompError> {
-    let program = filter(allow_unix)?;
+pub fn install(sockets: Sockets) -> Result<UnixSockets, SeccompError> {
+    let program = filter(sockets)?;
     seccompiler::apply_filter(&program).map_err(SeccompError::Install)?;
-    Ok(if allow_unix {
+    Ok(if sockets.unix {
         UnixSockets::Granted
     } else {
         UnixSockets::Blocked
@@ -153,12 +226,20 @@ mod tests {
         if TargetArch::try_from(std::env::consts::ARCH).is_err() {
             return;
         }
-        let blocked = filter(false).unwrap();
-        let granted = filter(true).unwrap();
+        let none = Sockets {
+            unix: false,
+            tcp: false,
+            udp: false,
+        };
+        let blocked = filter(none).unwrap();
+        let granted = filter(Sockets { unix: true, ..none }).unwrap();
         assert!(
             blocked.len() > granted.len(),
-            "the socket rule adds instructions"
+            "the unix rules add instructions"
         );
+        let tcp = filter(Sockets { tcp: true, ..none }).unwrap();
+        let udp = filter(Sockets { tcp: true, udp: true, ..none }).unwrap();
+        assert!(tcp.len() > udp.len(), "refusing datagrams adds instructions");
     }
 
     #[test]

@@ -58,6 +58,9 @@ impl Default for Limits {
 pub struct HelperSpec {
     pub plan: Plan,
     pub network: bool,
+    /// Internet datagram sockets as well as TCP ([`crate::seccomp::Sockets::udp`]).
+    #[serde(default)]
+    pub udp: bool,
     pub scope_signals: bool,
     pub require_full: bool,
     #[serde(default)]
@@ -72,6 +75,7 @@ pub struct HelperSpec {
 pub struct HelperSpecRef<'a> {
     pub plan: &'a Plan,
     pub network: bool,
+    pub udp: bool,
     pub scope_signals: bool,
     pub require_full: bool,
     pub sockets: &'a [PathBuf],

@@ -127,6 +127,7 @@ async fn enforcement_check() -> Check {
         read: vec![],
         write: vec![],
         network: false,
+        udp: false,
         require: false,
         sockets: vec![],
     };

@@ -29,6 +29,7 @@ fn config(name: &str, mode: &str, write: Vec<PathBuf>) -> McpServerConfig {
         read: vec![exe.parent().unwrap().to_owned()],
         write,
         network: false,
+        udp: false,
     }
 }
 
@@ -298,6 +299,7 @@ async fn a_url_server_is_reached_over_streamable_http() {
         read: Vec::new(),
         write: Vec::new(),
         network: false,
+        udp: false,
     };
     let hub = hub(tmp.path(), vec![config]);
     let cancel = CancellationToken::new();
@@ -512,6 +514,7 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
         read: vec![exe.parent().unwrap().to_owned()],
         write: Vec::new(),
         network: false,
+        udp: false,
         require: false,
         sockets: Vec::new(),
     };
