@@ -16,6 +16,16 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::sandbox::ancestry::Sandboxed;
 
+/// Why a caller of our own user is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The connection's process runs inside a sandbox.
+    Sandboxed(Sandboxed),
+    /// Who is behind the connection could not be established (the bus gives no pid,
+    /// the process is gone or was replaced): the check fails closed.
+    Unverified(String),
+}
+
 /// Callers remembered; one seen less recently is asked about again.
 const REMEMBERED: usize = 64;
 
@@ -24,8 +34,8 @@ const REMEMBERED: usize = 64;
 pub struct Caller {
     /// What the bus says the connection's user is.
     pub uid: u32,
-    /// Set when the connection's process runs inside a sandbox.
-    pub sandboxed: Option<Sandboxed>,
+    /// Set when the connection's process runs inside a sandbox, or cannot be placed.
+    pub refused: Option<Refusal>,
 }
 
 /// The most recent callers, by unique name.
@@ -63,10 +73,7 @@ mod tests {
     use super::*;
 
     fn user(uid: u32) -> Caller {
-        Caller {
-            uid,
-            sandboxed: None,
-        }
+        Caller { uid, refused: None }
     }
 
     #[test]

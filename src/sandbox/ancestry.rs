@@ -11,9 +11,10 @@
 //! sets [`OWNER_ENV`] in the helper's own environment (never the command's), which
 //! names the task for the audit line.
 //!
-//! Only `/proc` is read, as the user's own processes allow; a process that is gone, or
-//! whose files cannot be read, ends the walk as "not found", and the caller decides
-//! with what it has.
+//! Only `/proc` is read, as the user's own processes allow. The walk fails closed: a
+//! process that is gone, or an ancestor whose files cannot be read, is
+//! [`Verdict::Unknown`], never "outside" — a tool that connects, forks and exits
+//! leaves a connection whose process is gone, and that caller is refused.
 
 use std::path::Path;
 
@@ -52,12 +53,29 @@ impl std::fmt::Display for Sandboxed {
     }
 }
 
-/// `Some` when `pid` runs inside one of familiar's sandboxes (see the module doc).
-pub fn sandboxed(pid: u32) -> Option<Sandboxed> {
+/// What the walk up from a process found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every ancestor up to pid 1 was read, and none is a sandbox's.
+    Outside,
+    Sandboxed(Sandboxed),
+    /// The walk could not finish (the process or an ancestor is gone or unreadable):
+    /// a caller the daemon cannot place is refused.
+    Unknown(String),
+}
+
+/// Where `pid` runs: inside one of familiar's sandboxes, outside, or unknown (see the
+/// module doc).
+pub fn examine(pid: u32) -> Verdict {
     sandboxed_under(Path::new("/proc"), pid)
 }
 
-fn sandboxed_under(proc: &Path, pid: u32) -> Option<Sandboxed> {
+fn sandboxed_under(proc: &Path, pid: u32) -> Verdict {
+    if !proc.join(pid.to_string()).join("stat").exists() {
+        return Verdict::Unknown(format!(
+            "the process that connected (pid {pid}) is gone; a connection handed on to another process is not accepted"
+        ));
+    }
     let found = |helper: Option<u32>| Sandboxed {
         pid,
         comm: read_trimmed(&proc.join(pid.to_string()).join("comm")).unwrap_or_default(),
@@ -65,19 +83,24 @@ fn sandboxed_under(proc: &Path, pid: u32) -> Option<Sandboxed> {
         owner: helper.and_then(|h| owner(proc, h)),
     };
     if in_task_slice(proc, pid) {
-        return Some(found(None));
+        return Verdict::Sandboxed(found(None));
     }
     let mut current = pid;
     for _ in 0..MAX_DEPTH {
         if current <= 1 {
-            return None;
+            return Verdict::Outside;
         }
         if is_helper(proc, current) {
-            return Some(found(Some(current)));
+            return Verdict::Sandboxed(found(Some(current)));
         }
-        current = parent(proc, current)?;
+        let Some(next) = parent(proc, current) else {
+            return Verdict::Unknown(format!(
+                "the ancestors of pid {pid} could not be read (pid {current} is gone or unreadable)"
+            ));
+        };
+        current = next;
     }
-    None
+    Verdict::Unknown(format!("pid {pid} has more than {MAX_DEPTH} ancestors"))
 }
 
 /// Whether `pid`'s executable is the sandbox helper: `familiar-sandbox`, or `familiar`
@@ -163,11 +186,15 @@ mod tests {
         );
         fake(p, 30, 20, "/usr/bin/bash", &["sh"], &[]);
         fake(p, 40, 30, "/usr/bin/python3", &["python3", "x.py"], &[]);
-        let found = sandboxed_under(p, 40).unwrap();
+        let found = sandboxed(p, 40).unwrap();
         assert_eq!(found.helper, Some(20));
         assert_eq!(found.owner.as_deref(), Some("task t-1 of soul shell_only"));
-        assert_eq!(sandboxed_under(p, 10), None, "the daemon itself is not");
-        assert_eq!(sandboxed_under(p, 20).and_then(|s| s.helper), Some(20));
+        assert_eq!(
+            sandboxed_under(p, 10),
+            Verdict::Outside,
+            "the daemon itself is not"
+        );
+        assert_eq!(sandboxed(p, 20).and_then(|s| s.helper), Some(20));
     }
 
     #[test]
@@ -207,8 +234,12 @@ mod tests {
             &["familiar", "ask", "hi"],
             &[],
         );
-        assert_eq!(sandboxed_under(p, 30).map(|s| s.helper), Some(Some(20)));
-        assert_eq!(sandboxed_under(p, 50), None, "a terminal's familiar ask");
+        assert_eq!(sandboxed(p, 30).map(|s| s.helper), Some(Some(20)));
+        assert_eq!(
+            sandboxed_under(p, 50),
+            Verdict::Outside,
+            "a terminal's familiar ask"
+        );
     }
 
     #[test]
@@ -221,14 +252,32 @@ mod tests {
             "0::/user.slice/user@1000.service/familiar.slice/familiar-t_ab12.slice/x.scope\n",
         )
         .unwrap();
-        let found = sandboxed_under(p, 40).unwrap();
+        let found = sandboxed(p, 40).unwrap();
         assert_eq!(found.helper, None);
         assert!(found.to_string().contains("task's slice"), "{found}");
     }
 
+    fn sandboxed(proc: &Path, pid: u32) -> Option<Sandboxed> {
+        match sandboxed_under(proc, pid) {
+            Verdict::Sandboxed(s) => Some(s),
+            Verdict::Outside | Verdict::Unknown(_) => None,
+        }
+    }
+
+    /// Regression: a tool connected to the bus, forked and exited; its grandchild's
+    /// calls were accepted because the connecting pid was gone and "not found" counted
+    /// as "not sandboxed".
     #[test]
-    fn a_gone_process_is_not_found() {
+    fn a_gone_process_is_unknown_not_outside() {
         let t = tempfile::tempdir().unwrap();
-        assert_eq!(sandboxed_under(t.path(), 99), None);
+        assert!(matches!(sandboxed_under(t.path(), 99), Verdict::Unknown(_)));
+    }
+
+    #[test]
+    fn an_unreadable_ancestor_is_unknown_not_outside() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        fake(p, 40, 30, "/usr/bin/python3", &["python3"], &[]);
+        assert!(matches!(sandboxed_under(p, 40), Verdict::Unknown(_)));
     }
 }

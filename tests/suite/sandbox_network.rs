@@ -135,7 +135,11 @@ async fn network_allows_tcp_and_udp_only_when_the_soul_says_so() {
         with_udp.starts_with("udp4 ok\nudp6 ok\ntcp4 ok\ntcp6 ok\nraw errno 13\n"),
         "{with_udp}"
     );
-    assert_eq!(outside.received(), (true, false), "the UDP datagram arrived");
+    assert_eq!(
+        outside.received(),
+        (true, false),
+        "the UDP datagram arrived"
+    );
 }
 
 /// `udp` without `network` grants nothing: the soul's network switch comes first.
@@ -147,6 +151,9 @@ async fn udp_without_network_is_no_network() {
     let h = SandboxHome::new();
     let outside = Outside::new();
     let lines = probe(&h, "read = [\"~\"]\nnetwork = false\nudp = true", &outside).await;
-    assert!(lines.starts_with("udp4 errno 13\nudp6 errno 13\ntcp4 errno 13\n"), "{lines}");
+    assert!(
+        lines.starts_with("udp4 errno 13\nudp6 errno 13\ntcp4 errno 13\n"),
+        "{lines}"
+    );
     assert_eq!(outside.received(), (false, false));
 }

@@ -319,3 +319,91 @@ async fn the_daemon_refuses_calls_from_a_tools_process_tree_even_through_a_grant
     // The daemon still serves its own user's clients.
     assert!(f.proxy.list_tasks().await.is_ok());
 }
+
+/// Connects to the bus, forks and exits; the child, once its parent is gone, calls
+/// `Submit` on the inherited connection and prints `accepted …` or `refused NAME`.
+const HANDED_ON_PY: &str = r#"
+import os, sys
+import dbus
+
+bus = dbus.bus.BusConnection(sys.argv[1])
+r, w = os.pipe()
+if os.fork():
+    os._exit(0)
+os.close(w)
+os.read(r, 1)  # EOF: the parent that connected has exited
+try:
+    reply = bus.call_blocking("dev.familiar.Agent1", "/dev/familiar/Agent1",
+        "dev.familiar.Agent1", "Submit", "ssa{sv}", ("", "write ~/.bashrc", {}))
+    print("accepted", reply)
+except dbus.exceptions.DBusException as e:
+    print("refused", e.get_dbus_name())
+"#;
+
+/// Regression: a tool connected to the bus through a granted socket, forked and exited;
+/// the grandchild's `Submit` was accepted, since the connecting pid was gone and "not
+/// found" counted as "not sandboxed". The caller check fails closed now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_connection_handed_on_by_an_exited_process_is_refused() {
+    if !landlock_available() {
+        return;
+    }
+    if crate::common::skip::program("/usr/bin/python3", "python3").is_none()
+        || !std::process::Command::new("/usr/bin/python3")
+            .args(["-c", "import dbus"])
+            .status()
+            .is_ok_and(|s| s.success())
+    {
+        crate::common::skip::skip("python3's dbus module not installed (package python3-dbus)");
+        return;
+    }
+    let bus = TestBus::start();
+    let address = bus.address.clone();
+    let home = tempfile::tempdir().unwrap();
+    let script = home.path().join("handed_on.py");
+    std::fs::write(&script, HANDED_ON_PY).unwrap();
+    // Piped through cat, so the shell call lasts until the forked child has answered.
+    let command = format!("/usr/bin/python3 {} '{address}' | cat", script.display());
+    let replies = vec![
+        tools_reply(&[("c0", "shell", json!({ "command": command }))]),
+        text_reply("done"),
+    ];
+    let soul = format!(
+        "id = \"granted\"\ndescription = \"d\"\nprompt = \"p\"\ntools = [\"shell\"]\n\
+         [permissions]\nexecute = \"allow\"\n[sandbox]\nread = [\"~\", \"{}\"]\nsockets = [\"{}\"]\n",
+        home.path().display(),
+        bus.socket_path().display()
+    );
+    let f = Fixture::custom_on(
+        bus,
+        replies,
+        "",
+        OPEN_POLICY,
+        familiar::daemon::DaemonOptions::default(),
+        &[("granted", &soul)],
+        vec![Arc::clone(Registry::builtin().get("shell").unwrap())],
+    )
+    .await;
+    let mut w = super::daemon::Watch::new(&f.proxy).await;
+    let (task, _) = f.submit("granted", "hand the bus on").await.unwrap();
+    let (status, _) = w.finished(&task).await;
+    assert_eq!(status, "completed");
+    let requests = f.harness.server.requests();
+    let result = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .unwrap();
+    assert!(
+        result.contains("refused dev.familiar.Agent1.Error.SandboxedCaller"),
+        "{result}"
+    );
+    let tasks = f.proxy.list_tasks().await.unwrap();
+    assert_eq!(
+        tasks.len(),
+        1,
+        "nothing was submitted from inside: {tasks:?}"
+    );
+}

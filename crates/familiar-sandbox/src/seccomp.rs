@@ -143,7 +143,11 @@ pub fn filter(sockets: Sockets) -> Result<BpfProgram, SeccompError> {
         rules.insert(nr, socket_rules.clone());
     }
     if !sockets.unix {
-        let dgram = vec![rule(&[(1, SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_DGRAM)])?];
+        let dgram = vec![rule(&[(
+            1,
+            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+            libc::SOCK_DGRAM,
+        )])?];
         for nr in syscall_numbers(libc::SYS_socketpair) {
             rules.insert(nr, dgram.clone());
         }
@@ -238,8 +242,16 @@ mod tests {
             "the unix rules add instructions"
         );
         let tcp = filter(Sockets { tcp: true, ..none }).unwrap();
-        let udp = filter(Sockets { tcp: true, udp: true, ..none }).unwrap();
-        assert!(tcp.len() > udp.len(), "refusing datagrams adds instructions");
+        let udp = filter(Sockets {
+            tcp: true,
+            udp: true,
+            ..none
+        })
+        .unwrap();
+        assert!(
+            tcp.len() > udp.len(),
+            "refusing datagrams adds instructions"
+        );
     }
 
     #[test]
