@@ -20,9 +20,9 @@
 //!   decision for one call; the session-bus contract (names, errors, proxies); the
 //!   compositor's socket.
 //! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
-//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`]: the tool catalog and
-//!   tiers, shared errors, newtype ids, tracing, the Secret Service client that reads
-//!   and stores API keys.
+//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`], [`programs`]: the tool
+//!   catalog and tiers, shared errors, newtype ids, tracing, the Secret Service client
+//!   that reads and stores API keys, the system programs the daemon runs unconfined.
 //! - `fuzzing` (hidden, built only under `--cfg fuzzing`, which cargo-fuzz sets, and in
 //!   the unit tests): entry points for the cargo-fuzz targets in `fuzz/`.
 
@@ -44,6 +44,7 @@ pub mod llm;
 pub mod logging;
 pub mod mcp;
 pub mod policy;
+pub mod programs;
 pub mod ratelimit;
 pub mod sandbox;
 pub mod secrets;

@@ -133,7 +133,13 @@ async fn journal_errors(since: SystemTime, report: &mut Report) {
         .unwrap_or_default()
         .as_secs();
     let when = humantime::format_rfc3339_seconds(since);
-    let run = tokio::process::Command::new("journalctl")
+    let Some(journalctl) = crate::programs::find("journalctl") else {
+        report
+            .unchecked
+            .push("the journal not checked (no journalctl on the system's PATH)".to_owned());
+        return;
+    };
+    let run = tokio::process::Command::new(journalctl)
         .args(["--user", "-p", "err", "-q", "--no-pager", "-o", "short-iso"])
         .arg(format!("--since=@{since_secs}"))
         .stdin(std::process::Stdio::null())

@@ -9,6 +9,7 @@
 //! pipes past the cap, so the command never blocks on a full pipe.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
@@ -285,6 +286,16 @@ impl SandboxLauncher {
             () = overflow.notified() => terminate(&mut child, pid).await,
         }
         .map_err(SandboxError::Wait)?;
+        if let (Some(helper), Some(signal)) = (pid, status.signal()) {
+            // Killed before it could reap: kill what it started (see `sweep`).
+            match tokio::task::spawn_blocking(move || super::sweep::kill_session(helper)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    "the sandbox helper {helper} died of signal {signal}; killed the {n} process(es) it left"
+                ),
+                Err(e) => tracing::warn!("sweeping after the sandbox helper: {e}"),
+            }
+        }
 
         let report = streams.report().await;
         if let Some(cgroup) = report.as_ref().and_then(|r| r.cgroup.clone()) {

@@ -20,6 +20,7 @@
 //! - [`capture`]: the command's stdout and stderr, drained into capped buffers.
 //! - [`pin`]: the helper binary, opened and checked once, executed from that descriptor.
 //! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
+//! - `sweep`: what a helper killed by a signal left in its session, killed.
 //!
 //! From `familiar-sandbox`: [`plan`] (protected-path carving, done once in the daemon
 //! and kept while current), [`ruleset`] (the plan as a Landlock ruleset), [`exec`] (the
@@ -34,6 +35,7 @@ pub mod lines;
 pub mod pin;
 pub mod resources;
 pub mod spec;
+mod sweep;
 
 use std::path::PathBuf;
 

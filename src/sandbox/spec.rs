@@ -120,6 +120,10 @@ pub struct SandboxPolicy {
     pub network: bool,
     /// UDP sockets as well (with `network` only).
     pub udp: bool,
+    /// The command as PID 1 of a PID namespace of its own (`familiar_sandbox::pidns`):
+    /// every tool call; not an MCP server, which is stopped by SIGTERM, and PID 1
+    /// ignores a signal it has no handler for.
+    pub pid_namespace: bool,
     /// Signals and abstract unix sockets scoped to the sandbox (Landlock ABI 6).
     pub scope_signals: bool,
     /// Refuse to run the command unless every restriction is enforced.
@@ -178,6 +182,7 @@ impl SandboxPolicy {
             write_protected: write_protected(home),
             network: spec.network,
             udp: spec.network && spec.udp,
+            pid_namespace: true,
             scope_signals: true,
             require_full: spec.require,
             sockets: spec.sockets.clone(),
@@ -229,6 +234,7 @@ impl SandboxPolicy {
             plan: &plan,
             network: self.network,
             udp: self.udp,
+            pid_namespace: self.pid_namespace,
             scope_signals: self.scope_signals,
             require_full: self.require_full,
             sockets: &self.sockets,

@@ -40,7 +40,8 @@ pub struct Open {
 }
 
 impl Open {
-    /// `xdg-open`, else `gio open`, from the daemon's `PATH`; `systemd-run` as the
+    /// `xdg-open`, else `gio open`, from the system's `PATH` (never the daemon's, which
+    /// a soul might write to: [`crate::programs`]); `systemd-run` as the
     /// launcher when systemd started this process (`INVOCATION_ID`).
     pub fn detect() -> Open {
         let launcher = std::env::var_os("INVOCATION_ID").and_then(|_| find_program("systemd-run"));

@@ -38,12 +38,9 @@ pub(crate) fn opt_u64(args: &serde_json::Value, key: &str) -> Result<Option<u64>
     }
 }
 
-/// `name` in the daemon's `PATH` (or the default one), if it is there as an executable
-/// file. The working directory never counts.
+/// `name` on the system's `PATH`, never the daemon's ([`crate::programs`]).
 pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
-    let path =
-        std::env::var_os("PATH").unwrap_or_else(|| crate::sandbox::spec::DEFAULT_PATH.into());
-    which::which_in_global(name, Some(path)).ok()?.next()
+    crate::programs::find(name)
 }
 
 /// The JSON schema of a tool's arguments: an object with `properties`, the

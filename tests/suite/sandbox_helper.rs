@@ -13,9 +13,16 @@ use tokio_util::sync::CancellationToken;
 use crate::common::familiar_alone;
 use crate::common::sandbox::{SandboxHome, assert_permission_denied, landlock_available};
 
-/// The program of the helper that ran `sh`: the command's parent is the helper.
+/// The program of the helper that ran `sh`: the command's parent is the helper. In its
+/// PID namespace the command is PID 1 with no parent to name (`$PPID` is 0), so `sh`
+/// reads its parent from `/proc` (the host's view) with a builtin.
 async fn helper_exe(launcher: &SandboxLauncher, h: &SandboxHome) -> String {
-    let argv = ["sh", "-c", "readlink /proc/$PPID/exe"].map(str::to_owned);
+    let argv = [
+        "sh",
+        "-c",
+        "read -r _ _ _ ppid _ < /proc/self/stat; readlink /proc/$ppid/exe",
+    ]
+    .map(str::to_owned);
     let out = launcher
         .run(
             &h.policy(false, false),

@@ -37,13 +37,13 @@ use std::process::ExitCode;
 use serde::{Deserialize, Serialize};
 
 use crate::fileops::{self, FileOpKind};
-use crate::limits;
 use crate::ruleset::{effective_abi, restrict_self};
 use crate::seccomp::{self, UnixSockets};
 use crate::spec::HelperSpec;
 use crate::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
 use crate::supervise::supervise;
 pub use crate::supervise::{EXIT_SPAWN_FAILED, TERM_GRACE_SECS};
+use crate::{limits, pidns};
 
 /// A spec larger than this on stdin is refused (a plan is a few hundred KiB at most).
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024 * 1024;
@@ -60,6 +60,9 @@ pub struct HelperReport {
     pub enforcement: Option<Enforcement>,
     /// The pids cgroup the helper entered, for the launcher to remove.
     pub cgroup: Option<std::path::PathBuf>,
+    /// The command runs as PID 1 of a PID namespace of its own ([`crate::pidns`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pid_namespace: bool,
     pub outcome: ReportOutcome,
 }
 
@@ -180,6 +183,7 @@ fn setup_failed(msg: String) -> ExitCode {
     report(&HelperReport {
         enforcement: None,
         cgroup: None,
+        pid_namespace: false,
         outcome: ReportOutcome::SetupFailed(msg),
     });
     ExitCode::from(EXIT_SETUP_FAILED)
@@ -214,6 +218,9 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     if let Err(e) = limits::apply_rlimits(&policy.limits, cgroup.is_some()) {
         return setup_failed(e.to_string());
     }
+    // Before Landlock: entering writes the id maps to /proc/self. File operations
+    // start nothing, so they stay where they are.
+    let pid_namespace = op.is_none() && policy.pid_namespace && pidns::enter();
     let enforcement = match restrict_self(&policy, effective_abi(forced)) {
         Ok(e) => e,
         Err(e) => return setup_failed(e.to_string()),
@@ -240,6 +247,7 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     report(&HelperReport {
         enforcement: Some(enforcement),
         cgroup,
+        pid_namespace,
         outcome: if refused {
             ReportOutcome::Refused
         } else {

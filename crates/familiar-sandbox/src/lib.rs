@@ -20,6 +20,7 @@
 //! - `supervise`: the command run as the helper's child; all it leaves is killed.
 //! - [`fileops`], [`search`]: file operations performed by the restricted helper.
 //! - [`limits`]: rlimits and the pids cgroup.
+//! - [`pidns`]: the command as PID 1 of a PID namespace of its own.
 //! - [`status`]: what the running kernel enforces ([`status::probe`]).
 //! - [`glob`]: the shell's pathname matching, shared with the daemon's path policy.
 
@@ -27,6 +28,7 @@ pub mod exec;
 pub mod fileops;
 pub mod glob;
 pub mod limits;
+pub mod pidns;
 pub mod plan;
 pub mod ruleset;
 pub mod search;

@@ -61,6 +61,9 @@ pub struct HelperSpec {
     /// Internet datagram sockets as well as TCP ([`crate::seccomp::Sockets::udp`]).
     #[serde(default)]
     pub udp: bool,
+    /// Run the command as PID 1 of a PID namespace of its own ([`crate::pidns`]).
+    #[serde(default = "yes")]
+    pub pid_namespace: bool,
     pub scope_signals: bool,
     pub require_full: bool,
     #[serde(default)]
@@ -76,12 +79,17 @@ pub struct HelperSpecRef<'a> {
     pub plan: &'a Plan,
     pub network: bool,
     pub udp: bool,
+    pub pid_namespace: bool,
     pub scope_signals: bool,
     pub require_full: bool,
     pub sockets: &'a [PathBuf],
     pub limits: &'a Limits,
     pub env: &'a [(String, String)],
     pub cwd: &'a Path,
+}
+
+fn yes() -> bool {
+    true
 }
 
 mod millis {

@@ -1,6 +1,8 @@
-//! The command under the helper: started with no signal blocked, supervised as the
-//! helper's child (the helper is a child subreaper, so every orphan comes back to it),
-//! and once it exits every remaining descendant is killed and reaped. On SIGTERM the
+//! The command under the helper: started with no signal blocked, in a process group of
+//! its own, supervised as the helper's child (the helper is a child subreaper, so
+//! every orphan comes back to it, and in a PID namespace ([`crate::pidns`]) the command
+//! is PID 1, whose exit takes everything in the namespace along), and once it exits
+//! every remaining descendant is killed and reaped. On SIGTERM the
 //! descendants get SIGTERM, then SIGKILL [`TERM_GRACE_SECS`] later.
 
 use std::io::Write;
@@ -108,11 +110,16 @@ fn spawn_unblocked(policy: &HelperSpec, program: &str, args: &[String]) -> Resul
     let mut attr = PosixSpawnAttr::init().map_err(|e| os("posix_spawnattr_init", e))?;
     let mut pipe = SigSet::empty();
     pipe.add(Signal::SIGPIPE);
+    // A process group of its own (pgid = its pid): `kill 0` from the command reaches
+    // its own group, never the helper's.
     attr.set_sigmask(&SigSet::empty())
         .and_then(|()| attr.set_sigdefault(&pipe))
+        .and_then(|()| attr.set_pgroup(Pid::from_raw(0)))
         .and_then(|()| {
             attr.set_flags(
-                PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
+                PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK
+                    | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF
+                    | PosixSpawnFlags::POSIX_SPAWN_SETPGROUP,
             )
         })
         .map_err(|e| os("posix_spawnattr", e))?;
@@ -154,7 +161,11 @@ enum SpawnError {
 
 /// Where to look for `program`: itself when it names a path, else each directory of
 /// the command's `PATH` in order (as std's `Command` looks it up in the child's
-/// environment).
+/// environment), passing over what this sandbox cannot run. Landlock grants execute
+/// with read, so a file the helper cannot open is one the kernel would not exec
+/// (a version manager's shim outside the sandbox): it is skipped here rather than by
+/// a failed spawn, because in a PID namespace the first child is its init, and once
+/// that has exited no other can be started there.
 fn candidates(program: &str, env: &[(String, String)]) -> Vec<std::path::PathBuf> {
     if program.contains('/') {
         return vec![program.into()];
@@ -166,7 +177,7 @@ fn candidates(program: &str, env: &[(String, String)]) -> Vec<std::path::PathBuf
     path.split(':')
         .filter(|d| !d.is_empty())
         .map(|d| std::path::Path::new(d).join(program))
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_file() && std::fs::File::open(p).is_ok())
         .collect()
 }
 

@@ -52,7 +52,27 @@ pub(super) async fn sandbox_checks() -> Vec<Check> {
         landlock,
         unix_sockets_check(&enforcement),
         enforcement_check().await,
+        programs_check(),
     ]
+}
+
+/// Which file each program the daemon runs unconfined is: looked up on the system's
+/// `PATH` only, where no soul can plant one ([`crate::programs`]).
+fn programs_check() -> Check {
+    let found: Vec<String> = crate::programs::RUN_UNCONFINED
+        .iter()
+        .map(|name| match crate::programs::find(name) {
+            Some(path) => format!("{name} = {}", path.display()),
+            None => format!("{name}: none"),
+        })
+        .collect();
+    Check::ok(
+        "unconfined_programs",
+        format!(
+            "the daemon runs these from the system's PATH only, never yours: {}",
+            found.join(", ")
+        ),
+    )
 }
 
 /// Whether tools are kept off unix sockets (the session bus, the keyring).

@@ -40,11 +40,13 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     // The second line is the attack the sandbox must stop: the session bus from a tool. Under the
-    // unit's own syscall filter the helper must still be able to install its own.
+    // unit's own syscall filter the helper must still be able to install its own. The
+    // last is a survivor that kills its helper (`$PPID`): nothing may outlive the call.
     let command = format!(
         "echo in > inside.txt; echo out > ../outside.txt\n\
          gdbus call --address '{}' --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus \
-         --method org.freedesktop.DBus.ListNames > bus.txt 2>&1",
+         --method org.freedesktop.DBus.ListNames > bus.txt 2>&1\n\
+         setsid sleep 1000 & kill -9 $PPID",
         bus.address
     );
     let args = serde_json::json!({ "command": command }).to_string();
@@ -126,6 +128,15 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
         !home.path().join("outside.txt").exists(),
         "the tool wrote outside its workspace"
     );
+    // Nothing the tool started runs on: its processes are found by their working
+    // directory, the workspace.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == ws))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "processes outlived the call");
     let bus_said = std::fs::read_to_string(ws.join("bus.txt")).unwrap();
     assert!(
         bus_said.contains("Permission denied") && !bus_said.contains("org.freedesktop.DBus'"),
