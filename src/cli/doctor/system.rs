@@ -96,7 +96,7 @@ fn helper_check() -> Check {
                 l.helper.display()
             ),
             format!(
-                "copy {HELPER_NAME} from the same build into the directory of familiar (`cargo install --path .` installs both), then restart the daemon"
+                "copy {HELPER_NAME} from the same build into the directory of familiar (`cargo install --locked --path .` installs both), then restart the daemon"
             ),
         ),
         Err(e) => Check::fail(
