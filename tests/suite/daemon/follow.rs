@@ -1,0 +1,120 @@
+//! `familiar ask` follows its daemon: the real daemon binary on a private bus, a task
+//! held mid-answer by the loopback model, and the daemon killed (`kill -9`) or stopped
+//! (SIGTERM, as `systemctl --user restart` does) under it. `ask` says so at once and
+//! exits with the documented status instead of waiting forever.
+
+use std::process::Stdio;
+
+use super::data_dir::{notify_socket, ready};
+use super::systemd::spawn_daemon;
+use super::*;
+use crate::common::TestHome;
+use crate::common::llm_server::{Gate, LlmServer, Step};
+
+/// A daemon whose model holds every answer (headers sent, then nothing), and an `ask`
+/// running against it once the model has the request.
+struct HeldTask {
+    _home: TestHome,
+    _server: LlmServer,
+    daemon: std::process::Child,
+    ask: Option<std::process::Child>,
+    _bus: TestBus,
+    _sock: std::os::unix::net::UnixDatagram,
+    _sock_dir: tempfile::TempDir,
+}
+
+impl HeldTask {
+    async fn start() -> HeldTask {
+        let server = LlmServer::start(vec![]).await;
+        server.set_default(Reply::sse_steps(vec![Step::Hold(Gate::new())]));
+        let home = TestHome::new();
+        home.write_config(
+            "config.toml",
+            &format!(
+                "[providers.local]\nbase_url = \"{}/v1\"\nmax_retries = 0\n",
+                server.base
+            ),
+        );
+        let bus = TestBus::start();
+        let (sock_dir, sock_path, sock) = notify_socket();
+        let daemon = spawn_daemon(&bus, &home, &sock_path, &[]);
+        let sock = ready(sock).await;
+        let ask = home
+            .familiar_process()
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+            .args(["ask", "a slow one"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        tokio::time::timeout(PATIENCE, server.wait_requests(1))
+            .await
+            .expect("the task reached the model");
+        HeldTask {
+            _home: home,
+            _server: server,
+            daemon,
+            ask: Some(ask),
+            _bus: bus,
+            _sock: sock,
+            _sock_dir: sock_dir,
+        }
+    }
+
+    /// `ask`'s exit code and stderr, within [`PATIENCE`].
+    async fn ask_ends(&mut self) -> (Option<i32>, String) {
+        let ask = self.ask.take().unwrap();
+        let out = tokio::time::timeout(
+            PATIENCE,
+            tokio::task::spawn_blocking(move || ask.wait_with_output().unwrap()),
+        )
+        .await
+        .expect("ask noticed the daemon was gone")
+        .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+// Regression: `ask` printed nothing and waited forever after its daemon was killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_says_at_once_that_a_killed_daemon_took_its_task_and_exits_3() {
+    let mut held = HeldTask::start().await;
+    let kill = std::process::Command::new("kill")
+        .args(["-KILL", &held.daemon.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    held.daemon.wait().unwrap();
+    let (code, err) = held.ask_ends().await;
+    assert_eq!(code, Some(3), "{err}");
+    let said = err.lines().last().unwrap_or_default();
+    assert!(
+        said.starts_with("familiar: the daemon stopped (it is not running now"),
+        "{err}"
+    );
+    assert!(
+        said.contains("task t-") && said.contains("was cancelled: its session s-"),
+        "{err}"
+    );
+    assert!(said.contains("`familiar ask --session s-"), "{err}");
+    assert!(!err.contains("D-Bus activation"), "{err}");
+}
+
+// Regression: after `systemctl --user restart familiar` during a task, `ask` said only
+// `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_stopped_mid_task_says_why_the_task_was_cancelled() {
+    let mut held = HeldTask::start().await;
+    sigterm(held.daemon.id());
+    let (code, err) = held.ask_ends().await;
+    assert!(held.daemon.wait().unwrap().success());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("the daemon stopped while the task ran; its session kept what was done"),
+        "{err}"
+    );
+}
