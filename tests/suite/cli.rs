@@ -146,7 +146,8 @@ fn a_user_soul_file_replaces_the_builtin() {
         .arg("souls")
         .assert()
         .success()
-        .stdout(predicate::str::contains("my own (user file)"));
+        .stdout(predicate::str::contains("souls/safe_assistant.toml"))
+        .stdout(predicate::str::contains("my own"));
 }
 
 #[test]
