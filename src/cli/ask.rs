@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 use zbus::Variant;
 
 use super::client::{block_on, classify, connect};
-use super::follow::{self, DaemonWatch, Gone};
+use super::follow::{
+    DaemonWatch, Gone, cancelling_line, daemon_gone, interrupted_unsent, say_why_cancelled,
+};
 use super::printer::{exit_for, print_events};
 use super::prompt::{read_prompt, resolve_workspace};
 use super::submit::{Subscribed, submit_options, subscribe_and_submit};
@@ -190,9 +192,9 @@ async fn submit_and_follow(
             r = &mut ctrl_c, if !cancelled => {
                 cancelled = true;
                 if r.is_ok() {
-                    writeln!(std::io::stderr().lock(), "{}", follow::cancelling_line(&task))?;
+                    writeln!(std::io::stderr().lock(), "{}", cancelling_line(&task))?;
                     if let Err(e) = proxy.cancel(&task).await {
-                        let said = follow::interrupted_unsent(&task, &classify(e));
+                        let said = interrupted_unsent(&task, &classify(e));
                         writeln!(std::io::stderr().lock(), "{said}")?;
                         return Ok(Exit::Interrupted);
                     }
@@ -201,16 +203,16 @@ async fn submit_and_follow(
             gone = DaemonWatch::gone(watch.as_mut()) => {
                 drop(follow);
                 printer.await.context("the output printer failed")??;
-                return follow::daemon_gone(gone, &task, &session).report();
+                return daemon_gone(gone, &task, &session, cancelled).report();
             }
-            else => return follow::daemon_gone(Gone::BusLost, &task, &session).report(),
+            else => return daemon_gone(Gone::BusLost, &task, &session, cancelled).report(),
         }
     };
     let status: TaskStatus = serde_json::from_value(serde_json::Value::String(status.clone()))
         .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
     follow.finish(status, &result, session_id).await;
     printer.await.context("the output printer failed")??;
-    follow::say_why_cancelled(status, &result, cancelled)?;
+    say_why_cancelled(status, &result, cancelled)?;
     // A skipped task has no news: the journal (this command's output) says why.
     if args.notify && status != TaskStatus::Skipped {
         notify_result(status, &result).await?;

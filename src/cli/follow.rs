@@ -89,8 +89,9 @@ impl DaemonWatch {
     }
 }
 
-/// What the client says, and exits with, when the daemon went mid-task.
-pub(super) fn daemon_gone(gone: Gone, task: &str, session: &str) -> Failure {
+/// What the client says, and exits with, when the daemon went mid-task: 3, or 130
+/// when Ctrl-C had already asked to cancel it.
+pub(super) fn daemon_gone(gone: Gone, task: &str, session: &str, interrupted: bool) -> Failure {
     let how = match gone {
         Gone::Restarted => "a new daemon is running now",
         Gone::Stopped => {
@@ -99,7 +100,11 @@ pub(super) fn daemon_gone(gone: Gone, task: &str, session: &str) -> Failure {
         Gone::BusLost => "this client lost the session bus",
     };
     Failure {
-        exit: Exit::Unreachable,
+        exit: if interrupted {
+            Exit::Interrupted
+        } else {
+            Exit::Unreachable
+        },
         message: format!(
             "the daemon stopped ({how}); task {task} was cancelled: its session {session} kept what was done — `familiar ask --session {session} PROMPT` to go on"
         ),
@@ -138,11 +143,12 @@ mod tests {
 
     #[test]
     fn a_daemon_that_went_says_what_to_do_and_exits_unreachable() {
-        let f = daemon_gone(Gone::Restarted, "t-1", "s-1");
+        let f = daemon_gone(Gone::Restarted, "t-1", "s-1", false);
         assert_eq!(f.exit, Exit::Unreachable);
         assert!(f.message.starts_with("the daemon stopped (a new daemon is running now); task t-1 was cancelled: its session s-1 kept what was done"), "{}", f.message);
         assert!(f.message.contains("`familiar ask --session s-1 PROMPT`"));
-        let f = daemon_gone(Gone::Stopped, "t-1", "s-1");
+        let f = daemon_gone(Gone::Stopped, "t-1", "s-1", true);
         assert!(f.message.contains("systemctl --user start familiar"));
+        assert_eq!(f.exit, Exit::Interrupted, "Ctrl-C came first");
     }
 }

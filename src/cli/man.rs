@@ -30,7 +30,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "3",
-        "The daemon cannot be reached (for status: the daemon is not running).",
+        "The daemon cannot be reached (for status: the daemon is not running; for ask: the daemon stopped or was replaced while it followed the task, which its session keeps up to its last step).",
     ),
     (
         "4",
@@ -38,7 +38,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "130",
-        "Interrupted by Ctrl-C (run, ask: the task is cancelled and its context saved first).",
+        "Interrupted by Ctrl-C (run, ask: the task is cancelled and its context saved first; ask exits 130 even when the daemon could not take the cancel, and says so).",
     ),
 ];
 
@@ -135,6 +135,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ),
     ("tasks", &["familiar tasks", "familiar tasks --json"]),
     ("cancel", &["familiar cancel t-1a2b3c4d5e6f"]),
+    ("reload", &["familiar reload"]),
     ("approve", &["familiar approve r-1a2b3c4d5e6f"]),
     ("deny", &["familiar deny r-1a2b3c4d5e6f"]),
     (
@@ -162,6 +163,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
         &[
             "familiar souls",
             "familiar souls show system_admin",
+            "familiar souls copy system_admin",
             "familiar souls validate ~/.config/familiar/souls/mine.toml",
         ],
     ),

@@ -129,8 +129,7 @@ struct Folded {
 /// model reads on the next turn what happened to its answer.
 pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the same text repeated";
 
-/// Closes an answer the task's stop cut (Ctrl-C, `familiar cancel`, the wall clock or
-/// token budget, the daemon stopping), as the session keeps it.
+/// Closes an answer the task's stop cut (Ctrl-C, `cancel`, the wall clock, a daemon stop).
 pub const CUT_MARKER: &str =
     "\n\n[familiar cut this answer here: the task was stopped while the model was still answering]";
 
@@ -472,18 +471,7 @@ impl<'t> Collector<'t> {
                 text: c.text.clone(),
             });
         }
-        let mut full_text: String = c
-            .blocks
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                ContentBlock::Thinking { .. }
-                | ContentBlock::Reminder { .. }
-                | ContentBlock::ToolUse { .. }
-                | ContentBlock::ToolResult { .. } => None,
-            })
-            .collect::<Vec<_>>()
-            .join("");
+        let mut full_text = streamed_text(&c.blocks, "");
         if c.calls.is_empty() && full_text.trim().is_empty() {
             // An answer is always recorded, so roles keep alternating for the session's
             // next task (chat templates reject two user messages in a row) and the user
@@ -541,10 +529,8 @@ impl<'t> Collector<'t> {
         if !matches!(err, LlmError::Cancelled) {
             return call_end(err);
         }
-        // Stopped while the model wrote: its text so far is part of the work (the next
-        // task can refer to it), marked as cut so neither the model nor a reader takes
-        // it for a finished answer. Calls that ran are kept with their (possibly
-        // "cancelled") results.
+        // Stopped while the model wrote: its text so far is kept, marked as cut, and
+        // calls that ran with their (possibly "cancelled") results.
         let cut = !streamed_text(&blocks, &tail).trim().is_empty();
         if cut {
             blocks.push(ContentBlock::Text {

@@ -344,4 +344,18 @@ mod tests {
             "registry.ollama.ai/library/gemma does not support tools"
         ));
     }
+
+    // Regression: the hint said "llama.cpp (`llama-server --port 8080`) there" for
+    // Ollama's port 11434.
+    #[test]
+    fn the_no_server_hint_names_the_server_of_the_port() {
+        let hint = super::start_hint("http://127.0.0.1:11434/v1");
+        assert_eq!(hint, "start Ollama there (`ollama serve`)");
+        assert!(super::start_hint("http://localhost:8080/v1").contains("llama-server --port 8080"));
+        let other = super::start_hint("http://127.0.0.1:9000/v1");
+        assert!(
+            other.contains("--port 9000") && other.contains("127.0.0.1:9000"),
+            "{other}"
+        );
+    }
 }

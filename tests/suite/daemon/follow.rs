@@ -9,7 +9,7 @@ use super::data_dir::{notify_socket, ready};
 use super::systemd::spawn_daemon;
 use super::*;
 use crate::common::TestHome;
-use crate::common::llm_server::{Gate, LlmServer, Step};
+use crate::common::llm_server::{Gate, LlmServer, Step, oa_text, sse};
 
 /// A daemon whose model holds every answer (headers sent, then nothing), and an `ask`
 /// running against it once the model has the request.
@@ -25,8 +25,12 @@ struct HeldTask {
 
 impl HeldTask {
     async fn start() -> HeldTask {
+        HeldTask::start_with(Reply::sse_steps(vec![Step::Hold(Gate::new())])).await
+    }
+
+    async fn start_with(reply: Reply) -> HeldTask {
         let server = LlmServer::start(vec![]).await;
-        server.set_default(Reply::sse_steps(vec![Step::Hold(Gate::new())]));
+        server.set_default(reply);
         let home = TestHome::new();
         home.write_config(
             "config.toml",
@@ -117,4 +121,47 @@ async fn a_daemon_stopped_mid_task_says_why_the_task_was_cancelled() {
         err.contains("the daemon stopped while the task ran; its session kept what was done"),
         "{err}"
     );
+}
+
+// Regression: Ctrl-C under `ask` said `no task … [UnknownTask]` with exit 2, or that D-Bus
+// activation was not installed (exit 3): both false. It is 130, with the plain line
+// `run` prints too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_under_ask_cancels_the_task_and_exits_130() {
+    let mut held = HeldTask::start_with(Reply::sse_steps(vec![
+        Step::Send(sse(vec![oa_text("Thinking about it")]).into_bytes()),
+        Step::Hang,
+    ]))
+    .await;
+    // The streamed text on stdout: `ask` follows the task, its Ctrl-C handler set.
+    let mut stdout = held.ask.as_mut().unwrap().stdout.take().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains("Thinking") {
+            let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
+            assert!(n > 0, "ask closed stdout");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .unwrap();
+    let pid = held.ask.as_ref().unwrap().id().to_string();
+    let int = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(int.success());
+    let (code, err) = held.ask_ends().await;
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        err.contains("familiar: Ctrl-C: cancelling task t-")
+            && err.contains("its session keeps what was done"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("UnknownTask") && !err.contains("activation"),
+        "{err}"
+    );
+    assert_eq!(stop_daemon(held.daemon).await, Some(0));
 }
