@@ -135,7 +135,8 @@ async fn ctrl_c_under_ask_cancels_the_task_and_exits_130() {
     .await;
     // The streamed text on stdout: `ask` follows the task, its Ctrl-C handler set.
     let mut stdout = held.ask.as_mut().unwrap().stdout.take().unwrap();
-    tokio::task::spawn_blocking(move || {
+    // Kept open to the end: a closed stdout ends `ask` quietly (a closed pipe).
+    let _stdout = tokio::task::spawn_blocking(move || {
         let mut seen = Vec::new();
         let mut buf = [0u8; 256];
         while !String::from_utf8_lossy(&seen).contains("Thinking") {
@@ -143,6 +144,7 @@ async fn ctrl_c_under_ask_cancels_the_task_and_exits_130() {
             assert!(n > 0, "ask closed stdout");
             seen.extend_from_slice(&buf[..n]);
         }
+        stdout
     })
     .await
     .unwrap();

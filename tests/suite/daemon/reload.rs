@@ -65,3 +65,28 @@ async fn the_daemon_reloads_config_toml_and_keeps_the_previous_one_when_it_break
     );
     assert_eq!(stop_daemon(child).await, Some(0));
 }
+
+/// Regression: the only ways to reload were SIGHUP and `systemctl --user reload`.
+/// `familiar reload` (the D-Bus `Reload()`) does it now and says what it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_reload_reloads_now_and_names_what_it_kept() {
+    let server = LlmServer::start(vec![]).await;
+    let home = TestHome::new();
+    home.write_config("config.toml", &config(&server, "first"));
+    let bus = TestBus::start();
+    let (_sock_dir, sock_path, sock) = notify_socket();
+    let child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let _sock = ready(sock).await;
+    let out = familiar(&home, &bus, &["reload"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("reloaded config.toml"));
+    let file = home.write_config("config.toml", "[providers.local\n");
+    let out = familiar(&home, &bus, &["reload"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains(&format!("{}:1", file.display())),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stop_daemon(child).await, Some(0));
+}
