@@ -165,5 +165,11 @@ async fn ctrl_c_under_ask_cancels_the_task_and_exits_130() {
         !err.contains("UnknownTask") && !err.contains("activation"),
         "{err}"
     );
+    // What streamed is kept, and the footer says so.
+    assert!(
+        err.contains("cancelled while the model was still answering; ")
+            && err.contains(" tokens of its answer kept in the session"),
+        "{err}"
+    );
     assert_eq!(stop_daemon(held.daemon).await, Some(0));
 }
