@@ -192,7 +192,7 @@ async fn submit_and_follow(
             r = &mut ctrl_c, if !cancelled => {
                 cancelled = true;
                 if r.is_ok() {
-                    writeln!(std::io::stderr().lock(), "{}", cancelling_line(&task))?;
+                    writeln!(std::io::stderr().lock(), "{}", cancelling_line(&task, true))?;
                     if let Err(e) = proxy.cancel(&task).await {
                         let said = interrupted_unsent(&task, &classify(e));
                         writeln!(std::io::stderr().lock(), "{said}")?;

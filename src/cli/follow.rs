@@ -125,9 +125,14 @@ pub(super) fn say_why_cancelled(
     Ok(())
 }
 
-/// The line Ctrl-C prints under `run` and `ask` alike, on stderr.
-pub(super) fn cancelling_line(task: &str) -> String {
-    format!("familiar: Ctrl-C: cancelling task {task}; its session keeps what was done")
+/// The line Ctrl-C prints under `run` and `ask` alike, on stderr (`run --ephemeral`
+/// keeps no session).
+pub(super) fn cancelling_line(task: &str, session_kept: bool) -> String {
+    if session_kept {
+        format!("familiar: Ctrl-C: cancelling task {task}; its session keeps what was done")
+    } else {
+        format!("familiar: Ctrl-C: cancelling task {task}")
+    }
 }
 
 /// Ctrl-C under `ask` when the daemon could not take the cancel: still 130, with what

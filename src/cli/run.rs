@@ -139,7 +139,7 @@ async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> an
     let on_ctrl_c = cancel.clone();
     let interrupted = Arc::new(AtomicBool::new(false));
     let saw_ctrl_c = Arc::clone(&interrupted);
-    let cancelling = super::follow::cancelling_line(spec.task_id.as_str());
+    let cancelling = super::follow::cancelling_line(spec.task_id.as_str(), !args.ephemeral);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             saw_ctrl_c.store(true, Ordering::SeqCst);
