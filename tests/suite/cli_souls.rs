@@ -110,3 +110,28 @@ fn an_unknown_default_soul_is_an_error_at_its_config_line() {
         "{err}"
     );
 }
+
+// Regression: with no Ollama running, the first line was a log-format `WARN Ollama's
+// /api/show did not give a context length`, which read as if a server had answered.
+#[test]
+fn no_ollama_running_is_said_once_as_a_person_would() {
+    let home = TestHome::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    home.write_config(
+        "config.toml",
+        &format!(
+            "[providers.local]\nkind = \"ollama\"\nbase_url = \"http://127.0.0.1:{port}\"\nmax_retries = 0\n"
+        ),
+    );
+    let (code, _, err) = run(&home, &["run", "hi"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("WARN") && !err.contains("/api/show"), "{err}");
+    assert!(
+        err.contains(&format!("nothing answers at http://127.0.0.1:{port}")),
+        "{err}"
+    );
+}
