@@ -106,3 +106,40 @@ async fn an_answer_cut_by_the_wall_clock_is_kept_marked_and_counted() {
         "{sent}"
     );
 }
+
+// Regression: `run -c` on a session whose task was stopped before any answer printed a
+// log line, `WARN paired 1 user messages left without an answer`: an expected repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuing_a_session_stopped_before_any_answer_prints_no_warning() {
+    let server = LlmServer::start(vec![
+        Reply::sse_steps(vec![Step::Hang]),
+        text_reply("Going on."),
+    ])
+    .await;
+    let home = TestHome::new();
+    home.write_config(
+        "config.toml",
+        &format!(
+            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n",
+            server.base
+        ),
+    );
+    home.write_config(
+        "souls/slow.toml",
+        "prompt = \"p\"\nmax_wall_clock = \"1s\"\n",
+    );
+    let out = home
+        .familiar()
+        .args(["run", "--soul", "slow", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let out = home
+        .familiar()
+        .args(["run", "-c", "go on"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+}
