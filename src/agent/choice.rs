@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, FileError};
 use crate::ids::SessionId;
 use crate::soul::{Soul, SoulSet};
 use crate::store::{Store, StoreError};
@@ -41,10 +41,42 @@ pub enum ChoiceError {
     },
     #[error(transparent)]
     UnknownProvider(ConfigError),
+    /// The soul, or config.toml's `default_soul`, names what config.toml lacks: the
+    /// error `familiar souls validate` gives, at its file, line and key.
+    #[error(transparent)]
+    Config(FileError),
     #[error("--model must not be empty")]
     EmptyModel,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// `default_soul` names no soul: config.toml's line says so (a soul file that failed to
+/// load keeps its own error, which `get` gives).
+fn unknown_default_soul(config: &Config, e: ConfigError) -> ChoiceError {
+    let Some(path) = &config.source else {
+        return ChoiceError::UnknownSoul(e);
+    };
+    let src = std::fs::read_to_string(path).ok();
+    ChoiceError::Config(FileError::at_key(
+        &path.display().to_string(),
+        src.as_deref(),
+        "default_soul",
+        e.to_string(),
+    ))
+}
+
+/// The first thing a user soul names that config.toml lacks (a provider, an
+/// `mcp:NAME`), at the soul file's line. Built-in souls name nothing of config.toml.
+fn soul_config_error(soul: &Soul, config: &Config) -> Option<FileError> {
+    let crate::soul::SoulOrigin::File(path) = &soul.origin else {
+        return None;
+    };
+    let src = std::fs::read_to_string(path).ok();
+    let file = path.display().to_string();
+    crate::soul::config_errors(soul, &file, src.as_deref(), config)
+        .into_iter()
+        .next()
 }
 
 /// The soul the task runs under, with the per-task provider/model applied.
@@ -74,9 +106,18 @@ pub fn choose(
         }
         (Some((_, has)), _) => has,
         (None, Some(asked)) => asked.to_owned(),
-        (None, None) => config.default_soul.to_string(),
+        (None, None) => {
+            let id = config.default_soul.to_string();
+            if let Err(e) = souls.get(&id) {
+                return Err(unknown_default_soul(config, e));
+            }
+            id
+        }
     };
     let shared = souls.get(&id).map_err(ChoiceError::UnknownSoul)?;
+    if let Some(e) = soul_config_error(shared, config) {
+        return Err(ChoiceError::Config(e));
+    }
     if c.provider.is_none() && c.model.is_none() {
         return Ok(Arc::clone(shared));
     }

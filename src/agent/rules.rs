@@ -181,6 +181,20 @@ pub(super) struct Progress {
     pub(super) notes: Vec<String>,
 }
 
+/// The result of a task stopped while its model was still answering: what stopped it,
+/// what the session kept of the answer, and for the wall clock which knob to turn.
+pub(super) fn cut_result(status: TaskStatus, result: &str, kept: u64, limits: &Limits) -> String {
+    match status {
+        TaskStatus::Timeout => format!(
+            "the model was still answering after {}; {kept} tokens of its answer kept in the session (continue it, or raise the soul's max_wall_clock, or lower max_output_tokens under [providers.*] in config.toml)",
+            humantime::format_duration(limits.max_wall_clock)
+        ),
+        _ => format!(
+            "{result} while the model was still answering; {kept} tokens of its answer kept in the session"
+        ),
+    }
+}
+
 /// Why a task stops before its work is done, as the clock sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stop {
@@ -236,6 +250,24 @@ mod tests {
             all_refused: false,
             fatal: None,
         }
+    }
+
+    #[test]
+    fn a_cut_answer_says_what_stopped_it_and_what_was_kept() {
+        let r = cut_result(TaskStatus::Timeout, "stopped: …", 760, &limits());
+        assert!(
+            r.starts_with("the model was still answering after 1m; 760 tokens of its answer kept"),
+            "{r}"
+        );
+        assert!(
+            r.contains("max_wall_clock") && r.contains("max_output_tokens"),
+            "{r}"
+        );
+        let r = cut_result(TaskStatus::Cancelled, "cancelled", 12, &limits());
+        assert_eq!(
+            r,
+            "cancelled while the model was still answering; 12 tokens of its answer kept in the session"
+        );
     }
 
     #[test]

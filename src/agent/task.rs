@@ -199,14 +199,16 @@ fn open_session(
         .unwrap_or_else(|| Context::new(session_id.clone(), spec.soul.id.clone(), &spec.prompt));
     let mut transcript = store.transcript(&session_id)?;
 
+    // What a cancelled or cut task leaves is expected, and repaired here: the
+    // transcript keeps a record; a person continuing the session needs no warning.
     let repaired = repair_dangling(&mut ctx.history);
     if repaired > 0 {
-        tracing::warn!(session_id = %session_id, "repaired {repaired} tool calls left without a result");
+        tracing::info!(session_id = %session_id, "repaired {repaired} tool calls left without a result");
         transcript.append(&json!({"kind": "repair", "dangling_calls": repaired}))?;
     }
     let paired = alternate_roles(&mut ctx.history);
     if paired > 0 {
-        tracing::warn!(session_id = %session_id, "paired {paired} user messages left without an answer");
+        tracing::info!(session_id = %session_id, "paired {paired} user messages left without an answer");
         transcript.append(&json!({"kind": "repair", "unanswered_messages": paired}))?;
     }
     let memory = SessionMemory {

@@ -36,7 +36,9 @@ use crate::agent::context::reminder::Budget;
 use crate::agent::events::{EventBus, EventPayload};
 use crate::agent::family::subagent::{Child, ChildEnd, Delegator, delegates};
 use crate::agent::precheck;
-use crate::agent::rules::{Limits, State, after_model_failure, after_turn, check_limits};
+use crate::agent::rules::{
+    Limits, State, after_model_failure, after_turn, check_limits, cut_result,
+};
 use crate::agent::runtime::Runtime;
 use crate::agent::steering::Steering;
 use crate::agent::task::{Task, TaskError, TaskOutcome, TaskSpec};
@@ -292,7 +294,7 @@ impl Task {
             }
             collected = self.collect(client, &request).await;
         }
-        self.account(estimate, &collected);
+        let kept = self.account(estimate, &collected);
         let parent = self.spec.parent.as_ref().map(|p| &p.task_id);
         let collector = Collector::new(
             &self.gate,
@@ -309,7 +311,10 @@ impl Task {
             CallEnd::Failed(e) => after_model_failure(&mut self.progress, &e),
             CallEnd::Cancelled => {
                 let (s, r) = self.cancelled_status();
-                State::Finish(s, r)
+                match kept {
+                    Some(tokens) => State::Finish(s, cut_result(s, &r, tokens, &self.limits)),
+                    None => State::Finish(s, r),
+                }
             }
             CallEnd::Overflow(o) => State::Finish(
                 TaskStatus::Failed,
@@ -427,9 +432,25 @@ impl Task {
     }
 
     /// Accounts for the model call: usage, the estimator, the hooks.
-    fn account(&mut self, estimate: u64, c: &Collected) {
-        let usage = c.usage();
+    /// Counts a call's tokens; for an answer the task's stop cut (the server never sent
+    /// its counts) the estimate of the request and of the text kept, whose output
+    /// tokens it returns.
+    fn account(&mut self, estimate: u64, c: &Collected) -> Option<u64> {
+        let cut = c.cut_text();
+        let estimated;
+        let usage = match &cut {
+            Some(text) if c.usage().total() == 0 => {
+                estimated = Usage {
+                    input_tokens: estimate,
+                    output_tokens: self.context.model.estimator.text(text),
+                    ..Usage::default()
+                };
+                &estimated
+            }
+            Some(_) | None => c.usage(),
+        };
         self.spend(usage);
+        let kept = cut.map(|_| usage.output_tokens);
         if usage.input_tokens > 0 {
             self.context
                 .model
@@ -443,6 +464,7 @@ impl Task {
         for h in self.emitter.hooks() {
             h.after_llm(&self.emitter.task_ref(), llm_result);
         }
+        kept
     }
 
     /// Counts tokens toward the task and the budget it shares with its family.

@@ -15,7 +15,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zbus::Variant;
 
-use super::client::{Failure, block_on, classify, connect};
+use super::client::{block_on, classify, connect};
+use super::follow::{
+    DaemonWatch, Gone, cancelling_line, daemon_gone, interrupted_unsent, say_why_cancelled,
+};
 use super::printer::{exit_for, print_events};
 use super::prompt::{read_prompt, resolve_workspace};
 use super::submit::{Subscribed, submit_options, subscribe_and_submit};
@@ -126,10 +129,11 @@ async fn submit_and_follow(
     options: HashMap<&'static str, Variant<'static>>,
     mut out: Out,
 ) -> anyhow::Result<Exit> {
-    let (_conn, proxy) = match connect().await {
+    let (conn, proxy) = match connect().await {
         Ok(v) => v,
         Err(f) => return f.report(),
     };
+    let mut watch = DaemonWatch::start(&conn).await;
     let (subscribed, task, session) =
         match subscribe_and_submit(&proxy, &args, &prompt, options).await {
             Ok(v) => v,
@@ -188,19 +192,27 @@ async fn submit_and_follow(
             r = &mut ctrl_c, if !cancelled => {
                 cancelled = true;
                 if r.is_ok() {
-                    writeln!(std::io::stderr().lock(), "familiar: cancelling task {task}…")?;
+                    writeln!(std::io::stderr().lock(), "{}", cancelling_line(&task, true))?;
                     if let Err(e) = proxy.cancel(&task).await {
-                        return classify(e).report();
+                        let said = interrupted_unsent(&task, &classify(e));
+                        writeln!(std::io::stderr().lock(), "{said}")?;
+                        return Ok(Exit::Interrupted);
                     }
                 }
             }
-            else => return Failure::unreachable("the daemon went away while the task ran").report(),
+            gone = DaemonWatch::gone(watch.as_mut()) => {
+                drop(follow);
+                printer.await.context("the output printer failed")??;
+                return daemon_gone(gone, &task, &session, cancelled).report();
+            }
+            else => return daemon_gone(Gone::BusLost, &task, &session, cancelled).report(),
         }
     };
     let status: TaskStatus = serde_json::from_value(serde_json::Value::String(status.clone()))
         .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
     follow.finish(status, &result, session_id).await;
     printer.await.context("the output printer failed")??;
+    say_why_cancelled(status, &result, cancelled)?;
     // A skipped task has no news: the journal (this command's output) says why.
     if args.notify && status != TaskStatus::Skipped {
         notify_result(status, &result).await?;

@@ -67,10 +67,9 @@ pub fn classify(e: zbus::Error) -> Failure {
         }
         _ => Exit::Failed,
     };
-    Failure {
-        exit,
-        message: format!("{message} [{short}]"),
-    }
+    // The error's name is for programs (`--json`, gdbus); a person reads its sentence.
+    tracing::debug!("the daemon answered {short}");
+    Failure { exit, message }
 }
 
 /// The session bus and the daemon's proxy.
@@ -426,6 +425,23 @@ pub fn steer(task_id: &str, words: &[String], out: &mut Out) -> anyhow::Result<E
     let message = super::prompt::read_prompt(words)?;
     match with_proxy(async |_, p| p.steer(task_id, &message).await)? {
         Ok(()) => said(out, &done_line(Done::Steer, task_id)),
+        Err(f) => f.report(),
+    }
+}
+
+/// `familiar reload`: the daemon re-reads config.toml, souls and policies now (as
+/// SIGHUP does). A file that does not load is kept at its previous version: exit 2.
+pub fn reload(out: &mut Out) -> anyhow::Result<Exit> {
+    match with_proxy(async |_, p| p.reload().await)? {
+        Ok(kept) if kept.is_empty() => said(
+            out,
+            "reloaded config.toml, souls and policies: new tasks use them",
+        ),
+        Ok(kept) => Failure {
+            exit: Exit::Usage,
+            message: kept,
+        }
+        .report(),
         Err(f) => f.report(),
     }
 }

@@ -53,17 +53,19 @@ pub fn souls(
                 }
                 return Ok(Exit::Completed);
             }
-            let mut table = Table::new(["ID", "ITERS", "MODEL", "DESCRIPTION"]).right_aligned(1);
+            let mut table =
+                Table::new(["ID", "ITERS", "MODEL", "FROM", "DESCRIPTION"]).right_aligned(1);
             for soul in l.souls.souls.values() {
-                let marker = match soul.origin {
-                    SoulOrigin::BuiltIn => "",
-                    SoulOrigin::File(_) => " (user file)",
+                let from = match &soul.origin {
+                    SoulOrigin::BuiltIn => "built-in".to_owned(),
+                    SoulOrigin::File(path) => path.display().to_string(),
                 };
                 table.row([
                     soul.id.as_str(),
                     &soul.max_iterations.to_string(),
                     &model_of(&l.config, soul),
-                    &format!("{}{marker}", soul.description),
+                    &from,
+                    &soul.description,
                 ]);
             }
             out.table(table, "")?;
@@ -79,6 +81,7 @@ pub fn souls(
             show_soul(&l, soul, out)?;
             Ok(Exit::Completed)
         }
+        Some(SoulsAction::Copy { id }) => super::soul_copy::copy(config, &id, out),
         Some(SoulsAction::Validate { file }) => {
             let config = load_config(config)?;
             let policy = policy::load(&config.policy, &config.paths)?;

@@ -30,7 +30,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "3",
-        "The daemon cannot be reached (for status: the daemon is not running).",
+        "The daemon cannot be reached (for status: the daemon is not running; for ask: the daemon stopped or was replaced while it followed the task, which its session keeps up to its last step).",
     ),
     (
         "4",
@@ -38,7 +38,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "130",
-        "Interrupted by Ctrl-C (run, ask: the task is cancelled and its context saved first).",
+        "Interrupted by Ctrl-C (run, ask: the task is cancelled and its context saved first; ask exits 130 even when the daemon could not take the cancel, and says so).",
     ),
 ];
 
@@ -135,6 +135,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ),
     ("tasks", &["familiar tasks", "familiar tasks --json"]),
     ("cancel", &["familiar cancel t-1a2b3c4d5e6f"]),
+    ("reload", &["familiar reload"]),
     ("approve", &["familiar approve r-1a2b3c4d5e6f"]),
     ("deny", &["familiar deny r-1a2b3c4d5e6f"]),
     (
@@ -162,6 +163,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
         &[
             "familiar souls",
             "familiar souls show system_admin",
+            "familiar souls copy system_admin",
             "familiar souls validate ~/.config/familiar/souls/mine.toml",
         ],
     ),
@@ -246,20 +248,49 @@ pub fn man(
     Ok(Exit::Completed)
 }
 
-/// `$XDG_DATA_HOME/man/man1`, or `~/.local/share/man/man1`.
+/// Where man-db finds the pages with no MANPATH: beside the running binary when it is a
+/// `bin` under HOME (`~/.cargo/bin/familiar` → `~/.cargo/share/man/man1`: man-db
+/// derives `../share/man` from each PATH directory); else `$XDG_DATA_HOME/man/man1`,
+/// or `~/.local/share/man/man1`.
 fn default_dir() -> anyhow::Result<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute());
+    let beside_binary = std::env::current_exe().ok().and_then(|exe| {
+        let bin = exe.parent()?;
+        let prefix = bin.parent()?;
+        (bin.file_name()? == "bin" && prefix.starts_with(home.as_ref()?))
+            .then(|| prefix.join("share/man/man1"))
+    });
+    if let Some(dir) = beside_binary {
+        return Ok(dir);
+    }
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from)
         && d.is_absolute()
     {
         return Ok(d.join("man/man1"));
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-        .context(
-            "HOME is not set to an absolute path: give the directory, `familiar man --install DIR`",
-        )?;
+    let home = home.context(
+        "HOME is not set to an absolute path: give the directory, `familiar man --install DIR`",
+    )?;
     Ok(home.join(".local/share/man/man1"))
+}
+
+/// Whether `man` searches `root` (the directory above `man1`): `manpath` says; a
+/// machine without it is assumed not to.
+fn man_searches(root: &Path) -> bool {
+    let Ok(out) = std::process::Command::new("manpath")
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return false;
+    };
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    listed.trim().split(':').any(|d| {
+        let d = Path::new(d);
+        d == root || d.canonicalize().is_ok_and(|d| d == root)
+    })
 }
 
 fn install_pages(
@@ -279,11 +310,15 @@ fn install_pages(
         pages.len(),
         dir.display()
     )?;
-    writeln!(
-        out,
-        "if man does not find them, its search path lacks that directory: add `export MANPATH=\"{}:\"` to your shell's profile",
-        dir.parent().unwrap_or(dir).display()
-    )?;
+    let root = dir.parent().unwrap_or(dir);
+    if !man_searches(root) {
+        writeln!(
+            out,
+            "man does not search {} yet: add `export MANPATH=\"{}:\"` to your shell's profile",
+            root.display(),
+            root.display()
+        )?;
+    }
     Ok(Exit::Completed)
 }
 

@@ -10,6 +10,7 @@ mod call_args;
 mod client;
 mod complete;
 mod doctor;
+mod follow;
 mod local;
 mod man;
 mod mcp;
@@ -20,6 +21,7 @@ mod prompt;
 mod prune;
 mod run;
 mod setup;
+mod soul_copy;
 mod store_key;
 mod submit;
 mod typed;
@@ -94,6 +96,8 @@ pub enum Command {
         #[arg(required = true)]
         message: Vec<String>,
     },
+    /// Re-read config.toml, souls and policies in the daemon (as SIGHUP does)
+    Reload,
     /// Cancel a task
     Cancel {
         /// The task's id (t-…), as `familiar tasks` lists it
@@ -270,7 +274,7 @@ pub enum SessionsAction {
     /// Remove every session not updated for longer than DURATION
     Prune {
         /// Age beyond which a session goes, e.g. `30d`, `2weeks`, `12h`
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = prune::parse_age)]
         older_than: std::time::Duration,
         /// Say what would be removed, remove nothing
         #[arg(long)]
@@ -307,6 +311,11 @@ pub enum SoulsAction {
     Validate {
         /// The soul file (TOML)
         file: PathBuf,
+    },
+    /// Copy a shipped soul, with its prompt, into your souls directory to edit it
+    Copy {
+        /// The shipped soul's id (safe_assistant, system_admin, …)
+        id: String,
     },
 }
 
@@ -373,6 +382,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
         Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
         Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
+        Command::Reload => client::reload(&mut out),
         Command::Approve { request_id } => client::respond(&request_id, true, &mut out),
         Command::Deny { request_id } => client::respond(&request_id, false, &mut out),
         Command::Setup {

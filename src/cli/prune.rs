@@ -82,3 +82,27 @@ pub fn prune(
     )?;
     Ok(Exit::Completed)
 }
+
+/// `--older-than`'s value: a duration with its unit (`30d`, `2weeks`, `12h`); a bare
+/// number is refused with the reading it most likely meant.
+pub(super) fn parse_age(s: &str) -> anyhow::Result<Duration> {
+    let t = s.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) {
+        anyhow::bail!("`{t}` has no unit: `{t}d` is {t} days (also `h`, `w`: `12h`, `2w`)");
+    }
+    Ok(humantime::parse_duration(t)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Regression: `--older-than 30` said only humantime's "time unit needed".
+    #[test]
+    fn a_bare_number_of_days_suggests_its_unit() {
+        let e = parse_age("30").unwrap_err().to_string();
+        assert!(e.contains("`30d` is 30 days"), "{e}");
+        assert_eq!(parse_age("30d").unwrap(), Duration::from_secs(30 * 86_400));
+        assert!(parse_age("soon").is_err());
+    }
+}

@@ -139,10 +139,12 @@ async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> an
     let on_ctrl_c = cancel.clone();
     let interrupted = Arc::new(AtomicBool::new(false));
     let saw_ctrl_c = Arc::clone(&interrupted);
+    let cancelling = super::follow::cancelling_line(spec.task_id.as_str(), !args.ephemeral);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             saw_ctrl_c.store(true, Ordering::SeqCst);
-            tracing::warn!("cancelling (Ctrl-C again to quit at once)");
+            // The same plain line as `ask`'s; not being able to print it changes nothing.
+            writeln!(std::io::stderr().lock(), "{cancelling}").ok();
             on_ctrl_c.cancel();
         }
         // A second Ctrl-C means "now": the context was saved at the last step.

@@ -138,7 +138,7 @@ pub fn setup(dry_run: bool, uninstall: bool, out: &mut Out) -> anyhow::Result<Ex
     if is_development_build(Path::new(&exe_str)) {
         writeln!(
             std::io::stderr().lock(),
-            "familiar: warning: {exe_str} is a development build; the units will point at it. Install a release build (`cargo install --path .` or your distribution's package) and run `familiar setup` from there."
+            "familiar: warning: {exe_str} is a development build; the units will point at it. Install a release build (`cargo install --locked --path .` or your distribution's package) and run `familiar setup` from there."
         )?;
     }
     let commands: [&[&str]; 2] = [

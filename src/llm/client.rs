@@ -368,10 +368,9 @@ impl Attempts<'_> {
             self.queue.push_front(ClientEvent::AttemptDiscarded);
         }
         // The final error says the rest; a retry line need not repeat the advice.
-        let reason = if e.is_refused_locally() {
-            "connection refused".to_owned()
-        } else {
-            e.to_string()
+        let reason = match &e {
+            LlmError::Connect(c) if c.refused_locally => c.short().to_owned(),
+            _ => e.to_string(),
         };
         self.queue.push_back(ClientEvent::Retry {
             attempt: self.attempts,

@@ -181,7 +181,8 @@ impl std::fmt::Display for NoFirstToken {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectError {
     pub message: String,
-    /// A loopback address refused the connection (see [`LlmError::is_refused_locally`]).
+    /// A loopback address refused the connection, or the host name does not resolve:
+    /// nothing to wait for (see [`LlmError::is_refused_locally`]).
     pub refused_locally: bool,
 }
 
@@ -190,6 +191,17 @@ impl ConnectError {
         ConnectError {
             message: message.into(),
             refused_locally: false,
+        }
+    }
+
+    /// The few words a retry line gives this failure (the final error says the rest).
+    pub fn short(&self) -> &'static str {
+        if self.message.contains("does not resolve") {
+            "the host name does not resolve"
+        } else if self.refused_locally {
+            "connection refused"
+        } else {
+            "cannot connect"
         }
     }
 }

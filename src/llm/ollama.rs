@@ -161,9 +161,11 @@ async fn context_length(ctx: &HttpCtx, model: &str, cancel: &CancellationToken) 
             n
         }
         None => {
-            tracing::warn!(
+            // Not a warning: with no server the request's own error says what is wrong,
+            // and this line would read as if a server had answered.
+            tracing::debug!(
                 model,
-                "Ollama's /api/show did not give a context length; using {DEFAULT_CONTEXT_WINDOW}"
+                "no context length from Ollama's /api/show; using {DEFAULT_CONTEXT_WINDOW}"
             );
             DEFAULT_CONTEXT_WINDOW
         }

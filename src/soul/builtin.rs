@@ -56,6 +56,24 @@ pub(super) fn builtin_prompt(name: &str) -> Option<&'static str> {
         .map(|(_, s)| *s)
 }
 
+/// A shipped soul as the files `familiar souls copy` writes: its TOML, and the prompt
+/// file it names (the path relative to the soul file, and the text).
+pub struct ShippedFiles {
+    pub toml: &'static str,
+    pub prompt: Option<(&'static str, &'static str)>,
+}
+
+/// The files of the shipped soul `id`, if there is one.
+pub fn shipped_files(id: &str) -> Option<ShippedFiles> {
+    let (_, toml) = BUILTIN_SOULS.iter().find(|(i, _)| *i == id)?;
+    // Each shipped soul names its prompt as `prompt_file = "prompts/ID.md"`.
+    let prompt = BUILTIN_PROMPTS
+        .iter()
+        .find(|(name, _)| toml.contains(&format!("prompt_file = \"{name}\"")))
+        .copied();
+    Some(ShippedFiles { toml, prompt })
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -103,6 +121,17 @@ mod tests {
         assert_eq!(iters("system_admin"), 20);
         assert_eq!(iters("automation_agent"), 50);
         assert_eq!(iters("research_agent"), 15);
+    }
+
+    #[test]
+    fn every_shipped_soul_has_its_prompt_to_copy() {
+        for (id, _) in BUILTIN_SOULS {
+            let files = shipped_files(id).unwrap();
+            let (name, text) = files.prompt.unwrap_or_else(|| panic!("{id}: no prompt"));
+            assert_eq!(name, format!("prompts/{id}.md"));
+            assert!(!text.trim().is_empty());
+        }
+        assert!(shipped_files("nosuch").is_none());
     }
 
     #[test]

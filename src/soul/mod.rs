@@ -26,7 +26,7 @@ mod set;
 
 use self::builtin::builtin_prompt;
 use self::sections::{Fields, SoulToml};
-pub use builtin::BUILTIN_SOULS;
+pub use builtin::{BUILTIN_SOULS, ShippedFiles, shipped_files};
 pub use set::{SoulSet, config_errors, load_file};
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
@@ -214,7 +214,10 @@ pub fn parse(
 enum PromptError {
     #[error("no built-in prompt `{0}`")]
     NoBuiltIn(String),
-    #[error("cannot read {}: {source}", path.display())]
+    #[error(
+        "cannot read {}: {source}: put the prompt in that file, or write it in the soul as `prompt = \"\"\"…\"\"\"` (`familiar souls copy ID` copies a shipped soul with its prompt)",
+        path.display()
+    )]
     Read {
         path: PathBuf,
         source: std::io::Error,

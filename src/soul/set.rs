@@ -65,15 +65,19 @@ impl SoulSet {
         Ok(set)
     }
 
-    /// One soul by id, with the known ids in the error.
+    /// One soul by id, with the known ids in the error. A user file of that id that
+    /// failed to load is that error, not the built-in of the same id in its place: the
+    /// user meant their file.
     pub fn get(&self, id: &str) -> Result<&Arc<Soul>, ConfigError> {
+        if let Some(soul) = self.souls.get(id)
+            && soul.origin == SoulOrigin::BuiltIn
+            && let Some(err) = self.file_error(id)
+        {
+            return Err(ConfigError::File(err.clone()));
+        }
         self.souls.get(id).ok_or_else(|| {
             let mut msg = self.souls.keys().cloned().collect::<Vec<_>>().join(", ");
-            if let Some(err) = self
-                .errors
-                .iter()
-                .find(|e| e.file.ends_with(&format!("{id}.toml")))
-            {
+            if let Some(err) = self.file_error(id) {
                 msg.push_str(&format!("; {err}"));
             }
             ConfigError::UnknownSoul {
@@ -81,6 +85,14 @@ impl SoulSet {
                 known: msg,
             }
         })
+    }
+}
+
+impl SoulSet {
+    /// The load error of the user's soul file `ID.toml`, if it failed.
+    fn file_error(&self, id: &str) -> Option<&FileError> {
+        let name = format!("/{id}.toml");
+        self.errors.iter().find(|e| e.file.ends_with(&name))
     }
 }
 

@@ -146,7 +146,8 @@ fn a_user_soul_file_replaces_the_builtin() {
         .arg("souls")
         .assert()
         .success()
-        .stdout(predicate::str::contains("my own (user file)"));
+        .stdout(predicate::str::contains("souls/safe_assistant.toml"))
+        .stdout(predicate::str::contains("my own"));
 }
 
 #[test]
@@ -312,4 +313,25 @@ fn completions_are_generated() {
 fn usage_errors_exit_2() {
     let home = TestHome::new();
     home.familiar().arg("frobnicate").assert().code(2);
+}
+
+// Regression: `cargo install --path .` ignored Cargo.lock and resolved a sysinfo that
+// needs a newer Rust than README names: every install shown builds the tested set.
+#[test]
+fn every_install_shown_uses_the_lock_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "src/cli", "src/cli/doctor"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+    }
+    for file in files.iter().filter(|f| f.is_file()) {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(
+            !text.contains("cargo install --path"),
+            "{}: `cargo install --path` without --locked",
+            file.display()
+        );
+    }
 }

@@ -212,3 +212,44 @@ fn policy_check_judges_the_readme_example_and_rejects_a_key_the_tool_lacks() {
         "familiar: `shell` has no argument `cmd`; `shell` takes command, cwd?, timeout_secs?\n"
     );
 }
+
+// Regression: `man --install` wrote to ~/.local/share/man, where `man` does not look when
+// only ~/.cargo/bin is on PATH (a `cargo install`), and always printed a MANPATH hint.
+#[test]
+fn man_install_goes_where_man_looks_from_the_binarys_bin() {
+    let home = TestHome::new();
+    let bin = home.path().join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("familiar");
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_familiar"));
+    if std::fs::hard_link(built, &exe).is_err() {
+        std::fs::copy(built, &exe).unwrap();
+    }
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    let out = home
+        .familiar_at(&exe)
+        .args(["man", "--install"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let dir = home.path().join(".cargo/share/man/man1");
+    assert!(dir.join("familiar-run.1").is_file(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    if crate::common::skip::program("manpath", "man-db").is_none() {
+        return;
+    }
+    assert!(!said.contains("MANPATH"), "{said}");
+    let found = std::process::Command::new("man")
+        .args(["-w", "familiar-run"])
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&found.stdout).trim(),
+        dir.join("familiar-run.1").display().to_string(),
+        "{found:?}"
+    );
+}

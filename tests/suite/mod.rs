@@ -5,6 +5,7 @@ mod approvals;
 mod cli;
 mod cli_habits;
 mod cli_output;
+mod cli_souls;
 mod daemon;
 mod desktop_tools;
 mod limits;

@@ -113,6 +113,15 @@ async fn a_tool_cannot_open_a_unix_socket_of_any_kind() {
     assert!(control.starts_with("path ok\nabstract ok\n"), "{control}");
 }
 
+/// The Debian package that brings a bus client (README lists the others).
+fn package(client: &str) -> &'static str {
+    match client {
+        "gdbus" => "libglib2.0-bin",
+        "busctl" => "systemd",
+        _ => "libsecret-tools",
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_clients_inside_the_sandbox_cannot_reach_the_session_bus() {
     if !landlock_available() {
@@ -151,6 +160,10 @@ async fn bus_clients_inside_the_sandbox_cannot_reach_the_session_bus() {
             ),
         ),
     ] {
+        // Each client is one more witness; a machine without it skips that one.
+        if what != "familiar ask" && crate::common::skip::program(what, package(what)).is_none() {
+            continue;
+        }
         let inside = sh(&policy, &cmd).await;
         assert_ne!(inside.exit_code, Some(0), "{what} got through: {inside:?}");
         assert!(
@@ -159,6 +172,9 @@ async fn bus_clients_inside_the_sandbox_cannot_reach_the_session_bus() {
         );
     }
     // Outside the sandbox the same bus answers: the clients work.
+    if crate::common::skip::program("gdbus", package("gdbus")).is_none() {
+        return;
+    }
     let control = std::process::Command::new("sh")
         .args([
             "-c",

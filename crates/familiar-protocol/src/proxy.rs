@@ -38,6 +38,9 @@ pub trait Agent1 {
 
     fn snapshot(&self) -> zbus::Result<String>;
 
+    /// Re-reads config.toml, souls and policies; what was kept ("" when nothing).
+    fn reload(&self) -> zbus::Result<String>;
+
     /// Long-term memory: id, soul (`*`: every soul), text, created (RFC 3339).
     fn list_memory(&self) -> zbus::Result<Vec<(String, String, String, String)>>;
 

@@ -74,6 +74,33 @@ impl Collected {
     pub(in crate::agent) fn usage(&self) -> &Usage {
         &self.usage
     }
+
+    /// The answer's text that streamed before the task was stopped (cancelled, its wall
+    /// clock or budget out), which the session keeps; `None` when not stopped or no
+    /// text came.
+    pub(in crate::agent) fn cut_text(&self) -> Option<String> {
+        if !matches!(self.error, Some(LlmError::Cancelled)) {
+            return None;
+        }
+        let text = streamed_text(&self.blocks, &self.text);
+        (!text.trim().is_empty()).then_some(text)
+    }
+}
+
+/// The text blocks of an answer, then the text after the last block.
+fn streamed_text(blocks: &[ContentBlock], tail: &str) -> String {
+    let mut text: String = blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            ContentBlock::Thinking { .. }
+            | ContentBlock::Reminder { .. }
+            | ContentBlock::ToolUse { .. }
+            | ContentBlock::ToolResult { .. } => None,
+        })
+        .collect();
+    text.push_str(tail);
+    text
 }
 
 impl Collected {
@@ -101,6 +128,10 @@ struct Folded {
 /// Closes an answer cut for repeating itself (`… {repeats} times]` follows), so the
 /// model reads on the next turn what happened to its answer.
 pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the same text repeated";
+
+/// Closes an answer the task's stop cut (Ctrl-C, `cancel`, the wall clock, a daemon stop).
+pub const CUT_MARKER: &str =
+    "\n\n[familiar cut this answer here: the task was stopped while the model was still answering]";
 
 /// What an answer with no text is recorded and reported as.
 pub const EMPTY_ANSWER: &str = "(empty answer)";
@@ -432,7 +463,7 @@ impl<'t> Collector<'t> {
         if let Some(err) = c.error.take() {
             // The partial turn is dropped from the history, but the calls that ran are
             // recorded above (transcript, plan, audit) and remembered by the dispatcher.
-            return self.after_stream_error(err, c.blocks, folded.results);
+            return self.after_stream_error(err, c.blocks, c.text, folded.results);
         }
 
         if !c.text.is_empty() {
@@ -440,18 +471,7 @@ impl<'t> Collector<'t> {
                 text: c.text.clone(),
             });
         }
-        let mut full_text: String = c
-            .blocks
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                ContentBlock::Thinking { .. }
-                | ContentBlock::Reminder { .. }
-                | ContentBlock::ToolUse { .. }
-                | ContentBlock::ToolResult { .. } => None,
-            })
-            .collect::<Vec<_>>()
-            .join("");
+        let mut full_text = streamed_text(&c.blocks, "");
         if c.calls.is_empty() && full_text.trim().is_empty() {
             // An answer is always recorded, so roles keep alternating for the session's
             // next task (chat templates reject two user messages in a row) and the user
@@ -502,16 +522,28 @@ impl<'t> Collector<'t> {
     fn after_stream_error(
         &mut self,
         err: LlmError,
-        blocks: Vec<ContentBlock>,
+        mut blocks: Vec<ContentBlock>,
+        tail: String,
         results: Vec<ContentBlock>,
     ) -> CallEnd {
-        // Calls that ran before the cancel are part of the work: keep them with their
-        // (possibly "cancelled") results.
-        if matches!(err, LlmError::Cancelled) && !results.is_empty() {
+        if !matches!(err, LlmError::Cancelled) {
+            return call_end(err);
+        }
+        // Stopped while the model wrote: its text so far is kept, marked as cut, and
+        // calls that ran with their (possibly "cancelled") results.
+        let cut = !streamed_text(&blocks, &tail).trim().is_empty();
+        if cut {
+            blocks.push(ContentBlock::Text {
+                text: format!("{tail}{CUT_MARKER}"),
+            });
+        }
+        if cut || !results.is_empty() {
             self.record(Message {
                 role: Role::Assistant,
                 content: blocks,
             });
+        }
+        if !results.is_empty() {
             self.record(Message {
                 role: Role::User,
                 content: results,

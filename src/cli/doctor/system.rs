@@ -116,7 +116,7 @@ fn helper_check() -> Check {
                 l.helper.display()
             ),
             format!(
-                "copy {HELPER_NAME} from the same build into the directory of familiar (`cargo install --path .` installs both), then restart the daemon"
+                "copy {HELPER_NAME} from the same build into the directory of familiar (`cargo install --locked --path .` installs both), then restart the daemon"
             ),
         ),
         Err(e) => Check::fail(
@@ -265,8 +265,15 @@ pub(super) async fn bus_checks() -> Vec<Check> {
     });
     checks.push(units_check(manager));
     let notifications = "org.freedesktop.Notifications";
-    checks.push(if present(notifications).await || activatable(notifications) {
+    checks.push(if present(notifications).await {
         Check::ok("notifications", "a notification server answers")
+    } else if activatable(notifications) {
+        // Installed, not running: D-Bus starts it at the first notification, if the
+        // session can show one (a compositor running).
+        Check::ok(
+            "notifications",
+            "a notification server is activatable (installed, not running: D-Bus starts it at the first notification)",
+        )
     } else {
         Check::warn(
             "notifications",

@@ -113,6 +113,7 @@ impl Service {
             }
             ChoiceError::SoulMismatch { .. }
             | ChoiceError::UnknownProvider(_)
+            | ChoiceError::Config(_)
             | ChoiceError::EmptyModel => Error::InvalidArgument(e.to_string()),
         })?;
         Ok(SubmitRequest {
@@ -377,6 +378,21 @@ impl Service {
                 | MemoryError::TooLong(_)),
             ) => Err(failed(e)),
         }
+    }
+
+    /// Re-reads config.toml, the souls and the policies for new tasks, as SIGHUP does;
+    /// returns what was kept from before because its new version does not load ("" when
+    /// everything loaded).
+    #[zbus(out_args("kept"))]
+    async fn reload(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, Error> {
+        self.caller(&hdr, conn).await?;
+        let shared = Arc::clone(&self.shared);
+        let kept = blocking("reloading", move || shared.loaded.reload()).await?;
+        Ok(kept.err().map(|e| e.to_string()).unwrap_or_default())
     }
 
     /// The environment snapshot as JSON.

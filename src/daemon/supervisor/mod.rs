@@ -35,6 +35,10 @@ use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
 use crate::store::{Context, StoreError, TaskStatus};
 
+/// The result of a task the daemon's stop cancelled (SIGTERM: `systemctl --user
+/// restart`, a logout): a follower learns why it ended, and how to go on.
+const STOPPED_WITH_DAEMON: &str = "cancelled: the daemon stopped while the task ran; its session kept what was done (continue it with `familiar ask --session`)";
+
 /// A runner's report: how its task ended.
 pub struct Finished {
     task_id: TaskId,
@@ -153,12 +157,8 @@ impl Supervisor {
                 self.shared.shutting_down.store(true, Ordering::SeqCst);
                 let queued: Vec<TaskId> = self.queue.drain(..).collect();
                 for id in queued {
-                    self.finish_unstarted(
-                        &id,
-                        TaskStatus::Cancelled,
-                        "cancelled: familiar is shutting down",
-                    )
-                    .await;
+                    self.finish_unstarted(&id, TaskStatus::Cancelled, STOPPED_WITH_DAEMON)
+                        .await;
                 }
                 for e in self.tasks.values() {
                     if e.status == TaskStatus::Running {
@@ -321,6 +321,14 @@ impl Supervisor {
                 format!("the task failed: {e}"),
                 Usage::default(),
             ),
+        };
+        // Cancelled by the daemon's own stop, not by a person: say so.
+        let result = match (self.shutting_down, status) {
+            (true, TaskStatus::Cancelled) if result == "cancelled" => {
+                STOPPED_WITH_DAEMON.to_owned()
+            }
+            (true, TaskStatus::Cancelled) => format!("{STOPPED_WITH_DAEMON} ({result})"),
+            _ => result,
         };
         tracing::info!(task_id = %f.task_id, %status, result = %result, "task finished");
         self.record_end(&f.task_id, status, &result, usage).await;

@@ -103,6 +103,7 @@ impl HttpCtx {
     pub(crate) fn connect_error(&self, err: &reqwest::Error) -> LlmError {
         let url = &self.cfg.base_url;
         let refused = refused(err);
+        let unresolved = unresolved(err);
         let on_this_machine = is_loopback_url(url);
         let detail = if refused {
             // The whole chain ("error sending request for url (…): client error
@@ -118,20 +119,59 @@ impl HttpCtx {
             }
             self.scrub(&detail)
         };
-        let message = if on_this_machine && err.is_connect() {
+        let message = if unresolved {
+            // The resolver's own words repeat the URL: one short sentence instead.
             format!(
-                "nothing answers at {url} ({detail}): start Ollama (`ollama serve`) or llama.cpp \
-                 (`llama-server --port 8080`) there, or set ANTHROPIC_API_KEY / OPENAI_API_KEY, \
-                 or configure [providers.*] in config.toml; `familiar doctor` checks the setup"
+                "cannot reach {url}: its host name does not resolve; check base_url under \
+                 [providers.{}] in config.toml and this machine's network; `familiar doctor` \
+                 checks the setup",
+                self.cfg.name
+            )
+        } else if on_this_machine && err.is_connect() {
+            format!(
+                "nothing answers at {url} ({detail}): {}, or set ANTHROPIC_API_KEY / \
+                 OPENAI_API_KEY, or configure [providers.*] in config.toml; `familiar doctor` \
+                 checks the setup",
+                start_hint(url)
             )
         } else {
             format!("cannot reach {url}: {detail}")
         };
         LlmError::Connect(ConnectError {
             message,
-            refused_locally: refused && on_this_machine,
+            // A name that does not resolve will not in a second either: give up as fast.
+            refused_locally: (refused && on_this_machine) || unresolved,
         })
     }
+}
+
+/// What to start at a local `url` that nothing answers, by its port: Ollama's 11434,
+/// llama.cpp's 8080, else either one on that port.
+fn start_hint(url: &str) -> String {
+    let port = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.port_or_known_default());
+    match port {
+        Some(11434) => "start Ollama there (`ollama serve`)".to_owned(),
+        Some(8080) => "start llama.cpp there (`llama-server --port 8080 -m MODEL.gguf`)".to_owned(),
+        Some(p) => format!(
+            "start a model server on port {p} (llama.cpp: `llama-server --port {p} -m MODEL.gguf`; Ollama: `OLLAMA_HOST=127.0.0.1:{p} ollama serve`)"
+        ),
+        None => "start a model server there".to_owned(),
+    }
+}
+
+/// Whether the host name did not resolve (hyper's connector reports the resolver's
+/// failure as a `dns error`; there is no typed error to match).
+fn unresolved(err: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if s.to_string().starts_with("dns error") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Whether the connection was refused (nothing listens), as opposed to timing out or
@@ -303,5 +343,19 @@ mod tests {
         assert!(mentions_no_tools(
             "registry.ollama.ai/library/gemma does not support tools"
         ));
+    }
+
+    // Regression: the hint said "llama.cpp (`llama-server --port 8080`) there" for
+    // Ollama's port 11434.
+    #[test]
+    fn the_no_server_hint_names_the_server_of_the_port() {
+        let hint = super::start_hint("http://127.0.0.1:11434/v1");
+        assert_eq!(hint, "start Ollama there (`ollama serve`)");
+        assert!(super::start_hint("http://localhost:8080/v1").contains("llama-server --port 8080"));
+        let other = super::start_hint("http://127.0.0.1:9000/v1");
+        assert!(
+            other.contains("--port 9000") && other.contains("127.0.0.1:9000"),
+            "{other}"
+        );
     }
 }

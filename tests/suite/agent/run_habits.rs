@@ -230,7 +230,7 @@ async fn ctrl_c_cancels_the_run_and_exits_130() {
         .args(["run", "--json", "wait for me"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let pid = child.id();
@@ -245,10 +245,16 @@ async fn ctrl_c_cancels_the_run_and_exits_130() {
                 assert!(kill.success());
             }
         }
-        child.wait().unwrap()
+        child.wait_with_output().unwrap()
     })
     .await
     .unwrap();
     gate.open();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.status.code(), Some(130));
+    // The plain line `ask` prints too, not a log line.
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        err.contains("familiar: Ctrl-C: cancelling task t-") && !err.contains("WARN"),
+        "{err}"
+    );
 }

@@ -79,7 +79,7 @@ async fn the_wall_clock_stops_a_hung_model() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_mid_stream_ends_cancelled_with_nothing_dangling() {
+async fn cancel_mid_stream_ends_cancelled_and_keeps_the_partial_answer_marked_as_cut() {
     let hung = Reply::sse_steps(vec![
         Step::Send(oa_text("partial answer").into_bytes()),
         Step::Hang,
@@ -102,10 +102,17 @@ async fn cancel_mid_stream_ends_cancelled_with_nothing_dangling() {
     h.server.wait_closed(1).await;
     let ctx = h.store.load_context(&out.session_id).unwrap().unwrap();
     assert_eq!(ctx.tasks[0].status, TaskStatus::Cancelled);
-    assert_eq!(
-        ctx.history.len(),
-        1,
-        "the partial answer is not kept as a turn"
+    // What streamed is the session's (a next task can refer to it), marked as cut.
+    assert_eq!(ctx.history.len(), 2, "{:?}", ctx.history);
+    let kept = serde_json::to_string(&ctx.history[1]).unwrap();
+    assert!(
+        kept.contains("partial answer") && kept.contains("[familiar cut this answer here"),
+        "{kept}"
+    );
+    assert!(
+        out.result.contains("tokens of its answer kept"),
+        "{}",
+        out.result
     );
 }
 

@@ -235,3 +235,29 @@ async fn doctor_warns_when_familiar_sandbox_is_not_installed_beside_familiar() {
         assert_eq!(status(&c, "sandbox"), "ok", "{c:#?}");
     }
 }
+
+/// Regression: a notification server that was only installed (activatable) was said
+/// to "answer".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activatable_notification_server_is_not_said_to_answer() {
+    let server = LlmServer::start(vec![]).await;
+    let home = TestHome::new();
+    home.write_config("config.toml", &config_for(&server));
+    let services = tempfile::tempdir().unwrap();
+    std::fs::write(
+        services
+            .path()
+            .join("org.freedesktop.Notifications.service"),
+        "[D-BUS Service]\nName=org.freedesktop.Notifications\nExec=/bin/false\n",
+    )
+    .unwrap();
+    let bus = TestBus::start_with(Some(services.path()), &[]);
+    let out = familiar(&home, &bus, &["doctor", "--json"], &[]).await;
+    let c = checks(&out.stdout);
+    assert_eq!(status(&c, "notifications"), "ok", "{c:#?}");
+    let detail = c["notifications"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("activatable") && !detail.contains("answers"),
+        "{detail}"
+    );
+}

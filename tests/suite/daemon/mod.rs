@@ -6,6 +6,7 @@
 mod cli;
 mod data_dir;
 mod doctor;
+mod follow;
 mod name;
 mod notifications;
 mod reload;

@@ -1,6 +1,7 @@
 //! config.toml changed while the real daemon runs: picked up at the next
-//! `Submit` like a soul or policy file, and a broken one keeps the previous version and
-//! says so to the next `familiar ask`.
+//! `Submit` like a soul or policy file (or at once with `familiar reload`), and a broken
+//! one keeps the previous version and says so to the next `familiar ask`; a soul that
+//! names what config.toml lacks is refused at its file and line.
 
 use super::cli::familiar;
 use super::data_dir::{notify_socket, ready};
@@ -63,5 +64,56 @@ async fn the_daemon_reloads_config_toml_and_keeps_the_previous_one_when_it_break
         "{}",
         text(&out.stdout)
     );
+    assert_eq!(stop_daemon(child).await, Some(0));
+}
+
+/// Regression: the only ways to reload were SIGHUP and `systemctl --user reload`.
+/// `familiar reload` (the D-Bus `Reload()`) does it now and says what it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn familiar_reload_reloads_now_and_names_what_it_kept() {
+    let server = LlmServer::start(vec![]).await;
+    let home = TestHome::new();
+    home.write_config("config.toml", &config(&server, "first"));
+    let bus = TestBus::start();
+    let (_sock_dir, sock_path, sock) = notify_socket();
+    let child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let _sock = ready(sock).await;
+    let out = familiar(&home, &bus, &["reload"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("reloaded config.toml"));
+    let file = home.write_config("config.toml", "[providers.local\n");
+    let out = familiar(&home, &bus, &["reload"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains(&format!("{}:1", file.display())),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stop_daemon(child).await, Some(0));
+}
+
+/// Regression: `ask` under a soul naming a provider config.toml lacks failed the task
+/// (exit 1) with no file, line or key; it is `souls validate`'s error, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_under_a_soul_naming_an_unknown_provider_is_a_file_line_error() {
+    let server = LlmServer::start(vec![]).await;
+    let home = TestHome::new();
+    home.write_config("config.toml", &config(&server, "first"));
+    let soul = home.write_config("souls/mine.toml", "prompt = \"p\"\nprovider = \"nosuch\"\n");
+    let bus = TestBus::start();
+    let (_sock_dir, sock_path, sock) = notify_socket();
+    let child = spawn_daemon(&bus, &home, &sock_path, &[]);
+    let _sock = ready(sock).await;
+    let out = familiar(&home, &bus, &["ask", "--soul", "mine", "hi"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "{}:2: key `provider`: unknown provider `nosuch`",
+            soul.display()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(server.requests().is_empty());
     assert_eq!(stop_daemon(child).await, Some(0));
 }

@@ -150,6 +150,9 @@ async fn a_message_the_task_did_not_read_opens_the_next_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steer_errors_are_typed_for_every_client() {
+    if crate::common::skip::program("gdbus", "libglib2.0-bin").is_none() {
+        return;
+    }
     let f = Fixture::new(vec![]).await;
     let (ok, err) = call(
         "gdbus",

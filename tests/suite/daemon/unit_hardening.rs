@@ -4,8 +4,8 @@
 //! tool inside it. Plus the `systemd-analyze --user security` score of the unit.
 //!
 //! A user manager runs only where systemd booted the machine (`/run/systemd/system`);
-//! CI creates that directory (.ci/run) and sets FAMILIAR_TEST_USER_MANAGER=1, which
-//! makes a manager that cannot start a failure instead of a skip.
+//! CI creates that directory (.ci/run); under FAMILIAR_TEST_STRICT=1 (.ci/run) a
+//! manager that cannot start is a failure instead of a skip (tests/common/skip.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

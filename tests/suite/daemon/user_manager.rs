@@ -2,10 +2,9 @@
 //! runtime directory, stopped (with its units) when dropped.
 //!
 //! A user manager runs only where systemd booted the machine (`/run/systemd/system`);
-//! CI creates that directory (.ci/run) and sets FAMILIAR_TEST_USER_MANAGER=1, which
-//! makes a manager that cannot start a failure instead of a skip.
+//! CI creates that directory (.ci/run); under FAMILIAR_TEST_STRICT=1 (.ci/run) a
+//! manager that cannot start is a failure instead of a skip (tests/common/skip.rs).
 
-use std::io::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,12 +23,7 @@ pub struct UserManager {
 impl UserManager {
     /// None (with the reason on stderr) where no user manager can run here.
     pub fn start(home: &TestHome, bus: &TestBus) -> Option<UserManager> {
-        let required = std::env::var_os("FAMILIAR_TEST_USER_MANAGER").is_some();
-        let skip = |why: &str| {
-            assert!(!required, "FAMILIAR_TEST_USER_MANAGER is set, but {why}");
-            // A skip says so where `cargo test -- --nocapture` shows it.
-            writeln!(std::io::stderr().lock(), "skipped: {why}").ok();
-        };
+        let skip = crate::common::skip::skip;
         if !Path::new("/run/systemd/system").is_dir() || !Path::new(SYSTEMD).exists() {
             skip("this machine was not booted with systemd: no user manager can run");
             return None;

@@ -445,9 +445,31 @@ async fn nothing_listening_fails_fast_with_one_clear_message() {
         assert_eq!(msg.matches(&cfg.base_url).count(), 1, "{msg}");
         assert!(!msg.contains("error sending request"), "{msg}");
         assert!(msg.contains("(connection refused)"), "{msg}");
-        assert!(msg.contains("start Ollama (`ollama serve`)"), "{msg}");
+        assert!(
+            msg.contains(&format!("start a model server on port {port}")),
+            "{msg}"
+        );
         assert!(msg.contains("`familiar doctor`"), "{msg}");
     }
+}
+
+// Regression: a host name that does not resolve was retried 4 times with the same
+// 250-character line; a refused connection gives up after 1.
+#[tokio::test]
+async fn a_host_that_does_not_resolve_gives_up_like_a_refused_connection() {
+    let server = LlmServer::start(vec![]).await;
+    let mut cfg = Wire::OpenAi.config(&server);
+    cfg.base_url = "http://familiar-test.invalid:8080/v1".to_owned();
+    cfg.max_retries = 4;
+    let (events, err) = run(&mut client(&cfg), &request(&cfg)).await;
+    assert_eq!(retries(&events).len(), 1, "{events:?}");
+    assert!(events.iter().all(|e| match e {
+        ClientEvent::Retry { reason, .. } => reason == "the host name does not resolve",
+        _ => true,
+    }));
+    let msg = err.unwrap().to_string();
+    assert!(msg.contains("its host name does not resolve"), "{msg}");
+    assert!(!msg.contains("error sending request"), "{msg}");
 }
 
 #[tokio::test]
