@@ -252,6 +252,8 @@ impl McpHub {
             network: config.network,
             udp: config.udp,
             require: false,
+            // Nor a startup file: nothing it writes runs later.
+            startup: vec![],
             // A server gets no unix socket: it starts before any approval.
             sockets: vec![],
         };

@@ -5,8 +5,9 @@
 //! recorded in [`Verdict::steps`], so the audit log and `familiar policy check` show
 //! why, not just what.
 
-use super::paths::{PathContext, protected_entry};
+use super::paths::{PathContext, normalize, protected_entry};
 use super::shell::{Analysis, analyze};
+use super::startup;
 use super::subjects::{
     Call, abbreviate, argument_strings, command_of, first_match, named_paths, seen_as, subjects,
 };
@@ -134,7 +135,10 @@ impl Judge<'_> {
 
     /// The steps that can only ask: the reason to ask, or `None` to allow.
     fn ask_steps(&mut self, mode: Mode) -> Option<String> {
-        let mut ask = self.shell_analysis();
+        let mut ask = self.startup_file();
+        if let Some(reason) = self.shell_analysis() {
+            ask.get_or_insert(reason);
+        }
         if let Some(reason) = self.ask_patterns() {
             ask.get_or_insert(reason);
         }
@@ -150,6 +154,20 @@ impl Judge<'_> {
             ));
         }
         ask
+    }
+
+    /// A write of a file that runs programs later (`startup`): asked whatever the
+    /// tier's mode, in words that say so. The kernel refuses it anyway unless the soul
+    /// names the file in `[sandbox] startup`.
+    fn startup_file(&self) -> Option<String> {
+        if !matches!(self.call.tool, "write_file" | "edit_file") {
+            return None;
+        }
+        named_paths(self.call).into_iter().find_map(|p| {
+            let path = normalize(&p, self.ctx);
+            let runs = startup::runs(&path, self.ctx.home)?;
+            Some(format!("`{p}`: {}", runs.words()))
+        })
     }
 
     fn soul_tools(&mut self) -> Result<(), Denied> {

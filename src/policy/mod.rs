@@ -26,6 +26,7 @@ pub mod load;
 pub mod paths;
 pub mod pattern;
 pub mod shell;
+pub mod startup;
 pub mod subjects;
 pub mod verdict;
 

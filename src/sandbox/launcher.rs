@@ -466,6 +466,7 @@ mod tests {
             network: false,
             udp: false,
             require: false,
+            startup: Vec::new(),
             sockets: vec![],
         };
         SandboxPolicy::new(&spec, &[], &dir.join("ws"), dir).unwrap()

@@ -44,6 +44,7 @@ pub use familiar_sandbox::spec::{
 use super::SandboxError;
 use super::plan::PlanCache;
 use super::resources::TaskResources;
+use crate::policy::startup;
 
 /// What a soul's tools may touch, as the soul's `[sandbox]` table says it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +60,10 @@ pub struct SandboxSpec {
     pub udp: bool,
     /// Refuse to run unless Landlock is fully enforced.
     pub require: bool,
+    /// Startup files the tools may write (`[sandbox] startup`): exact entries of
+    /// `policy::startup`, each otherwise carved out of every writable tree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup: Vec<PathBuf>,
     /// Unix sockets the tools may connect to (`[sandbox] sockets`); none by default,
     /// and then no unix socket can be opened at all ([`super::seccomp`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -179,7 +184,7 @@ impl SandboxPolicy {
             read,
             write,
             protected: protected.to_vec(),
-            write_protected: write_protected(home),
+            write_protected: write_protected(home, &spec.startup),
             network: spec.network,
             udp: spec.network && spec.udp,
             pid_namespace: true,
@@ -247,18 +252,17 @@ impl SandboxPolicy {
 }
 
 /// What no tool may write, whatever its soul's `write` trees: the places that decide
-/// what runs outside any sandbox later, the user's systemd units and D-Bus activation
-/// files. The launcher adds familiar's own binaries and the helper it runs as it starts
-/// each call.
-pub fn write_protected(home: &Path) -> Vec<PathBuf> {
-    [
-        ".config/systemd/user",
-        ".local/share/systemd/user",
-        ".local/share/dbus-1/services",
-    ]
-    .iter()
-    .map(|p| home.join(p))
-    .collect()
+/// what runs outside any sandbox later (`policy::startup`: user units, D-Bus
+/// activation files, shell and login startup files, git's configuration, …), but
+/// those the soul names in `granted`. The launcher adds familiar's own binaries and
+/// the helper it runs as it starts each call. A workspace repository's `.git/hooks`
+/// is not carved here: carving it would close the workspace's root to new files
+/// (Landlock can only allow), so writes there are asked instead (`policy::decide`).
+pub fn write_protected(home: &Path, granted: &[PathBuf]) -> Vec<PathBuf> {
+    startup::paths(home)
+        .into_iter()
+        .filter(|p| !granted.contains(p))
+        .collect()
 }
 
 /// The command's environment: the allowlisted variables of `vars`, `HOME` set to
@@ -326,6 +330,7 @@ mod tests {
             network: false,
             udp: false,
             require: true,
+            startup: Vec::new(),
             sockets: vec![],
         };
         let ws = t.path().join("w");

@@ -117,6 +117,13 @@ impl Soul {
                 network: self.sandbox.network && parent.sandbox.network,
                 udp: self.sandbox.udp && parent.sandbox.udp,
                 require: self.sandbox.require || parent.sandbox.require,
+                startup: self
+                    .sandbox
+                    .startup
+                    .iter()
+                    .filter(|s| parent.sandbox.startup.contains(s))
+                    .cloned()
+                    .collect(),
                 sockets: self
                     .sandbox
                     .sockets

@@ -83,6 +83,7 @@ pub(super) struct SandboxToml {
     pub(super) write: Option<Vec<Spanned<String>>>,
     pub(super) network: Option<bool>,
     pub(super) udp: Option<bool>,
+    pub(super) startup: Option<Vec<Spanned<String>>>,
     pub(super) require: Option<bool>,
     pub(super) sockets: Option<Vec<Spanned<String>>>,
 }
@@ -408,8 +409,28 @@ impl Fields<'_> {
             network: sb.network.unwrap_or(false),
             udp: sb.udp.unwrap_or(false),
             require: sb.require.unwrap_or(false),
+            startup: self.startup(sb.startup)?,
             sockets: self.paths(sb.sockets, &[])?,
         })
+    }
+
+    /// `[sandbox] startup`: each an exact startup entry (`policy::startup`), which the
+    /// soul's tools may then write, asked each time.
+    fn startup(&self, list: Option<Vec<Spanned<String>>>) -> Result<Vec<PathBuf>, FileError> {
+        let spans: Vec<_> = list.iter().flatten().map(|p| p.span()).collect();
+        let paths = self.paths(list, &[])?;
+        for (path, span) in paths.iter().zip(spans) {
+            if !crate::policy::startup::paths(self.home).contains(path) {
+                return Err(self.at(
+                    span,
+                    format!(
+                        "`{}` is not a startup file familiar keeps closed (docs/souls.md lists them)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(paths)
     }
 
     fn paths(

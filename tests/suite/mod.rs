@@ -19,6 +19,7 @@ mod sandbox_helper;
 mod sandbox_network;
 mod sandbox_plan;
 mod sandbox_sockets;
+mod sandbox_startup;
 mod secrets;
 mod snapshot;
 mod store;

@@ -143,6 +143,7 @@ async fn a_tool_that_may_write_home_cannot_replace_the_helper_in_local_bin() {
             network: false,
             udp: false,
             require: false,
+            startup: Vec::new(),
             sockets: vec![],
         },
         &[h.home.join(".ssh")],

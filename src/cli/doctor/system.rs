@@ -149,6 +149,7 @@ async fn enforcement_check() -> Check {
         network: false,
         udp: false,
         require: false,
+        startup: Vec::new(),
         sockets: vec![],
     };
     let home = std::env::var_os("HOME").map_or_else(|| scratch.clone(), PathBuf::from);

@@ -40,13 +40,13 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
     let ws = home.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     // The second line is the attack the sandbox must stop: the session bus from a tool. Under the
-    // unit's own syscall filter the helper must still be able to install its own. The
-    // last is a survivor that kills its helper (`$PPID`): nothing may outlive the call.
+    // unit's own syscall filter the helper must still be able to install its own, and
+    // enter a PID namespace (the command is PID 1 there): nothing outlives the call.
     let command = format!(
         "echo in > inside.txt; echo out > ../outside.txt\n\
          gdbus call --address '{}' --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus \
          --method org.freedesktop.DBus.ListNames > bus.txt 2>&1\n\
-         setsid sleep 1000 & kill -9 $PPID",
+         echo $$ > pid.txt; setsid sleep 1000 &",
         bus.address
     );
     let args = serde_json::json!({ "command": command }).to_string();
@@ -127,6 +127,11 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
     assert!(
         !home.path().join("outside.txt").exists(),
         "the tool wrote outside its workspace"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pid.txt")).unwrap(),
+        "1\n",
+        "the command is not PID 1 of a namespace of its own under the unit"
     );
     // Nothing the tool started runs on: its processes are found by their working
     // directory, the workspace.

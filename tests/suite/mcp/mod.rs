@@ -516,6 +516,7 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
         network: false,
         udp: false,
         require: false,
+        startup: Vec::new(),
         sockets: Vec::new(),
     };
     let mut policy =
