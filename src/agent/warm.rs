@@ -357,3 +357,99 @@ async fn send(
         ms: started.elapsed().as_millis() as u64,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{SessionId, SoulId, TaskId};
+
+    fn usage(input: u64, cached: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: 1,
+            cache_read_tokens: cached,
+            cache_write_tokens: 0,
+        }
+    }
+
+    fn on_task(w: &Warmth, soul: &str, f: impl FnOnce(&Warmth, &TaskRef<'_>)) {
+        let (task_id, session_id) = (TaskId::generate(), SessionId::generate());
+        let soul = SoulId::new(soul).unwrap();
+        f(
+            w,
+            &TaskRef {
+                task_id: &task_id,
+                session_id: &session_id,
+                soul: &soul,
+            },
+        );
+    }
+
+    #[test]
+    fn a_server_that_reuses_little_of_a_warm_prefix_lost_it() {
+        let w = Warmth::default();
+        let done = Warmed {
+            prompt_tokens: 2000,
+            cached_tokens: 0,
+            ms: 10,
+        };
+        w.warmed("ask", &done);
+        // The first real request reuses the prefix: the server counts reused tokens.
+        on_task(&w, "ask", |w, t| w.after_llm(t, Ok(&usage(2100, 1990))));
+        assert_eq!(w.report()["ask"].state, WarmState::Warm);
+        // A later one reused almost nothing: a restart or an eviction.
+        on_task(&w, "ask", |w, t| w.after_llm(t, Ok(&usage(2100, 40))));
+        assert_eq!(w.report()["ask"].state, WarmState::Cold);
+        assert!(w.is_cold("ask"));
+    }
+
+    #[test]
+    fn a_server_that_never_counts_reused_tokens_is_never_thought_cold() {
+        let w = Warmth::default();
+        w.warmed(
+            "ask",
+            &Warmed {
+                prompt_tokens: 2000,
+                cached_tokens: 0,
+                ms: 10,
+            },
+        );
+        on_task(&w, "ask", |w, t| w.after_llm(t, Ok(&usage(2100, 0))));
+        assert_eq!(
+            w.report()["ask"].state,
+            WarmState::Warm,
+            "Ollama reports no reuse"
+        );
+    }
+
+    #[test]
+    fn a_real_request_cancels_the_warm_request_in_flight() {
+        let w = Warmth::default();
+        let token = w.start();
+        let request = Request {
+            model: "m".into(),
+            system: String::new(),
+            messages: vec![],
+            tools: vec![],
+            max_tokens: 1,
+            temperature: None,
+        };
+        on_task(&w, "other", |w, t| w.before_llm(t, &request));
+        assert!(token.is_cancelled());
+    }
+
+    #[test]
+    fn a_reload_makes_every_soul_cold() {
+        let w = Warmth::default();
+        w.warmed(
+            "ask",
+            &Warmed {
+                prompt_tokens: 2000,
+                cached_tokens: 0,
+                ms: 10,
+            },
+        );
+        let after = w.after_reload();
+        assert_eq!(after.report()["ask"].state, WarmState::Cold);
+    }
+}
