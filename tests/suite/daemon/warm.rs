@@ -74,3 +74,56 @@ async fn the_daemon_warms_the_default_soul_at_start_and_after_a_reload_with_the_
             .is_empty()
     );
 }
+
+/// With a real llama.cpp server and model: the first task after the daemon warmed the
+/// default soul evaluates only its own part of the prompt; the prefix is read from the
+/// server's cache (its own count, in the `model_progress` events).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_real_server_the_first_task_after_warming_reuses_the_prefix() {
+    let Some(llama) = crate::common::llama::LlamaServer::start(8192, 512).await else {
+        return;
+    };
+    let home = TestHome::new();
+    home.write_config(
+        "config.toml",
+        &format!(
+            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"smollm2\"\ncontext_window = 8192\n\
+             max_output_tokens = 4\ntemperature = 0.0\nmax_retries = 0\n",
+            llama.base
+        ),
+    );
+    let bus = TestBus::start();
+    let daemon = RealDaemon::start(&bus, &home).await;
+    let proxy = Agent1Proxy::new(&bus.connect().await).await.unwrap();
+    let mut watch = Watch::new(&proxy).await;
+    // The warm request reads the whole prefix: minutes at worst on a loaded CI machine.
+    let warmed = tokio::time::timeout(std::time::Duration::from_secs(600), watch.event("", "warm"))
+        .await
+        .unwrap_or_else(|_| panic!("not warmed:\n{}", daemon.log()));
+    assert_eq!(warmed["outcome"], "warm", "{warmed}");
+    let prefix = warmed["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        prefix > 1000,
+        "a soul's prefix is a couple of thousand tokens: {warmed}"
+    );
+
+    let (task, _) = proxy
+        .submit("", "Which apps are open?", Default::default())
+        .await
+        .unwrap();
+    let events = watch.events(&task).await;
+    let (total, cached) = events
+        .iter()
+        .find(|(kind, p)| kind == "model_progress" && p["processed"] == p["total"])
+        .map(|(_, p)| (p["total"].as_u64().unwrap(), p["cached"].as_u64().unwrap()))
+        .unwrap_or_else(|| panic!("no model_progress: {events:?}"));
+    assert!(
+        cached + 8 >= prefix && cached < total,
+        "the first request reused the warmed prefix: {cached} of {total} tokens cached, prefix {prefix}"
+    );
+    assert!(
+        (total - cached) * 100 / total < 20,
+        "only the task's own part is read: {} of {total}",
+        total - cached
+    );
+}
