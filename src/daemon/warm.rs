@@ -20,7 +20,7 @@ use zbus::object_server::SignalEmitter;
 
 use super::Shared;
 use super::service::Service;
-use crate::agent::warm::{WarmError, WarmState, Warmth};
+use crate::agent::warm::{WarmError, WarmState};
 use crate::config::warm::WarmConfig;
 use crate::dbus;
 use crate::snapshot::conditions::{Checker, Condition, Conditions};
@@ -63,8 +63,8 @@ async fn run(shared: Arc<Shared>, emitter: SignalEmitter<'static>) {
             .filter(|s| warmth.is_cold(s.as_str()))
             .collect();
         if !cold.is_empty() {
-            match machine_allows(&checker, &rt.config.warm).await {
-                Ok(()) => {
+            match machine_forbids(&checker, &rt.config.warm).await {
+                None => {
                     for soul_id in cold {
                         if shared.active.load(Ordering::SeqCst) > 0 {
                             break;
@@ -72,7 +72,7 @@ async fn run(shared: Arc<Shared>, emitter: SignalEmitter<'static>) {
                         warm_one(&shared, &emitter, soul_id.as_str()).await;
                     }
                 }
-                Err(why) => {
+                Some(why) => {
                     for s in cold {
                         warmth.set(s.as_str(), WarmState::Skipped, Some(why.clone()));
                     }
@@ -85,29 +85,23 @@ async fn run(shared: Arc<Shared>, emitter: SignalEmitter<'static>) {
                 }
             }
         }
-        wait_for_wake(&warmth).await;
+        warmth.woken().await;
     }
 }
 
-async fn wait_for_wake(warmth: &Warmth) {
-    warmth.woken().await;
-}
-
-/// `Ok` when on mains power (or the battery above the threshold) and, unless allowed,
-/// not metered; else the unmet conditions in words.
-async fn machine_allows(checker: &Checker, config: &WarmConfig) -> Result<(), String> {
+/// `None` when on mains power (or the battery above the threshold) and, unless
+/// allowed, not metered; else the unmet conditions in words.
+async fn machine_forbids(checker: &Checker, config: &WarmConfig) -> Option<String> {
     let mut power = vec![Condition::Ac];
     let mut battery = vec![Condition::BatteryAbove(config.min_battery)];
     if !config.metered {
         power.push(Condition::Unmetered);
         battery.push(Condition::Unmetered);
     }
-    let (unmet, _) = checker.check(&Conditions(power)).await;
-    let Some(first) = unmet else { return Ok(()) };
-    match checker.check(&Conditions(battery)).await {
-        (None, _) => Ok(()),
-        (Some(second), _) => Err(format!("{first}; {second}")),
-    }
+    let (first, _) = checker.check(&Conditions(power)).await;
+    let first = first?;
+    let (second, _) = checker.check(&Conditions(battery)).await;
+    second.map(|second| format!("{first}; {second}"))
 }
 
 /// Warms one soul of the current runtime and reports it.
