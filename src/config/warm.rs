@@ -78,7 +78,7 @@ mod tests {
     fn the_default_is_the_default_soul_on_local_servers_only() {
         let soul = SoulId::new("safe_assistant").unwrap();
         let w = resolve(WarmToml::default(), &soul).unwrap();
-        assert_eq!(w.souls, [soul.clone()]);
+        assert_eq!(w.souls, std::slice::from_ref(&soul));
         assert!(w.applies_to("http://127.0.0.1:8080/v1"));
         assert!(w.applies_to("http://192.168.1.20:11434/v1"));
         assert!(!w.applies_to("https://api.openai.com/v1"));

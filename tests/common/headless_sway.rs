@@ -7,6 +7,8 @@
 //! [`crate::common::skip`] when sway or the user is missing.
 // A test helper: a panic here is the test's failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A process that will not stop is said on stderr, like a skip.
+#![allow(clippy::print_stderr)]
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
