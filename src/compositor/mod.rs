@@ -189,14 +189,22 @@ impl Compositor {
     /// `niri.*.sock`). `None` when none answers.
     pub fn detect(env: &dyn Env) -> Option<Compositor> {
         let set = |k: &str| env.var(k).is_some_and(|v| !v.is_empty());
-        if set("HYPRLAND_INSTANCE_SIGNATURE") {
-            return Hyprland::detect(env).map(Compositor::Hyprland);
+        // A variable left from an earlier session (the user manager keeps what was
+        // exported) names a socket that is gone: the next one is tried.
+        if set("HYPRLAND_INSTANCE_SIGNATURE")
+            && let Some(h) = Hyprland::detect(env)
+        {
+            return Some(Compositor::Hyprland(h));
         }
-        if set("SWAYSOCK") || set("I3SOCK") {
-            return Sway::detect(env).map(Compositor::Sway);
+        if (set("SWAYSOCK") || set("I3SOCK"))
+            && let Some(s) = Sway::detect(env)
+        {
+            return Some(Compositor::Sway(s));
         }
-        if set("NIRI_SOCKET") {
-            return Niri::detect(env).map(Compositor::Niri);
+        if set("NIRI_SOCKET")
+            && let Some(n) = Niri::detect(env)
+        {
+            return Some(Compositor::Niri(n));
         }
         let runtime = runtime_dir(env)?;
         Hyprland::detect(env)
@@ -416,5 +424,17 @@ mod tests {
         // A dead sway's socket is skipped.
         drop(std::os::unix::net::UnixListener::bind(dir.path().join("sway-ipc.0.1.sock")).unwrap());
         assert_eq!(Compositor::detect(&env), None);
+        // A live one is found, even with a stale variable of another compositor left.
+        let live = dir.path().join("sway-ipc.0.2.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let mut env = env;
+        env.insert(
+            "NIRI_SOCKET".to_owned(),
+            "/nonexistent/niri.sock".to_owned(),
+        );
+        assert_eq!(
+            Compositor::detect(&env),
+            Some(Compositor::Sway(Sway::at(live)))
+        );
     }
 }
