@@ -246,6 +246,7 @@ async fn whole_loop(
             souls: Arc::new(familiar::soul::SoulSet::default()),
             memory: familiar::store::Memory::new(store.data_dir(), 100),
             calibrations: Default::default(),
+            warm: Default::default(),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &config.mcp,
                 familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),

@@ -89,11 +89,18 @@ pub const PROCESS_LIST: ToolInfo = tool!(
 );
 pub const DISK_USAGE: ToolInfo = tool!("disk_usage", Read, false, "space used under a directory");
 pub const JOURNAL: ToolInfo = tool!("journal", Read, false, "read the user journal");
+pub const DESKTOP_STATE: ToolInfo = tool!(
+    "desktop_state",
+    Read,
+    false,
+    "the desktop: focused window, workspaces, outputs, windows (Hyprland, sway, niri)"
+);
+/// Deprecated: `desktop_state`'s name before sway and niri; kept for one release.
 pub const HYPR_STATE: ToolInfo = tool!(
     "hypr_state",
     Read,
     false,
-    "Hyprland workspaces, windows, active window"
+    "Hyprland workspaces, windows, active window (deprecated: desktop_state)"
 );
 pub const WRITE_FILE: ToolInfo = tool!("write_file", Write, true, "create or replace a file");
 pub const EDIT_FILE: ToolInfo = tool!(
@@ -110,8 +117,19 @@ pub const SYSTEMD_USER: ToolInfo = tool!(
     "status/list/start/stop/restart user units"
 );
 pub const NOTIFY: ToolInfo = tool!("notify", Execute, true, "show a desktop notification");
-pub const HYPR_DISPATCH: ToolInfo =
-    tool!("hypr_dispatch", Execute, true, "run a Hyprland dispatcher");
+pub const DESKTOP_DISPATCH: ToolInfo = tool!(
+    "desktop_dispatch",
+    Execute,
+    true,
+    "focus, move or close a window, switch workspace, launch an app"
+);
+/// Deprecated: Hyprland's dispatchers, before `desktop_dispatch`; kept for one release.
+pub const HYPR_DISPATCH: ToolInfo = tool!(
+    "hypr_dispatch",
+    Execute,
+    true,
+    "run a Hyprland dispatcher (deprecated: desktop_dispatch)"
+);
 pub const OPEN: ToolInfo = tool!(
     "open",
     Execute,
@@ -149,12 +167,14 @@ pub const CATALOG: &[ToolInfo] = &[
     PROCESS_LIST,
     DISK_USAGE,
     JOURNAL,
+    DESKTOP_STATE,
     HYPR_STATE,
     WRITE_FILE,
     EDIT_FILE,
     SHELL,
     SYSTEMD_USER,
     NOTIFY,
+    DESKTOP_DISPATCH,
     HYPR_DISPATCH,
     OPEN,
     KILL_PROCESS,
@@ -198,6 +218,8 @@ pub fn runs_outside_sandbox(name: &str, args: &serde_json::Value) -> Option<&'st
                 .contains(&d)
                 .then_some("the program is started by Hyprland, outside familiar's sandbox")
         }
+        "desktop_dispatch" => (args.get("action").and_then(|a| a.as_str()) == Some("launch"))
+            .then_some("the program is started by the compositor, outside familiar's sandbox"),
         "open" => Some("the file or URL opens in an application outside familiar's sandbox"),
         _ => None,
     }
@@ -345,6 +367,10 @@ mod tests {
         assert!(runs_outside_sandbox("hypr_dispatch", &exec).is_some());
         let ws = json!({"dispatcher": "workspace", "args": "2"});
         assert_eq!(runs_outside_sandbox("hypr_dispatch", &ws), None);
+        let launch = serde_json::json!({"action": "launch", "command": "foot"});
+        assert!(runs_outside_sandbox("desktop_dispatch", &launch).is_some());
+        let mv = serde_json::json!({"action": "move_to_workspace", "workspace": "2"});
+        assert_eq!(runs_outside_sandbox("desktop_dispatch", &mv), None);
         assert!(runs_outside_sandbox("open", &json!({"target": "x"})).is_some());
         assert_eq!(
             runs_outside_sandbox("shell", &json!({"command": "ls"})),

@@ -16,9 +16,9 @@
 //!   right now.
 //! - [`sandbox`], [`store`], [`ratelimit`]: the Landlock helper; sessions,
 //!   transcripts, the audit log and memory on disk; quotas.
-//! - [`llm`], [`policy`], [`dbus`], [`hyprland`]: model providers and streaming; the
+//! - [`llm`], [`policy`], [`dbus`], [`compositor`]: model providers and streaming; the
 //!   decision for one call; the session-bus contract (names, errors, proxies); the
-//!   compositor's socket.
+//!   desktop layer (Hyprland, sway, niri, each over its socket).
 //! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
 //! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`], [`programs`]: the tool
 //!   catalog and tiers, shared errors, newtype ids, tracing, the Secret Service client
@@ -30,6 +30,7 @@ pub mod agent;
 pub mod approval;
 pub mod catalog;
 pub mod cli;
+pub mod compositor;
 pub mod config;
 pub mod daemon;
 pub mod dbus;
@@ -39,7 +40,9 @@ pub mod error;
 #[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod hyprland;
+/// The Hyprland client's path before the desktop layer, kept so code written against
+/// `familiar::hyprland` still builds.
+pub use compositor::hyprland;
 pub mod llm;
 pub mod logging;
 pub mod mcp;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::agent::context::learned::Calibrations;
 use crate::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use crate::agent::metrics::Metrics;
+use crate::agent::warm::Warmth;
 use crate::approval::ApprovalBroker;
 use crate::config::Config;
 use crate::llm::{LlmClient, LlmError};
@@ -51,6 +52,9 @@ pub struct Runtime {
     /// What the model servers' counts taught earlier tasks (their token ratio and
     /// context size), per provider and model.
     pub calibrations: Calibrations,
+    /// Where each soul's prefix stands on its model server (also one of the `hooks`:
+    /// a real request cancels a warm one, a lost cache makes the soul cold).
+    pub warm: Warmth,
 }
 
 /// Builds a model client for a soul.
@@ -149,9 +153,11 @@ impl Runtime {
             config.paths.data_dir.join("mcp"),
             config.paths.home.clone(),
         ));
+        let warm = Warmth::default();
         Ok(Runtime {
             llm: Arc::new(ConfigLlmFactory::new(Arc::clone(&config))),
             hooks: vec![
+                Arc::new(warm.clone()),
                 Arc::new(AuditHook {
                     store: Arc::clone(&store),
                 }),
@@ -174,6 +180,7 @@ impl Runtime {
             memory,
             mcp,
             calibrations: Calibrations::default(),
+            warm,
         })
     }
 }

@@ -263,10 +263,38 @@ fn write_daemon_config(
     if let Some(error) = c["reload_error"].as_str() {
         writeln!(out, "warning: {error}")?;
     }
+    for line in warm_lines(&c["warm"]) {
+        writeln!(out, "{line}")?;
+    }
     if let Some(warning) = data_dir_split(local, c) {
         writeln!(out, "warning: {warning}")?;
     }
     Ok(())
+}
+
+/// One line per warmed soul's prefix (the `warm` of the daemon's `Configuration`):
+/// `prefix of safe_assistant: warm (2450 tokens, 1840 cached, 12.3 s)`.
+fn warm_lines(warm: &serde_json::Value) -> Vec<String> {
+    let Some(souls) = warm.as_object() else {
+        return Vec::new();
+    };
+    souls
+        .iter()
+        .map(|(soul, w)| {
+            let state = w["state"].as_str().unwrap_or("?");
+            let detail = match (state, w["reason"].as_str()) {
+                ("warm", _) => format!(
+                    " ({} tokens, {} cached, {:.1} s)",
+                    w["prompt_tokens"].as_u64().unwrap_or(0),
+                    w["cached_tokens"].as_u64().unwrap_or(0),
+                    w["ms"].as_u64().unwrap_or(0) as f64 / 1000.0
+                ),
+                (_, Some(reason)) => format!(": {reason}"),
+                (_, None) => String::new(),
+            };
+            format!("prefix of {soul}: {state}{detail}")
+        })
+        .collect()
 }
 
 /// What to say when the daemon keeps its sessions in another data dir than this
@@ -486,6 +514,21 @@ fn said(out: &mut Out, line: &str) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warm_prefixes_are_one_line_each() {
+        let warm = serde_json::json!({
+            "desktop": {"state": "skipped", "reason": "on battery"},
+            "safe_assistant": {"state": "warm", "prompt_tokens": 2450, "cached_tokens": 0, "ms": 12300},
+        });
+        assert_eq!(
+            warm_lines(&warm),
+            [
+                "prefix of desktop: skipped: on battery",
+                "prefix of safe_assistant: warm (2450 tokens, 0 cached, 12.3 s)"
+            ]
+        );
+    }
     use crate::sandbox::UnixSockets;
 
     #[test]

@@ -181,7 +181,7 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Check config, souls, provider and model, Landlock, the bus, the daemon, the
-    /// units, notifications, Hyprland and the data dir; say the fix for each problem
+    /// units, notifications, the compositor and the data dir; say the fix for each problem
     Doctor(JsonFlag),
 }
 

@@ -13,6 +13,7 @@ pub mod parse;
 pub mod paths;
 pub mod providers;
 pub mod types;
+pub mod warm;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,6 +93,7 @@ impl Config {
             .map_err(|e| invalid(("default_soul".to_owned(), e.to_string())))?;
         let daemon = resolve_daemon(raw.daemon.unwrap_or_default()).map_err(invalid)?;
         let memory = resolve_memory(raw.memory.unwrap_or_default()).map_err(invalid)?;
+        let warm = warm::resolve(raw.warm.unwrap_or_default(), &default_soul).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -115,6 +117,7 @@ impl Config {
             policy: raw.policy.unwrap_or_else(|| DEFAULT_POLICY.to_owned()),
             daemon,
             memory,
+            warm,
             providers,
             mcp,
             paths,

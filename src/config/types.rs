@@ -24,6 +24,7 @@ pub struct ConfigToml {
     pub data_dir: Option<PathBuf>,
     pub daemon: Option<DaemonToml>,
     pub memory: Option<MemoryToml>,
+    pub warm: Option<super::warm::WarmToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
     #[serde(default)]
@@ -178,6 +179,8 @@ pub struct Config {
     pub policy: String,
     pub daemon: DaemonConfig,
     pub memory: MemoryConfig,
+    /// `[warm]`: the prefixes sent ahead to local servers.
+    pub warm: super::warm::WarmConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[mcp.NAME]` tool servers, by name.
     pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,

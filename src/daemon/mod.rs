@@ -19,6 +19,7 @@ mod reload;
 pub mod service;
 mod supervisor;
 mod trim;
+mod warm;
 
 pub use reload::{Loaded, ReloadError};
 pub use trim::tune_allocator;
@@ -344,6 +345,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let daemon =
             Daemon::start(rt, souls, zbus::connection::Builder::session(), options).await?;
+        warm::spawn(Arc::clone(&daemon.shared), daemon.connection());
         notify(
             sd,
             &[

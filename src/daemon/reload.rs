@@ -166,6 +166,7 @@ impl Reloadable {
             } else {
                 Default::default()
             },
+            warm: rt.warm.after_reload(),
             policy,
             souls: Arc::clone(&souls),
             config,

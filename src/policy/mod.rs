@@ -288,6 +288,7 @@ mod tests {
         "shell",
         "systemd_user",
         "hypr_dispatch",
+        "desktop_dispatch",
         "open",
         "kill_process",
         "power",

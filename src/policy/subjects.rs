@@ -33,6 +33,11 @@ pub(super) fn command_of(call: &Call) -> Option<(String, Option<String>)> {
             }
             _ => None,
         },
+        // `launch` runs its command line through the compositor: the patterns see it.
+        "desktop_dispatch" => match str_arg("action") {
+            Some("launch") => Some((str_arg("command").unwrap_or_default().to_owned(), None)),
+            _ => None,
+        },
         "systemd_user" => {
             let action = str_arg("action").unwrap_or_default();
             let unit = str_arg("unit").unwrap_or_default();

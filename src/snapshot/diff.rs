@@ -3,7 +3,7 @@
 //! Only changes a model might act on are reported, so a quiet machine yields nothing:
 //! a process entering or leaving the top lists, memory, a disk or the battery crossing
 //! a [`STEP_PERCENT`] boundary (or the battery changing state), a disk appearing or
-//! going, and the focused Hyprland window or workspace changing. Figures that move all
+//! going, and the focused window or workspace changing (on any compositor). Figures that move all
 //! the time (the clock, load, uptime, CPU percentages) are never a change by themselves.
 
 use std::collections::BTreeSet;
@@ -67,7 +67,7 @@ pub fn changes(prev: &Snapshot, cur: &Snapshot) -> Vec<String> {
     }
     disks(prev, cur, &mut out);
     battery(prev, cur, &mut out);
-    hyprland(prev, cur, &mut out);
+    desktop(prev, cur, &mut out);
     out
 }
 
@@ -154,33 +154,44 @@ fn battery(prev: &Snapshot, cur: &Snapshot, out: &mut Vec<String>) {
     }
 }
 
-fn hyprland(prev: &Snapshot, cur: &Snapshot, out: &mut Vec<String>) {
-    match (&prev.hyprland, &cur.hyprland) {
+fn desktop(prev: &Snapshot, cur: &Snapshot, out: &mut Vec<String>) {
+    match (&prev.desktop, &cur.desktop) {
         (Some(p), Some(c)) => {
-            if p.active_workspace.id != c.active_workspace.id
-                || p.active_workspace.name != c.active_workspace.name
+            let name = c.compositor;
+            if p.focused_workspace != c.focused_workspace
+                && let Some(ws) = &c.focused_workspace
             {
-                out.push(format!(
-                    "hyprland: now on workspace {} ({} windows)",
-                    cut(&c.active_workspace.name, NAME_CHARS),
-                    c.active_workspace.windows
-                ));
-            }
-            let key = |w: &crate::hyprland::Window| (w.pid, w.class.clone(), w.title.clone());
-            if p.active_window.as_ref().map(key) != c.active_window.as_ref().map(key) {
-                out.push(match &c.active_window {
-                    Some(w) => format!(
-                        "hyprland: focused window is now {} \"{}\" (pid {})",
-                        cut(&w.class, NAME_CHARS),
-                        cut(&w.title, TITLE_CHARS),
-                        w.pid
+                let windows = c.workspaces.iter().find(|w| w.focused).map(|w| w.windows);
+                out.push(match windows {
+                    Some(n) => format!(
+                        "{name}: now on workspace {} ({n} windows)",
+                        cut(ws, NAME_CHARS)
                     ),
-                    None => "hyprland: no window has the focus now".to_owned(),
+                    None => format!("{name}: now on workspace {}", cut(ws, NAME_CHARS)),
+                });
+            }
+            let key = |w: &crate::compositor::Window| {
+                (w.id.clone(), w.pid, w.app_id.clone(), w.title.clone())
+            };
+            if p.focused_window.as_ref().map(key) != c.focused_window.as_ref().map(key) {
+                out.push(match &c.focused_window {
+                    Some(w) => {
+                        let mut line = format!(
+                            "{name}: focused window is now {} \"{}\"",
+                            cut(&w.app_id, NAME_CHARS),
+                            cut(&w.title, TITLE_CHARS),
+                        );
+                        if let Some(pid) = w.pid {
+                            line.push_str(&format!(" (pid {pid})"));
+                        }
+                        line
+                    }
+                    None => format!("{name}: no window has the focus now"),
                 });
             }
         }
-        (None, Some(_)) => out.push("hyprland: now running".to_owned()),
-        (Some(_), None) => out.push("hyprland: no longer answers".to_owned()),
+        (None, Some(c)) => out.push(format!("{}: now running", c.compositor)),
+        (Some(p), None) => out.push(format!("{}: no longer answers", p.compositor)),
         (None, None) => {}
     }
 }
@@ -190,7 +201,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::hyprland::{HyprState, Window, Workspace, WorkspaceRef};
+    use crate::compositor::{Desktop, Window, Workspace};
     use crate::snapshot::{BatteryInfo, BatteryState, DiskInfo, Memory, Processes};
 
     const GIB: u64 = 1024 * 1024 * 1024;
@@ -238,22 +249,26 @@ mod tests {
                 time_to_full_secs: None,
             }),
             workspace: None,
-            hyprland: Some(HyprState {
-                active_workspace: Workspace {
-                    id: 1,
-                    name: "1".into(),
-                    windows: 2,
-                },
-                active_window: Some(Window {
-                    class: "kitty".into(),
+            desktop: Some(Desktop {
+                compositor: "hyprland",
+                focused_window: Some(Window {
+                    id: "0x55d1".into(),
+                    app_id: "kitty".into(),
                     title: "~".into(),
-                    pid: 99,
-                    workspace: WorkspaceRef {
-                        id: 1,
-                        name: "1".into(),
-                    },
+                    pid: Some(99),
+                    workspace: Some("1".into()),
+                    focused: true,
                 }),
+                focused_workspace: Some("1".into()),
+                workspaces: vec![Workspace {
+                    name: "1".into(),
+                    output: Some("DP-1".into()),
+                    focused: true,
+                    windows: 2,
+                }],
+                outputs: vec![],
             }),
+            hyprland: None,
         }
     }
 
@@ -277,10 +292,10 @@ mod tests {
         b.memory.used = 12 * GIB;
         b.disks[0].available = 5 * GIB;
         b.battery.as_mut().unwrap().percent = 79.0;
-        b.hyprland
+        b.desktop
             .as_mut()
             .unwrap()
-            .active_window
+            .focused_window
             .as_mut()
             .unwrap()
             .title = "vim".into();
@@ -312,7 +327,7 @@ mod tests {
         let a = base();
         let mut b = base();
         b.battery = None;
-        b.hyprland = None;
+        b.desktop = None;
         b.disks.push(DiskInfo {
             mount_point: PathBuf::from("/run/media/usb"),
             fs: "vfat".into(),

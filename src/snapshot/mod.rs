@@ -6,7 +6,8 @@
 //! shows, because the loop takes one per iteration. [`Snapshot`]'s JSON keys are a
 //! contract (documented on each field); [`Snapshot::to_prompt_text`] is bounded by
 //! [`PROMPT_TEXT_MAX_CHARS`] whatever the machine holds. Missing parts (no battery, no
-//! Hyprland, an unreadable file) are `null`, never errors.
+//! compositor, an unreadable file) are `null`, never errors. The desktop section comes
+//! from whichever compositor runs ([`crate::compositor`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,8 +18,9 @@ use sysinfo::{
     UpdateKind, Users,
 };
 
+use crate::compositor::hyprland::HyprState;
+use crate::compositor::{Compositor, Desktop, Hyprland};
 use crate::config::ProcessEnv;
-use crate::hyprland::{HyprState, Hyprland};
 use prompt_text::cut;
 
 pub mod conditions;
@@ -84,8 +86,8 @@ const PROCESS_REFRESH_INTERVAL: Duration = sysinfo::MINIMUM_CPU_UPDATE_INTERVAL;
 const DISK_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the user list is re-read when a process's uid is unknown.
 const USER_LIST_TTL: Duration = Duration::from_secs(60);
-/// How often we look for Hyprland again when it was not running.
-const HYPRLAND_REDETECT: Duration = Duration::from_secs(10);
+/// How often we look for a compositor again when none was running.
+const COMPOSITOR_REDETECT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -111,7 +113,11 @@ pub struct Snapshot {
     pub battery: Option<BatteryInfo>,
     /// The task's workspace, `null` outside a task.
     pub workspace: Option<PathBuf>,
-    /// `null` when Hyprland is not running or does not answer.
+    /// The desktop (Hyprland, sway or niri): the compositor, the focused window,
+    /// workspaces and outputs; `null` when no compositor runs or answers.
+    pub desktop: Option<Desktop>,
+    /// Hyprland's active workspace and window as before the desktop section (kept for
+    /// one release for scripts that read it); `null` on other compositors.
     pub hyprland: Option<HyprState>,
 }
 
@@ -223,23 +229,28 @@ pub struct Snapshotter {
     /// The last disk list and when it was read (see [`DISK_REFRESH_INTERVAL`]).
     disks_read: Option<(Instant, Vec<DiskInfo>)>,
     battery: Option<starship_battery::Manager>,
-    hyprland: Option<Hyprland>,
-    /// When set, Hyprland is looked for again (from the process environment) at most
-    /// every [`HYPRLAND_REDETECT`] while it is not found.
-    hyprland_redetect: Option<Instant>,
+    compositor: Option<Compositor>,
+    /// When set, a compositor is looked for again (from the process environment) at
+    /// most every [`COMPOSITOR_REDETECT`] while none is found.
+    compositor_redetect: Option<Instant>,
 }
 
 impl Snapshotter {
-    /// A snapshotter that finds Hyprland from the process environment, now and later
-    /// (the compositor may start after the daemon).
+    /// A snapshotter that finds the compositor from the process environment, now and
+    /// later (the compositor may start after the daemon).
     pub fn new() -> Result<Snapshotter, SnapshotError> {
-        let mut s = Snapshotter::with_hyprland(Hyprland::detect(&ProcessEnv))?;
-        s.hyprland_redetect = Some(Instant::now());
+        let mut s = Snapshotter::with_compositor(Compositor::detect(&ProcessEnv))?;
+        s.compositor_redetect = Some(Instant::now());
         Ok(s)
     }
 
     /// A snapshotter that reports exactly this Hyprland instance (or none).
     pub fn with_hyprland(hyprland: Option<Hyprland>) -> Result<Snapshotter, SnapshotError> {
+        Snapshotter::with_compositor(hyprland.map(Compositor::Hyprland))
+    }
+
+    /// A snapshotter that reports exactly this compositor (or none).
+    pub fn with_compositor(compositor: Option<Compositor>) -> Result<Snapshotter, SnapshotError> {
         let err = |e: sysinfo::Error| SnapshotError::Sysinfo(e.to_string());
         let battery = match starship_battery::Manager::new() {
             Ok(m) => Some(m),
@@ -257,8 +268,8 @@ impl Snapshotter {
             disks: Disks::new_with_refreshed_list_specifics(disk_refresh()).map_err(err)?,
             disks_read: None,
             battery,
-            hyprland,
-            hyprland_redetect: None,
+            compositor,
+            compositor_redetect: None,
         })
     }
 
@@ -268,6 +279,7 @@ impl Snapshotter {
             .refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram().with_swap());
         self.refresh_processes();
         let processes = self.processes(TOP_PROCESSES);
+        let (desktop, hyprland) = self.desktop();
         Snapshot {
             taken_at: crate::store::now_rfc3339(),
             hostname: System::host_name().ok(),
@@ -289,7 +301,8 @@ impl Snapshotter {
             disks: self.disks(),
             battery: self.battery(),
             workspace: workspace.map(Path::to_owned),
-            hyprland: self.hyprland(),
+            desktop,
+            hyprland,
         }
     }
 
@@ -433,20 +446,32 @@ impl Snapshotter {
         })
     }
 
-    fn hyprland(&mut self) -> Option<HyprState> {
-        if self.hyprland.is_none()
-            && let Some(last) = self.hyprland_redetect
-            && last.elapsed() >= HYPRLAND_REDETECT
+    /// The desktop section, and the `hyprland` one on Hyprland (from the same replies).
+    fn desktop(&mut self) -> (Option<Desktop>, Option<HyprState>) {
+        if self.compositor.is_none()
+            && let Some(last) = self.compositor_redetect
+            && last.elapsed() >= COMPOSITOR_REDETECT
         {
-            self.hyprland = Hyprland::detect(&ProcessEnv);
-            self.hyprland_redetect = Some(Instant::now());
+            self.compositor = Compositor::detect(&ProcessEnv);
+            self.compositor_redetect = Some(Instant::now());
         }
-        let h = self.hyprland.as_ref()?;
-        match h.state() {
-            Ok(state) => Some(state),
+        let Some(c) = self.compositor.as_ref() else {
+            return (None, None);
+        };
+        let got = match c {
+            Compositor::Hyprland(h) => h.desktop().map(|(d, s)| (d, Some(s))).map_err(Into::into),
+            Compositor::Sway(_) | Compositor::Niri(_) => c.desktop().map(|d| (d, None)),
+        };
+        match got {
+            Ok((desktop, hyprland)) => (Some(desktop), hyprland),
             Err(e) => {
-                tracing::debug!(error = %e, "Hyprland state unavailable");
-                None
+                tracing::debug!(error = %e, compositor = c.name(), "desktop state unavailable");
+                // A compositor found by detection may have gone (a new session has a new
+                // socket): look again after the interval.
+                if self.compositor_redetect.is_some() {
+                    self.compositor = None;
+                }
+                (None, None)
             }
         }
     }

@@ -11,11 +11,13 @@ use std::fmt::{self, Write};
 use std::time::Duration;
 
 use super::{BatteryInfo, MAX_DISKS, ProcessInfo, Snapshot, TOP_PROCESSES};
-use crate::hyprland::HyprState;
+use crate::compositor::Desktop;
 
 const PROMPT_NAME_CHARS: usize = 24;
 const PROMPT_TITLE_CHARS: usize = 80;
 const PROMPT_PATH_CHARS: usize = 120;
+/// Other workspaces and outputs named at most.
+const PROMPT_DESKTOP_ITEMS: usize = 8;
 /// Processes and disks in the brief text: the biggest few, the rest is a tool call away.
 const BRIEF_PROCESSES: usize = 3;
 const BRIEF_DISKS: usize = 3;
@@ -81,8 +83,8 @@ impl Snapshot {
                     cut(&w.to_string_lossy(), PROMPT_PATH_CHARS)
                 )?;
             }
-            if let Some(h) = &self.hyprland {
-                write_hyprland(s, h)?;
+            if let Some(d) = &self.desktop {
+                write_desktop(s, d)?;
             }
             Ok(())
         })
@@ -142,14 +144,14 @@ impl Snapshot {
             }
             write_battery(s, self.battery.as_ref())?;
             if let Some(w) = self
-                .hyprland
+                .desktop
                 .as_ref()
-                .and_then(|h| h.active_window.as_ref())
+                .and_then(|d| d.focused_window.as_ref())
             {
                 writeln!(
                     s,
                     "focused: {} \"{}\"",
-                    cut(&w.class, BRIEF_NAME_CHARS),
+                    cut(&w.app_id, BRIEF_NAME_CHARS),
                     cut(&w.title, BRIEF_TITLE_CHARS)
                 )?;
             }
@@ -248,22 +250,55 @@ fn write_battery(s: &mut String, battery: Option<&BatteryInfo>) -> fmt::Result {
     Ok(())
 }
 
-fn write_hyprland(s: &mut String, h: &HyprState) -> fmt::Result {
-    let ws = &h.active_workspace;
-    writeln!(
-        s,
-        "hyprland: workspace {} ({} windows)",
-        cut(&ws.name, PROMPT_NAME_CHARS),
-        ws.windows
-    )?;
-    if let Some(w) = &h.active_window {
-        writeln!(
+/// The desktop: the compositor and focused workspace, the focused window, the other
+/// workspaces with windows (capped), the outputs.
+fn write_desktop(s: &mut String, d: &Desktop) -> fmt::Result {
+    let focused_ws = d.workspaces.iter().find(|w| w.focused);
+    write!(s, "desktop: {}", d.compositor)?;
+    match (&d.focused_workspace, focused_ws) {
+        (Some(name), Some(w)) => write!(
             s,
-            "  focused: {} \"{}\" (pid {})",
-            cut(&w.class, PROMPT_NAME_CHARS),
+            ", workspace {} ({} windows)",
+            cut(name, PROMPT_NAME_CHARS),
+            w.windows
+        )?,
+        (Some(name), None) => write!(s, ", workspace {}", cut(name, PROMPT_NAME_CHARS))?,
+        (None, _) => {}
+    }
+    s.push('\n');
+    if let Some(w) = &d.focused_window {
+        write!(
+            s,
+            "  focused: {} \"{}\"",
+            cut(&w.app_id, PROMPT_NAME_CHARS),
             cut(&w.title, PROMPT_TITLE_CHARS),
-            w.pid
         )?;
+        if let Some(pid) = w.pid {
+            write!(s, " (pid {pid})")?;
+        }
+        s.push('\n');
+    }
+    let others: Vec<String> = d
+        .workspaces
+        .iter()
+        .filter(|w| !w.focused && w.windows > 0)
+        .take(PROMPT_DESKTOP_ITEMS)
+        .map(|w| format!("{} ({})", cut(&w.name, PROMPT_NAME_CHARS), w.windows))
+        .collect();
+    if !others.is_empty() {
+        writeln!(s, "  other workspaces: {}", others.join(", "))?;
+    }
+    let outputs: Vec<String> = d
+        .outputs
+        .iter()
+        .take(PROMPT_DESKTOP_ITEMS)
+        .map(|o| match (o.width, o.height) {
+            (Some(w), Some(h)) => format!("{} {w}x{h}", cut(&o.name, PROMPT_NAME_CHARS)),
+            _ => cut(&o.name, PROMPT_NAME_CHARS),
+        })
+        .collect();
+    if !outputs.is_empty() {
+        writeln!(s, "  outputs: {}", outputs.join(", "))?;
     }
     Ok(())
 }
@@ -273,7 +308,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::hyprland::{HyprState, Window, Workspace, WorkspaceRef};
+    use crate::compositor::{Output, Window, Workspace};
     use crate::snapshot::{
         BRIEF_TEXT_MAX_CHARS, BatteryInfo, BatteryState, DiskInfo, LoadAverage, Memory,
         PROMPT_TEXT_MAX_CHARS, ProcessInfo, Processes,
@@ -327,19 +362,38 @@ mod tests {
                 time_to_full_secs: Some(u64::MAX / 4),
             }),
             workspace: Some(PathBuf::from(format!("/{long}"))),
-            hyprland: Some(HyprState {
-                active_workspace: Workspace {
-                    id: i64::MIN,
-                    name: long.clone(),
-                    windows: u32::MAX,
-                },
-                active_window: Some(Window {
-                    class: long.clone(),
+            desktop: Some(Desktop {
+                compositor: "sway",
+                focused_window: Some(Window {
+                    id: long.clone(),
+                    app_id: long.clone(),
                     title: long.clone(),
-                    pid: i64::MIN,
-                    workspace: WorkspaceRef { id: 1, name: long },
+                    pid: Some(i64::MIN),
+                    workspace: Some(long.clone()),
+                    focused: true,
                 }),
+                focused_workspace: Some(long.clone()),
+                workspaces: vec![
+                    Workspace {
+                        name: long.clone(),
+                        output: Some(long.clone()),
+                        focused: false,
+                        windows: u32::MAX,
+                    };
+                    64
+                ],
+                outputs: vec![
+                    Output {
+                        name: long,
+                        focused: true,
+                        width: Some(u32::MAX),
+                        height: Some(u32::MAX),
+                        scale: Some(f64::MAX),
+                    };
+                    64
+                ],
             }),
+            hyprland: None,
         }
     }
 

@@ -1,5 +1,7 @@
-//! Hyprland tools: `hypr_state` (read) and `hypr_dispatch` (execute), over the
-//! compositor's command socket ([`crate::hyprland`]).
+//! The Hyprland-only tools `hypr_state` (read) and `hypr_dispatch` (execute), over
+//! Hyprland's command socket ([`crate::compositor::hyprland`]). Deprecated: the
+//! compositor-neutral `desktop_state` and `desktop_dispatch` ([`super::desktop`])
+//! replace them; they are kept unchanged for one release so souls naming them work.
 //!
 //! Both are hidden from the model when no Hyprland instance answers. `hypr_dispatch`
 //! accepts only dispatchers it knows, with arguments on one line and without the `;`
@@ -16,7 +18,7 @@ use super::ToolFuture;
 use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
-use crate::hyprland::Hyprland;
+use crate::compositor::Hyprland;
 
 /// Finds the compositor now (it may start or stop while the daemon runs).
 pub type Locate = Arc<dyn Fn() -> Option<Hyprland> + Send + Sync>;

@@ -9,6 +9,7 @@
 
 pub mod bus;
 pub mod delegate;
+pub mod desktop;
 mod disk;
 mod files;
 pub mod hypr;
@@ -126,7 +127,7 @@ pub trait Tool: Send + Sync {
         self.info().mutating
     }
 
-    /// Whether the tool can work here at all (Hyprland running, a journal present).
+    /// Whether the tool can work here at all (a compositor running, a journal present).
     /// Unavailable tools are not offered to the model.
     fn available(&self) -> bool {
         true
@@ -160,6 +161,12 @@ impl Registry {
             Arc::new(open::Open::detect()),
             Arc::new(system::SystemSnapshot),
             Arc::new(system::ProcessList),
+            Arc::new(desktop::DesktopState {
+                locate: desktop::locate_from_env(),
+            }),
+            Arc::new(desktop::DesktopDispatch {
+                locate: desktop::locate_from_env(),
+            }),
             Arc::new(hypr::HyprState {
                 locate: hypr::locate_from_env(),
             }),

@@ -72,3 +72,13 @@ pub const ACTIVE_WINDOW: &str = r#"{"address": "0x55d1", "mapped": true, "hidden
  "monitor": 0, "class": "kitty", "title": "vim ~/notes.md", "initialClass": "kitty",
  "initialTitle": "kitty", "pid": 4242, "xwayland": false, "pinned": false,
  "fullscreen": 0, "grouped": [], "tags": [], "swallowing": "0x0", "focusHistoryID": 0}"#;
+
+pub const WORKSPACES: &str = r#"[{"id": 1, "name": "1", "monitor": "DP-1", "monitorID": 0,
+ "windows": 1, "hasfullscreen": false, "lastwindow": "0x4410", "lastwindowtitle": "mail"},
+ {"id": 2, "name": "2", "monitor": "DP-1", "monitorID": 0, "windows": 3,
+ "hasfullscreen": false, "lastwindow": "0x55d1", "lastwindowtitle": "vim"}]"#;
+
+pub const MONITORS: &str = r#"[{"id": 0, "name": "DP-1", "description": "Dell", "width": 2560,
+ "height": 1440, "refreshRate": 59.95, "x": 0, "y": 0,
+ "activeWorkspace": {"id": 2, "name": "2"}, "scale": 1.25, "transform": 0,
+ "focused": true, "dpmsStatus": true, "disabled": false}]"#;

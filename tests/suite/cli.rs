@@ -264,6 +264,7 @@ fn snapshot_json_has_the_documented_keys() {
         "disks",
         "battery",
         "workspace",
+        "desktop",
         "hyprland",
     ] {
         assert!(v.get(key).is_some(), "{key} missing in {v}");

@@ -7,7 +7,9 @@ use std::path::Path;
 use familiar::hyprland::{HyprError, Hyprland, Window, Workspace, WorkspaceRef};
 use familiar::snapshot::Snapshotter;
 
-use crate::common::fake_hyprland::{ACTIVE_WINDOW, ACTIVE_WORKSPACE, FakeHyprland, Reply};
+use crate::common::fake_hyprland::{
+    ACTIVE_WINDOW, ACTIVE_WORKSPACE, FakeHyprland, MONITORS, Reply, WORKSPACES,
+};
 
 fn env(runtime: &Path, signature: Option<&str>) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
@@ -65,6 +67,7 @@ fn snapshot_of_this_machine_has_every_documented_key() {
         "disks",
         "battery",
         "workspace",
+        "desktop",
         "hyprland",
     ];
     want.sort_unstable();
@@ -93,7 +96,7 @@ fn snapshot_of_this_machine_has_every_documented_key() {
         }
     }
     assert_eq!(v["workspace"], "/tmp/ws");
-    assert!(v["hyprland"].is_null());
+    assert!(v["hyprland"].is_null() && v["desktop"].is_null());
     // This machine has no battery (a container or a desktop): absence is null, not an error.
     let has_battery = std::fs::read_dir("/sys/class/power_supply")
         .map(|d| {
@@ -220,6 +223,8 @@ fn snapshot_includes_hyprland_when_it_runs() {
         vec![
             ("j/activeworkspace", text(ACTIVE_WORKSPACE)),
             ("j/activewindow", text(ACTIVE_WINDOW)),
+            ("j/workspaces", text(WORKSPACES)),
+            ("j/monitors", text(MONITORS)),
         ],
     );
     let h = Hyprland::detect(&env(runtime.path(), Some("sig")));
@@ -234,9 +239,95 @@ fn snapshot_includes_hyprland_when_it_runs() {
                               "workspace": {"id": 2, "name": "2"}},
         })
     );
+    // The desktop section, from the same replies plus the workspaces and monitors.
+    assert_eq!(
+        v["desktop"],
+        serde_json::json!({
+            "compositor": "hyprland",
+            "focused_window": {"id": "0x55d1", "app_id": "kitty", "title": "vim ~/notes.md",
+                               "pid": 4242, "workspace": "2", "focused": true},
+            "focused_workspace": "2",
+            "workspaces": [
+                {"name": "1", "output": "DP-1", "focused": false, "windows": 1},
+                {"name": "2", "output": "DP-1", "focused": true, "windows": 3}],
+            "outputs": [{"name": "DP-1", "focused": true, "width": 2560, "height": 1440,
+                         "scale": 1.25}],
+        })
+    );
     assert!(
         snap.to_prompt_text()
             .contains("focused: kitty \"vim ~/notes.md\"")
+    );
+    assert!(
+        snap.to_brief_text()
+            .contains("focused: kitty \"vim ~/notes.md\""),
+        "the first reminder's glance names the window"
+    );
+    fake.finish();
+}
+
+#[test]
+fn snapshot_includes_niri_when_it_runs() {
+    use crate::common::fake_niri::{FakeNiri, OUTPUTS, WINDOWS, WORKSPACES as NIRI_WORKSPACES};
+    use familiar::compositor::{Compositor, Niri};
+    let runtime = tempfile::tempdir().unwrap();
+    let fake = FakeNiri::start(
+        runtime.path(),
+        vec![
+            ("\"Workspaces\"", NIRI_WORKSPACES),
+            ("\"Outputs\"", OUTPUTS),
+            ("\"Windows\"", WINDOWS),
+        ],
+    );
+    let mut env = env(runtime.path(), None);
+    env.insert("NIRI_SOCKET".to_owned(), fake.socket.display().to_string());
+    let niri = Compositor::detect(&env);
+    assert_eq!(niri, Some(Compositor::Niri(Niri::at(&fake.socket))));
+    let mut snapshotter = Snapshotter::with_compositor(niri).unwrap();
+    let snap = snapshotter.take(None);
+    let v = serde_json::to_value(&snap).unwrap();
+    assert_eq!(
+        v["desktop"],
+        serde_json::json!({
+            "compositor": "niri",
+            "focused_window": {"id": "12", "app_id": "Alacritty", "title": "~/src/familiar",
+                               "pid": 3141, "workspace": "1", "focused": true},
+            "focused_workspace": "1",
+            "workspaces": [
+                {"name": "1", "output": "eDP-1", "focused": true, "windows": 1},
+                {"name": "chat", "output": "eDP-1", "focused": false, "windows": 1}],
+            "outputs": [{"name": "eDP-1", "focused": true, "width": 1504, "height": 1002,
+                         "scale": 1.5}],
+        })
+    );
+    assert!(v["hyprland"].is_null());
+    let brief = snap.to_brief_text();
+    assert!(
+        brief.contains("focused: Alacritty \"~/src/familiar\""),
+        "{brief}"
+    );
+    assert!(
+        snap.to_prompt_text()
+            .contains("desktop: niri, workspace 1 (1 windows)"),
+        "{}",
+        snap.to_prompt_text()
+    );
+    fake.finish();
+}
+
+#[test]
+fn a_niri_error_reply_is_a_typed_refusal() {
+    use crate::common::fake_niri::FakeNiri;
+    use familiar::compositor::{IpcError, Niri};
+    let runtime = tempfile::tempdir().unwrap();
+    let fake = FakeNiri::start(
+        runtime.path(),
+        vec![("\"Workspaces\"", r#"{"Err":"compositor is shutting down"}"#)],
+    );
+    let err = Niri::at(&fake.socket).windows().unwrap_err();
+    assert!(
+        matches!(&err, IpcError::Refused { message, .. } if message == "compositor is shutting down"),
+        "{err}"
     );
     fake.finish();
 }

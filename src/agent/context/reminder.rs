@@ -244,6 +244,7 @@ mod tests {
             }],
             battery: None,
             workspace: None,
+            desktop: None,
             hyprland: None,
         }
     }

@@ -145,7 +145,7 @@ pub async fn run_checks(config_path: Option<&Path>) -> Vec<Check> {
     }
     checks.extend(system::sandbox_checks().await);
     checks.extend(system::bus_checks().await);
-    checks.push(system::hyprland_check());
+    checks.push(system::desktop_check());
     match &config {
         Some(c) => {
             checks.push(system::data_dir_check(&c.paths.data_dir));

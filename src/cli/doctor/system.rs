@@ -1,6 +1,6 @@
 //! The machine checks: Landlock and a real sandboxed read, the session bus, the
 //! daemon's name, the systemd user manager and units, the notification server,
-//! Hyprland's socket, the data dir.
+//! the compositor's socket (Hyprland, sway, niri), the data dir.
 
 use std::path::{Path, PathBuf};
 
@@ -334,32 +334,45 @@ fn units_check(manager: bool) -> Check {
     }
 }
 
-pub(super) fn hyprland_check() -> Check {
-    let in_session = std::env::var_os("HYPRLAND_INSTANCE_SIGNATURE").is_some_and(|s| !s.is_empty());
-    match crate::hyprland::Hyprland::detect(&ProcessEnv) {
-        Some(h) => match h.request("j/version") {
+pub(super) fn desktop_check() -> Check {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|s| !s.is_empty());
+    let named = [
+        "HYPRLAND_INSTANCE_SIGNATURE",
+        "SWAYSOCK",
+        "I3SOCK",
+        "NIRI_SOCKET",
+    ]
+    .into_iter()
+    .find(|k| set(k));
+    match crate::compositor::Compositor::detect(&ProcessEnv) {
+        Some(c) => match c.desktop() {
             Ok(_) => Check::ok(
-                "hyprland",
-                format!("Hyprland answers at {}", h.socket().display()),
+                "desktop",
+                format!("{} answers at {}", c.name(), c.socket().display()),
             ),
             Err(e) => Check::fail(
-                "hyprland",
+                "desktop",
                 format!(
-                    "Hyprland's socket {} does not answer: {e}",
-                    h.socket().display()
+                    "{}'s socket {} does not answer: {e}",
+                    c.name(),
+                    c.socket().display()
                 ),
-                "restart Hyprland, or unset a stale HYPRLAND_INSTANCE_SIGNATURE",
+                "restart the compositor, or unset a stale HYPRLAND_INSTANCE_SIGNATURE, SWAYSOCK or NIRI_SOCKET",
             ),
         },
-        None if in_session => Check::fail(
-            "hyprland",
-            "HYPRLAND_INSTANCE_SIGNATURE is set but its socket is missing",
-            "export the current signature: `dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE` in hyprland.conf's exec-once",
-        ),
-        None => Check::ok(
-            "hyprland",
-            "not in a Hyprland session: the Hyprland tools stay off",
-        ),
+        None => match named {
+            Some(var) => Check::fail(
+                "desktop",
+                format!("{var} is set but its socket is missing"),
+                format!(
+                    "export the session's value to the user manager: `dbus-update-activation-environment --systemd {var}` at the compositor's start"
+                ),
+            ),
+            None => Check::ok(
+                "desktop",
+                "not in a Hyprland, sway or niri session: the desktop tools stay off",
+            ),
+        },
     }
 }
 

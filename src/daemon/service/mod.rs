@@ -457,7 +457,8 @@ impl Service {
     }
 
     /// The config the daemon runs with, as JSON `{"config", "provider", "model",
-    /// "default_soul", "policy", "data_dir", "reload_error"}` (for `familiar status`,
+    /// "default_soul", "policy", "data_dir", "reload_error", "warm"}` (`warm`: each
+    /// warmed soul's prefix, docs/dbus.md) (for `familiar status`,
     /// `ask` and `doctor`: a client's own config, or data dir, may not be the daemon's;
     /// `reload_error` says what a reload could not take). Not constant: config.toml is
     /// reloaded.
@@ -478,6 +479,7 @@ impl Service {
             "policy": c.policy,
             "data_dir": c.paths.data_dir,
             "reload_error": self.shared.loaded.error(),
+            "warm": loaded.rt.warm.report(),
         });
         Ok(facts.to_string())
     }

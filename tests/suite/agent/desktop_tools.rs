@@ -114,3 +114,120 @@ async fn desktop_tools_are_not_offered_without_hyprland() {
             .is_none_or(|t| t.is_empty())
     );
 }
+
+fn desktop_tools(compositor: familiar::compositor::Compositor) -> Registry {
+    use familiar::tools::desktop::{DesktopDispatch, DesktopState, Locate as DesktopLocate};
+    let locate: DesktopLocate = Arc::new(move || Some(compositor.clone()));
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(DesktopState {
+            locate: Arc::clone(&locate),
+        }),
+        Arc::new(DesktopDispatch { locate }),
+    ];
+    Registry::with(tools)
+}
+
+const NEUTRAL: &str = "tools = [\"desktop_state\", \"desktop_dispatch\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn desktop_dispatch_moves_a_niri_window_to_a_workspace() {
+    use crate::common::fake_niri::{FakeNiri, HANDLED, OUTPUTS, WINDOWS, WORKSPACES};
+    use familiar::compositor::{Compositor, Niri};
+    let h = Harness::with(
+        vec![
+            tools_reply(&[("c1", "desktop_state", json!({}))]),
+            tools_reply(&[(
+                "c2",
+                "desktop_dispatch",
+                json!({"action": "move_to_workspace", "window": "13", "workspace": "1"}),
+            )]),
+            text_reply("Moved Element to workspace 1."),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    let action = json!({"Action": {"MoveWindowToWorkspace":
+        {"window_id": 13, "reference": {"Index": 1}, "focus": false}}})
+    .to_string();
+    let fake = FakeNiri::start(
+        h.home.path(),
+        vec![
+            ("\"Workspaces\"", WORKSPACES),
+            ("\"Outputs\"", OUTPUTS),
+            ("\"Windows\"", WINDOWS),
+            ("\"Workspaces\"", WORKSPACES),
+            ("\"Windows\"", WINDOWS),
+            (&action, HANDLED),
+        ],
+    );
+    let rt = h.runtime(desktop_tools(Compositor::Niri(Niri::at(&fake.socket))));
+    let (out, _) = h
+        .run(
+            rt,
+            h.spec(h.soul(NEUTRAL), "put Element on workspace 1", None),
+        )
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let state = tool_messages(&h.server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        state.contains("\"compositor\": \"niri\"") && state.contains("Element | familiar"),
+        "{state}"
+    );
+    let done = tool_messages(&h.server, 2).last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(done.contains("ok (niri)"), "{done}");
+    assert_eq!(fake.finish().last(), Some(&action));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked() {
+    use familiar::compositor::Compositor;
+    let h = Harness::with(
+        vec![
+            tools_reply(&[(
+                "c1",
+                "desktop_dispatch",
+                json!({"action": "move_to_workspace", "window": "0x55d1", "workspace": "3"}),
+            )]),
+            tools_reply(&[(
+                "c2",
+                "desktop_dispatch",
+                json!({"action": "launch", "command": "kitty"}),
+            )]),
+            text_reply("Moved; kitty was not started."),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    // Only the move reaches the compositor: the launch waits for an approval nobody gives.
+    let fake = FakeHyprland::start(
+        &h.home.path().join("run"),
+        "sig",
+        vec![(
+            "dispatch movetoworkspacesilent 3,address:0x55d1",
+            Hypr::Text("ok".into()),
+        )],
+    );
+    let rt = h.runtime(desktop_tools(Compositor::Hyprland(Hyprland::at(
+        fake.socket.clone(),
+    ))));
+    let (out, events) = h
+        .run(
+            rt,
+            h.spec(h.soul(NEUTRAL), "move it and open a terminal", None),
+        )
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    assert_eq!(count(&events, "approval_requested"), 1);
+    assert_eq!(
+        fake.finish(),
+        ["dispatch movetoworkspacesilent 3,address:0x55d1"]
+    );
+}

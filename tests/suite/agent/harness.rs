@@ -200,6 +200,7 @@ impl Harness {
                 self.config.memory.max_entries_per_scope,
             ),
             calibrations: Default::default(),
+            warm: Default::default(),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &self.config.mcp,
                 SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),

@@ -2,6 +2,7 @@
 //! tools, no timing assertions (tests wait for events).
 
 mod cache_prefix;
+mod desktop_sway;
 mod desktop_tools;
 pub mod harness;
 mod hooks;

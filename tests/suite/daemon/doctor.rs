@@ -58,7 +58,7 @@ async fn doctor_passes_a_working_setup_and_warns_about_the_rest() {
         "unix_sockets",
         "sandbox",
         "session_bus",
-        "hyprland",
+        "desktop",
         "data_dir",
     ] {
         assert_eq!(status(&c, ok), "ok", "{ok}: {c:#?}");

@@ -16,6 +16,7 @@ mod steering;
 mod systemd;
 mod unit_hardening;
 mod user_manager;
+mod warm;
 mod when;
 
 use std::io::{BufRead, BufReader};

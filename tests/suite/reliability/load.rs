@@ -93,7 +93,7 @@ async fn loaded_daemon_limited(
     home.write_config(
         "config.toml",
         &format!(
-            "{policy}[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n\
+            "{policy}[warm]\nenabled = false\n[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n\
              [daemon]\nmax_concurrent_tasks = {concurrent}\nqueue_limit = 2000\n",
             server.base
         ),

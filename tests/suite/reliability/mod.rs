@@ -36,12 +36,13 @@ pub fn full_load() -> bool {
     std::env::var("FAMILIAR_LOAD").is_ok_and(|v| v == "full")
 }
 
-/// `config.toml` for the real binary against `server` (no retries: a fault is final).
+/// `config.toml` for the real binary against `server` (no retries: a fault is final;
+/// no warm request: the scripted server answers the tasks' requests only).
 pub fn write_config(home: &TestHome, server: &LlmServer, extra: &str) {
     home.write_config(
         "config.toml",
         &format!(
-            "[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n{extra}",
+            "[warm]\nenabled = false\n[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 0\n{extra}",
             server.base
         ),
     );

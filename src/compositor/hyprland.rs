@@ -1,5 +1,6 @@
 //! A small client of Hyprland's command socket (hyprland-rs is GPL, and hyprctl would
-//! be a subprocess per question).
+//! be a subprocess per question): the [`super::Compositor`] for Hyprland, and the
+//! `hyprland` section of the snapshot and `hypr_state` kept as they were.
 //!
 //! The socket is `$XDG_RUNTIME_DIR/hypr/$HYPRLAND_INSTANCE_SIGNATURE/.socket.sock`. The
 //! compositor serves it synchronously on its main thread: one connection per request
@@ -8,19 +9,16 @@
 //! compositor can delay a snapshot, never hang the daemon or fill its memory.
 
 use std::io::{self, Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
+use super::{Action, CompositorError, Desktop, MAX_LISTED, Output, runtime_dir};
+pub use super::{IO_TIMEOUT, MAX_REPLY_BYTES};
 use crate::config::Env;
-
-/// Longest we wait for one read or write on the socket.
-pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
-/// Largest reply we read (`j/clients` with hundreds of windows is well under this).
-pub const MAX_REPLY_BYTES: u64 = 8 * 1024 * 1024;
 const SOCKET_NAME: &str = ".socket.sock";
 
 #[derive(Debug, thiserror::Error)]
@@ -219,21 +217,127 @@ impl Hyprland {
     }
 }
 
+/// The desktop layer's questions and actions, over the requests above.
+impl Hyprland {
+    /// The [`Desktop`] and the `hyprland` snapshot section, from one round of requests.
+    pub fn desktop(&self) -> Result<(Desktop, HyprState), HyprError> {
+        let active_workspace = self.active_workspace()?;
+        let raw_window = self.request_json("j/activewindow")?;
+        let active_window = self.active_window_from(raw_window.clone())?;
+        let workspaces = self.request_json("j/workspaces")?;
+        let monitors = self.request_json("j/monitors")?;
+        let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(super::cut);
+        let focused_window = active_window.as_ref().map(|w| super::Window {
+            id: str_of(&raw_window, "address").unwrap_or_default(),
+            app_id: super::cut(&w.class),
+            title: super::cut(&w.title),
+            pid: Some(w.pid),
+            workspace: Some(super::cut(&w.workspace.name)),
+            focused: true,
+        });
+        let workspaces = list(&workspaces)
+            .map(|w| super::Workspace {
+                name: str_of(w, "name").unwrap_or_default(),
+                output: str_of(w, "monitor"),
+                focused: w.get("id").and_then(Value::as_i64) == Some(active_workspace.id),
+                windows: w.get("windows").and_then(Value::as_u64).unwrap_or(0) as u32,
+            })
+            .collect();
+        let outputs = list(&monitors)
+            .map(|m| Output {
+                name: str_of(m, "name").unwrap_or_default(),
+                focused: m.get("focused").and_then(Value::as_bool).unwrap_or(false),
+                width: m.get("width").and_then(Value::as_u64).map(|n| n as u32),
+                height: m.get("height").and_then(Value::as_u64).map(|n| n as u32),
+                scale: m.get("scale").and_then(Value::as_f64),
+            })
+            .collect();
+        let desktop = Desktop {
+            compositor: "hyprland",
+            focused_window,
+            focused_workspace: Some(super::cut(&active_workspace.name)),
+            workspaces,
+            outputs,
+        };
+        let state = HyprState {
+            active_workspace,
+            active_window,
+        };
+        Ok((desktop, state))
+    }
+
+    fn active_window_from(&self, v: Value) -> Result<Option<Window>, HyprError> {
+        if v.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(None);
+        }
+        serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| invalid("j/activewindow", &e.to_string(), &v.to_string()))
+    }
+
+    /// `desktop_state` on Hyprland: what `hypr_state` returned (Hyprland's own replies)
+    /// and the compositor's name.
+    pub fn full_state(&self) -> Result<Value, HyprError> {
+        Ok(json!({
+            "compositor": "hyprland",
+            "active_workspace": self.request_json("j/activeworkspace")?,
+            "active_window": self.request_json("j/activewindow")?,
+            "workspaces": self.request_json("j/workspaces")?,
+            "clients": self.request_json("j/clients")?,
+        }))
+    }
+
+    /// A `desktop_dispatch` action as a dispatcher.
+    pub fn perform(&self, action: &Action) -> Result<String, CompositorError> {
+        let (dispatcher, args) = dispatcher_for(action)?;
+        self.dispatch(dispatcher, &args)?;
+        Ok(format!("dispatch {dispatcher} {args}")
+            .trim_end()
+            .to_owned())
+    }
+}
+
+/// The dispatcher and arguments that perform `action` (a window by its address).
+fn dispatcher_for(action: &Action) -> Result<(&'static str, String), CompositorError> {
+    let address = |id: &str| -> Result<String, CompositorError> {
+        let id = id.trim();
+        let hex = id.strip_prefix("0x").unwrap_or(id);
+        if hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(CompositorError::BadArgument(format!(
+                "window `{id}` is not a Hyprland window address (0x…, as desktop_state lists them)"
+            )));
+        }
+        Ok(format!("address:0x{hex}"))
+    };
+    Ok(match action {
+        Action::FocusWindow { window } => ("focuswindow", address(window)?),
+        Action::MoveToWorkspace { window, workspace } => {
+            let ws = super::check_workspace(workspace)?;
+            match window {
+                Some(w) => ("movetoworkspacesilent", format!("{ws},{}", address(w)?)),
+                None => ("movetoworkspacesilent", ws.to_owned()),
+            }
+        }
+        Action::SwitchWorkspace { workspace } => {
+            ("workspace", super::check_workspace(workspace)?.to_owned())
+        }
+        Action::Launch { command } => ("exec", super::check_command(command)?.to_owned()),
+        Action::CloseWindow { window: Some(w) } => ("closewindow", address(w)?),
+        Action::CloseWindow { window: None } => ("killactive", String::new()),
+    })
+}
+
+/// The elements of a JSON array reply, at most [`MAX_LISTED`].
+fn list(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten().take(MAX_LISTED)
+}
+
 fn invalid(cmd: &str, reason: &str, reply: &str) -> HyprError {
     HyprError::InvalidReply {
         cmd: cmd.to_owned(),
         reason: reason.to_owned(),
         snippet: reply.chars().take(200).collect(),
     }
-}
-
-/// `$XDG_RUNTIME_DIR`, else `/run/user/UID` (what systemd-logind creates).
-fn runtime_dir(env: &dyn Env) -> Option<PathBuf> {
-    env.path("XDG_RUNTIME_DIR").or_else(|| {
-        // Our uid without unsafe code: /proc/self belongs to us.
-        let uid = std::fs::metadata("/proc/self").ok()?.uid();
-        Some(PathBuf::from(format!("/run/user/{uid}")))
-    })
 }
 
 #[cfg(test)]
@@ -264,6 +368,23 @@ mod tests {
         ]
         .into();
         assert_eq!(Hyprland::detect(&env), None);
+    }
+
+    #[test]
+    fn actions_become_dispatchers() {
+        let ws = |w: &str| Action::MoveToWorkspace {
+            window: Some(w.to_owned()),
+            workspace: "2".to_owned(),
+        };
+        assert_eq!(
+            dispatcher_for(&ws("0x55d1")).unwrap(),
+            ("movetoworkspacesilent", "2,address:0x55d1".to_owned())
+        );
+        assert!(dispatcher_for(&ws("class:foot")).is_err());
+        assert_eq!(
+            dispatcher_for(&Action::CloseWindow { window: None }).unwrap(),
+            ("killactive", String::new())
+        );
     }
 
     #[test]

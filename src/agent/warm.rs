@@ -1,0 +1,455 @@
+//! A warmed prefix: a soul's system prompt and tools sent to its local model server
+//! ahead of the first real request, asking for (almost) no output, so the server's
+//! prompt cache holds them when the key is pressed.
+//!
+//! Invariant: the warm request is built by the same code as a task's first request
+//! ([`prefix_request`]: [`system_prompt`] over the same parts, the registry's
+//! definitions in the soul's order, the provider's own wire format through
+//! [`LlmClient`]), so its prefix is byte for byte the real one's and the cache hits.
+//! Only what follows the prefix differs: one short user message, and `max_tokens` 1
+//! (llama.cpp caches every prompt it reads by default; Ollama's `num_predict` comes
+//! from `max_tokens`, its `keep_alive` from the provider's table).
+//!
+//! [`Warmth`] is what the process knows of each soul's prefix (cold, warming, warm,
+//! skipped, failed), shared through the [`Runtime`] and fed by its hooks: a real
+//! request cancels a warm request in flight (`before_llm`), and a request whose server
+//! reused much less than the warmed prefix marks the soul cold again (`after_llm`: the
+//! server restarted or evicted it). When and whether to warm is the daemon's
+//! (`daemon::warm`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::context::memory_notes;
+use crate::agent::context::system_prompt::{PromptParts, system_prompt};
+use crate::agent::family::subagent::delegates;
+use crate::agent::hooks::{Hooks, TaskRef};
+use crate::agent::runtime::Runtime;
+use crate::llm::{ClientEvent, LlmClient, LlmError, Message, Request, StreamEvent, Usage};
+use crate::soul::Soul;
+
+/// What follows the prefix in a warm request: a user message must close the prompt,
+/// and one this short costs a few tokens.
+const WARM_USER_MESSAGE: &str = "ok";
+/// A later request that reused less than this share of the warmed prefix found the
+/// server's cache gone.
+const LOST_SHARE: f64 = 0.5;
+
+/// Where a soul's prefix stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarmState {
+    /// Not sent since the daemon started, its config was reloaded or the server lost it.
+    Cold,
+    Warming,
+    Warm,
+    /// Not sent: a hosted API, MCP tools, or the machine's conditions (the reason says).
+    Skipped,
+    /// The request failed or a real request cancelled it.
+    Failed,
+}
+
+/// One soul's prefix, as `familiar status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SoulWarmth {
+    pub state: WarmState,
+    /// The warm request's prompt tokens and how many the server already held.
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// How long the warm request took.
+    pub ms: u64,
+    /// RFC 3339 UTC of the last change.
+    pub at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whether the server reports reused tokens (llama.cpp does, Ollama does not): only
+    /// then can a lost cache be noticed.
+    #[serde(skip)]
+    counts_cache: bool,
+}
+
+impl SoulWarmth {
+    fn new(state: WarmState, reason: Option<String>) -> SoulWarmth {
+        SoulWarmth {
+            state,
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            ms: 0,
+            at: crate::store::now_rfc3339(),
+            reason,
+            counts_cache: false,
+        }
+    }
+}
+
+/// What the process knows of each soul's prefix; cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub struct Warmth(Arc<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    souls: Mutex<BTreeMap<String, SoulWarmth>>,
+    /// The warm request in flight, which a real request cancels.
+    in_flight: Mutex<Option<CancellationToken>>,
+    /// Wakes the daemon's warmer: a reload, or a soul gone cold.
+    wake: Notify,
+}
+
+impl Warmth {
+    /// The same state, every soul cold again, the warmer woken: what a reload hands the
+    /// new runtime (its prompts, tools or server may have changed).
+    pub fn after_reload(&self) -> Warmth {
+        self.lock().values_mut().for_each(|w| {
+            *w = SoulWarmth::new(WarmState::Cold, Some("config reloaded".to_owned()));
+        });
+        self.0.wake.notify_one();
+        self.clone()
+    }
+
+    /// Waits until something asks for warming again.
+    pub async fn woken(&self) {
+        self.0.wake.notified().await;
+    }
+
+    /// Every soul's state, by soul id.
+    pub fn report(&self) -> BTreeMap<String, SoulWarmth> {
+        self.lock().clone()
+    }
+
+    /// Whether `soul` needs a warm request (never sent, or cold again).
+    pub fn is_cold(&self, soul: &str) -> bool {
+        self.lock().get(soul).is_none_or(|w| {
+            matches!(
+                w.state,
+                WarmState::Cold | WarmState::Failed | WarmState::Skipped
+            )
+        })
+    }
+
+    /// Records `soul`'s new state.
+    pub fn set(&self, soul: &str, state: WarmState, reason: Option<String>) {
+        let mut souls = self.lock();
+        let counts_cache = souls.get(soul).is_some_and(|w| w.counts_cache);
+        let mut w = SoulWarmth::new(state, reason);
+        w.counts_cache = counts_cache;
+        souls.insert(soul.to_owned(), w);
+    }
+
+    fn warmed(&self, soul: &str, done: &Warmed) {
+        let mut souls = self.lock();
+        let counts_cache =
+            souls.get(soul).is_some_and(|w| w.counts_cache) || done.cached_tokens > 0;
+        souls.insert(
+            soul.to_owned(),
+            SoulWarmth {
+                state: WarmState::Warm,
+                prompt_tokens: done.prompt_tokens,
+                cached_tokens: done.cached_tokens,
+                ms: done.ms,
+                at: crate::store::now_rfc3339(),
+                reason: None,
+                counts_cache,
+            },
+        );
+    }
+
+    /// Registers the warm request about to be sent; a real request cancels it.
+    fn start(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        *self
+            .0
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(token.clone());
+        token
+    }
+
+    fn finish(&self) {
+        self.0
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, SoulWarmth>> {
+        self.0.souls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Hooks for Warmth {
+    /// A real request goes first: a warm request in flight stops (the server keeps what
+    /// it had read of the prefix).
+    fn before_llm(&self, task: &TaskRef<'_>, _request: &Request) {
+        let token = self
+            .0
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(token) = token {
+            tracing::debug!(task_id = %task.task_id, "a real request cancels the warm request in flight");
+            token.cancel();
+        }
+    }
+
+    /// A request of a warm soul that reused much less than its prefix: the server lost
+    /// its cache (a restart, an eviction), so the soul is cold and the warmer woken.
+    fn after_llm(&self, task: &TaskRef<'_>, result: Result<&Usage, &LlmError>) {
+        let Ok(usage) = result else { return };
+        let soul = task.soul.as_str();
+        let mut souls = self.lock();
+        let Some(w) = souls.get_mut(soul) else { return };
+        w.counts_cache |= usage.cache_read_tokens > 0;
+        let lost = w.state == WarmState::Warm
+            && w.counts_cache
+            && usage.input_tokens > 0
+            && (usage.cache_read_tokens as f64) < w.prompt_tokens as f64 * LOST_SHARE;
+        if lost {
+            tracing::info!(
+                soul,
+                cached = usage.cache_read_tokens,
+                prefix = w.prompt_tokens,
+                "the model server no longer holds the soul's prefix: warming it again"
+            );
+            *w = SoulWarmth {
+                counts_cache: true,
+                ..SoulWarmth::new(
+                    WarmState::Cold,
+                    Some("the server lost its cache".to_owned()),
+                )
+            };
+            drop(souls);
+            self.0.wake.notify_one();
+        }
+    }
+}
+
+/// Why a soul's prefix was not warmed.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmError {
+    /// Not an error: warming does not apply (a hosted API, MCP tools, config).
+    #[error("{0}")]
+    Skipped(String),
+    #[error("no model for the soul: {0}")]
+    Client(LlmError),
+    #[error("the warm request failed: {0}")]
+    Request(LlmError),
+    #[error("a real request went first")]
+    Cancelled,
+}
+
+/// What a warm request cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Warmed {
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub ms: u64,
+}
+
+/// The request a task of `soul` would start with, up to its first message: the same
+/// system prompt and tools, then [`WARM_USER_MESSAGE`], with one token of output. The
+/// client is the one a task of the soul gets.
+pub fn prefix_request(rt: &Runtime, soul: &Soul) -> Result<(LlmClient, Request), WarmError> {
+    if soul
+        .grant
+        .tools
+        .iter()
+        .any(|t| t.starts_with(crate::catalog::MCP_PREFIX))
+    {
+        return Err(WarmError::Skipped(
+            "its MCP tools are found when a task starts".to_owned(),
+        ));
+    }
+    let (client, model, _) = rt.llm.client(soul).map_err(WarmError::Client)?;
+    let tools = rt.tools.definitions(&soul.grant.tools);
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    // A task somebody submitted is at depth 1 (`TaskSpec::depth`).
+    let system = system_prompt(&PromptParts {
+        soul,
+        policy: &rt.policy,
+        tools: &names,
+        memory: &memory_notes(rt, soul),
+        delegates: delegates(soul, 1),
+    });
+    let request = Request {
+        model: client.model_override().unwrap_or(&model).to_owned(),
+        system,
+        messages: vec![Message::user_text(WARM_USER_MESSAGE)],
+        tools,
+        max_tokens: 1,
+        temperature: client.temperature(),
+    };
+    Ok((client, request))
+}
+
+/// A warm request ready to send.
+pub struct Prepared {
+    client: LlmClient,
+    request: Request,
+}
+
+/// The warm request of `soul`, unless warming does not apply to it
+/// ([`WarmError::Skipped`]: a hosted API without `[warm] enabled = true`, MCP tools).
+pub fn prepare(rt: &Runtime, soul: &Soul) -> Result<Prepared, WarmError> {
+    let provider = rt
+        .config
+        .provider(soul.provider.as_deref())
+        .map_err(|e| WarmError::Skipped(e.to_string()))?;
+    if !rt.config.warm.applies_to(&provider.base_url) {
+        return Err(WarmError::Skipped(format!(
+            "provider `{}` is not on this machine or network ([warm] enabled = true warms it)",
+            provider.name
+        )));
+    }
+    let (client, request) = prefix_request(rt, soul)?;
+    Ok(Prepared { client, request })
+}
+
+/// Sends a prepared warm request of `soul` once and records the outcome in `rt.warm`.
+/// A real request cancels it.
+pub async fn warm(rt: &Runtime, soul: &str, prepared: Prepared) -> Result<Warmed, WarmError> {
+    let Prepared {
+        mut client,
+        request,
+    } = prepared;
+    rt.warm.set(soul, WarmState::Warming, None);
+    let cancel = rt.warm.start();
+    let result = send(&mut client, &request, cancel).await;
+    rt.warm.finish();
+    match &result {
+        Ok(done) => rt.warm.warmed(soul, done),
+        // The real request reads the prefix itself; the next wake-up tries again.
+        Err(e @ WarmError::Cancelled) => rt.warm.set(soul, WarmState::Cold, Some(e.to_string())),
+        Err(e) => rt.warm.set(soul, WarmState::Failed, Some(e.to_string())),
+    }
+    result
+}
+
+async fn send(
+    client: &mut LlmClient,
+    request: &Request,
+    cancel: CancellationToken,
+) -> Result<Warmed, WarmError> {
+    let started = Instant::now();
+    let (mut usage, mut progress_cached, mut progress_total) = (Usage::default(), 0, 0);
+    let mut stream = client.stream(request, cancel);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(ClientEvent::Event(StreamEvent::Usage { usage: u })) => usage = u,
+            Ok(ClientEvent::Event(StreamEvent::PromptProgress { cached, total, .. })) => {
+                (progress_cached, progress_total) = (cached, total);
+            }
+            Ok(_) => {}
+            Err(LlmError::Cancelled) => return Err(WarmError::Cancelled),
+            Err(e) => return Err(WarmError::Request(e)),
+        }
+    }
+    Ok(Warmed {
+        prompt_tokens: usage.input_tokens.max(progress_total),
+        cached_tokens: usage.cache_read_tokens.max(progress_cached),
+        ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{SessionId, SoulId, TaskId};
+
+    fn usage(input: u64, cached: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: 1,
+            cache_read_tokens: cached,
+            cache_write_tokens: 0,
+        }
+    }
+
+    fn on_task(w: &Warmth, soul: &str, f: impl FnOnce(&Warmth, &TaskRef<'_>)) {
+        let (task_id, session_id) = (TaskId::generate(), SessionId::generate());
+        let soul = SoulId::new(soul).unwrap();
+        f(
+            w,
+            &TaskRef {
+                task_id: &task_id,
+                session_id: &session_id,
+                soul: &soul,
+            },
+        );
+    }
+
+    #[test]
+    fn a_server_that_reuses_little_of_a_warm_prefix_lost_it() {
+        let w = Warmth::default();
+        let done = Warmed {
+            prompt_tokens: 2000,
+            cached_tokens: 0,
+            ms: 10,
+        };
+        w.warmed("ask", &done);
+        // The first real request reuses the prefix: the server counts reused tokens.
+        on_task(&w, "ask", |w, t| w.after_llm(t, Ok(&usage(2100, 1990))));
+        assert_eq!(w.report()["ask"].state, WarmState::Warm);
+        // A later one reused almost nothing: a restart or an eviction.
+        on_task(&w, "ask", |w, t| w.after_llm(t, Ok(&usage(2100, 40))));
+        assert_eq!(w.report()["ask"].state, WarmState::Cold);
+        assert!(w.is_cold("ask"));
+    }
+
+    #[test]
+    fn a_server_that_never_counts_reused_tokens_is_never_thought_cold() {
+        let w = Warmth::default();
+        w.warmed(
+            "ask",
+            &Warmed {
+                prompt_tokens: 2000,
+                cached_tokens: 0,
+                ms: 10,
+            },
+        );
+        on_task(&w, "ask", |w, t| w.after_llm(t, Ok(&usage(2100, 0))));
+        assert_eq!(
+            w.report()["ask"].state,
+            WarmState::Warm,
+            "Ollama reports no reuse"
+        );
+    }
+
+    #[test]
+    fn a_real_request_cancels_the_warm_request_in_flight() {
+        let w = Warmth::default();
+        let token = w.start();
+        let request = Request {
+            model: "m".into(),
+            system: String::new(),
+            messages: vec![],
+            tools: vec![],
+            max_tokens: 1,
+            temperature: None,
+        };
+        on_task(&w, "other", |w, t| w.before_llm(t, &request));
+        assert!(token.is_cancelled());
+    }
+
+    #[test]
+    fn a_reload_makes_every_soul_cold() {
+        let w = Warmth::default();
+        w.warmed(
+            "ask",
+            &Warmed {
+                prompt_tokens: 2000,
+                cached_tokens: 0,
+                ms: 10,
+            },
+        );
+        let after = w.after_reload();
+        assert_eq!(after.report()["ask"].state, WarmState::Cold);
+    }
+}

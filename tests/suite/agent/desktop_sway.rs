@@ -1,0 +1,112 @@
+//! The desktop layer against a real headless sway with a real window (`foot`): the
+//! snapshot and the first reminder's glance name the window, and `desktop_dispatch`
+//! moves it to workspace 2, which sway's own tree (`swaymsg -t get_tree`) shows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use familiar::compositor::{Compositor, Sway};
+use familiar::snapshot::Snapshotter;
+use familiar::store::TaskStatus;
+use familiar::tools::desktop::{DesktopDispatch, DesktopState, Locate};
+use familiar::tools::{Registry, Tool};
+use serde_json::json;
+
+use super::harness::*;
+use crate::common::headless_sway::{HeadlessSway, window_in};
+use crate::common::skip;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foot_window_is_seen_and_moved_to_workspace_2_on_a_real_sway() {
+    let Some(mut sway) = HeadlessSway::start() else {
+        return;
+    };
+    if skip::program("foot", "foot").is_none() {
+        return;
+    }
+    sway.run_client("foot", &["-e", "sleep", "600"]);
+    let (id, workspace) = sway.wait_for_window("foot");
+    assert_eq!(workspace, "1");
+
+    // Found as the daemon finds it: from SWAYSOCK.
+    let env: BTreeMap<String, String> = [
+        ("SWAYSOCK".to_owned(), sway.socket.display().to_string()),
+        (
+            "XDG_RUNTIME_DIR".to_owned(),
+            sway.runtime.path().display().to_string(),
+        ),
+    ]
+    .into();
+    let compositor = Compositor::detect(&env).expect("sway is found");
+    assert_eq!(compositor, Compositor::Sway(Sway::at(&sway.socket)));
+    let snap = Snapshotter::with_compositor(Some(compositor.clone()))
+        .unwrap()
+        .take(None);
+    let desktop = snap.desktop.clone().expect("the desktop section");
+    assert_eq!(desktop.compositor, "sway");
+    let focused = desktop.focused_window.expect("foot has the focus");
+    assert_eq!(
+        (focused.app_id.as_str(), focused.id.clone()),
+        ("foot", id.to_string())
+    );
+    assert_eq!(desktop.focused_workspace.as_deref(), Some("1"));
+    assert_eq!(desktop.outputs[0].name, "HEADLESS-1");
+
+    let h = Harness::with(
+        vec![
+            tools_reply(&[("c1", "desktop_state", json!({}))]),
+            tools_reply(&[(
+                "c2",
+                "desktop_dispatch",
+                json!({"action": "move_to_workspace", "window": id.to_string(), "workspace": "2"}),
+            )]),
+            text_reply("The terminal is on workspace 2."),
+        ],
+        "",
+        OPEN_POLICY,
+    )
+    .await;
+    let locate: Locate = {
+        let c = compositor.clone();
+        Arc::new(move || Some(c.clone()))
+    };
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(DesktopState {
+            locate: Arc::clone(&locate),
+        }),
+        Arc::new(DesktopDispatch { locate }),
+    ];
+    let rt = h.runtime(Registry::with(tools));
+    *rt.snapshotter.lock().unwrap() = Snapshotter::with_compositor(Some(compositor)).unwrap();
+    let soul = h.soul("tools = [\"desktop_state\", \"desktop_dispatch\"]\n");
+    let (out, _) = h
+        .run(rt, h.spec(soul, "move the terminal to workspace 2", None))
+        .await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+
+    // The first request's reminder glances at the focused window.
+    let first = h.server.requests()[0].body["messages"].to_string();
+    assert!(first.contains("focused: foot"), "{first}");
+    let state = tool_messages(&h.server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        state.contains("\"compositor\": \"sway\"") && state.contains("\"app_id\": \"foot\""),
+        "{state}"
+    );
+    let done = tool_messages(&h.server, 2).last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        done.contains(&format!(
+            "[con_id={id}] move container to workspace number 2"
+        )),
+        "{done}"
+    );
+    assert_eq!(
+        window_in(&sway.tree(), "foot", None),
+        Some((id, "2".to_owned()))
+    );
+}
