@@ -20,9 +20,9 @@
 //!   decision for one call; the session-bus contract (names, errors, proxies); the
 //!   compositor's socket.
 //! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
-//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`]: the tool catalog and
-//!   tiers, shared errors, newtype ids, tracing, the Secret Service client that reads
-//!   and stores API keys.
+//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`], [`launcher`]: the tool
+//!   catalog and tiers, shared errors, newtype ids, tracing, the Secret Service client
+//!   that reads and stores API keys, the user's dmenu-style launcher.
 //! - `fuzzing` (hidden, built only under `--cfg fuzzing`, which cargo-fuzz sets, and in
 //!   the unit tests): entry points for the cargo-fuzz targets in `fuzz/`.
 
@@ -41,6 +41,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod hyprland;
 pub mod ids;
+pub mod launcher;
 pub mod llm;
 pub mod logging;
 pub mod mcp;

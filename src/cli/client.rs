@@ -53,7 +53,12 @@ pub fn classify(e: zbus::Error) -> Failure {
             return Failure::unreachable(message);
         }
         n if n.starts_with("org.freedesktop.DBus.Error.Spawn") => {
-            return Failure::unreachable(format!("activation failed: {message}"));
+            return Failure {
+                exit: Exit::Unreachable,
+                message: format!(
+                    "the familiar daemon could not be started ({message}): `familiar doctor` says why (a config.toml that does not load shows there), `journalctl --user -u familiar` has its last words"
+                ),
+            };
         }
         n if n == format!("{}.ShuttingDown", crate::dbus::ERROR_PREFIX) => Exit::Unreachable,
         // An unknown task id (cancel) and an unknown request id (approve, deny) are
@@ -83,6 +88,41 @@ pub async fn connect() -> Result<(Connection, Agent1Proxy<'static>), Failure> {
     })?;
     let proxy = Agent1Proxy::new(&conn).await.map_err(classify)?;
     Ok((conn, proxy))
+}
+
+/// Whether the daemon can be reached: it owns its name, or the bus can start it (then
+/// it is started now, in the background, so that it is up by the time it is asked).
+pub async fn reachable() -> Result<(), Failure> {
+    let (conn, _) = connect().await?;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.map_err(classify)?;
+    let name = zbus::names::BusName::try_from(crate::dbus::NAME).map_err(classify)?;
+    if dbus
+        .name_has_owner(name.clone())
+        .await
+        .map_err(|e| classify(e.into()))?
+    {
+        return Ok(());
+    }
+    let activatable = dbus
+        .list_activatable_names()
+        .await
+        .map_err(|e| classify(e.into()))?;
+    if !activatable.iter().any(|n| n.as_str() == crate::dbus::NAME) {
+        return Err(Failure::unreachable(
+            "nothing owns dev.familiar.Agent1 and the session bus has no activation file for it",
+        ));
+    }
+    let wellknown = zbus::names::WellKnownName::try_from(crate::dbus::NAME).map_err(classify)?;
+    tokio::spawn(async move {
+        if let Err(e) = dbus
+            .start_service_by_name(wellknown, 0)
+            .await
+        {
+            // `Submit` starts it again and reports what went wrong.
+            tracing::debug!("starting the daemon ahead of the prompt: {e}");
+        }
+    });
+    Ok(())
 }
 
 /// A small runtime for a client command: one thread, nothing more.

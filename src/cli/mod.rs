@@ -16,6 +16,7 @@ mod mcp;
 mod memory;
 mod output;
 mod printer;
+mod progress;
 mod prompt;
 mod prune;
 mod run;

@@ -467,6 +467,7 @@ impl Service {
             "policy": c.policy,
             "data_dir": c.paths.data_dir,
             "reload_error": self.shared.loaded.error(),
+            "result_timeout_ms": u64::try_from(c.notifications.result_timeout.as_millis()).unwrap_or(u64::MAX),
         });
         Ok(facts.to_string())
     }
