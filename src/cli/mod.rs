@@ -7,6 +7,7 @@
 
 mod ask;
 mod call_args;
+mod chooser;
 mod client;
 mod complete;
 mod doctor;
@@ -100,10 +101,16 @@ pub enum Command {
         /// The task's id (t-…), as `familiar tasks` lists it
         task_id: String,
     },
-    /// Approve a pending approval request
+    /// Approve a pending approval request, or choose the answer in the launcher
     Approve {
         /// The request's id (r-…), from the notification or the approval_requested event
-        request_id: String,
+        #[arg(required_unless_present = "dmenu")]
+        request_id: Option<String>,
+        /// Show the pending requests and their choices (Deny, Approve, the task's timed
+        /// grant) in $FAMILIAR_DMENU (default: fuzzel, wofi, rofi or bemenu); with one
+        /// pending, or an ID given, straight to its choices
+        #[arg(long)]
+        dmenu: bool,
     },
     /// Deny a pending approval request
     Deny {
@@ -374,7 +381,20 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
         Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
         Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
-        Command::Approve { request_id } => client::respond(&request_id, true, &mut out),
+        Command::Approve {
+            request_id,
+            dmenu: true,
+        } => chooser::approve_dmenu(request_id.as_deref(), &mut out),
+        Command::Approve {
+            request_id: Some(request_id),
+            dmenu: false,
+        } => client::respond(&request_id, true, &mut out),
+        Command::Approve {
+            request_id: None,
+            dmenu: false,
+        } => Err(anyhow::anyhow!(
+            "name the request to approve (familiar approve ID), or choose with --dmenu"
+        )),
         Command::Deny { request_id } => client::respond(&request_id, false, &mut out),
         Command::Setup {
             store_key: Some(provider),

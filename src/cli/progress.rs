@@ -32,6 +32,8 @@ const SUMMARY_WORDS: usize = 6;
 const SUMMARY_CHARS: usize = 48;
 /// How long a result stays when the daemon does not say (`result_timeout`'s default).
 pub(super) const DEFAULT_RESULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a note stays.
+const NOTE_FOR: Duration = Duration::from_secs(5);
 /// Characters of a line in the launcher showing a whole answer.
 const WRAP: usize = 90;
 
@@ -405,7 +407,26 @@ pub(super) async fn failure(prompt: Option<&str>, message: &str) {
 
 /// A warning the person must see (the daemon runs with an older config.toml).
 pub(super) async fn warning(message: &str) {
-    show_failure(None, 0, "familiar: warning", message).await;
+    error("familiar: warning", message).await;
+}
+
+/// An error, on screen until dismissed.
+pub(super) async fn error(summary: &str, message: &str) {
+    show_failure(None, 0, summary, message).await;
+}
+
+/// A short note that goes by itself (5 s).
+pub(super) async fn note(summary: &str, message: &str) {
+    let shown = async {
+        let conn = Connection::session().await?;
+        let proxy = NotificationsProxy::new(&conn).await?;
+        let caps = Capabilities::read(&proxy).await;
+        let body = caps.body(message);
+        show(&proxy, &result_shown(0, summary, &body, &[], NOTE_FOR)).await
+    };
+    if let Err(e) = shown.await {
+        warn(&format!("cannot show a notification: {e}"));
+    }
 }
 
 async fn show_failure(conn: Option<&Connection>, replaces: u32, summary: &str, message: &str) {
