@@ -6,6 +6,7 @@
 //! (`familiar souls | head -1`) ends the command quietly instead of panicking.
 
 mod ask;
+mod bar;
 mod call_args;
 mod chooser;
 mod client;
@@ -88,6 +89,13 @@ pub enum Command {
     Status(JsonFlag),
     /// List the daemon's tasks
     Tasks(JsonFlag),
+    /// A status-bar module: one line per change (waybar's JSON: idle, working, asking,
+    /// failed, off), driven by the daemon's signals
+    Bar {
+        /// The text alone, one line per change (for bars other than waybar)
+        #[arg(long)]
+        plain: bool,
+    },
     /// Add a message to a running task; it joins at the task's next step
     Steer {
         /// The task's id (t-…), as `familiar tasks` or `ask --detach` prints it
@@ -379,6 +387,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Ask(args) => ask::ask(cli.config.as_deref(), args, out),
         Command::Status(JsonFlag { json }) => client::status(cli.config.as_deref(), json, &mut out),
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
+        Command::Bar { plain } => bar::bar(plain, &mut out),
         Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
         Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
         Command::Approve {
