@@ -81,7 +81,11 @@ mod tests {
 
     #[test]
     fn the_menu_offers_deny_first_then_the_whole_call() {
-        let menu = menu("shell", "shell: du -sh ~\n  cwd: /tmp", "execute tier is `ask`");
+        let menu = menu(
+            "shell",
+            "shell: du -sh ~\n  cwd: /tmp",
+            "execute tier is `ask`",
+        );
         assert_eq!(
             menu,
             [

@@ -250,9 +250,7 @@ impl ApprovalBroker {
 
     /// What is asked of request `id`, while it waits.
     pub fn request(&self, id: &RequestId) -> Option<ApprovalRequest> {
-        lock(&self.inner.pending)
-            .get(id)
-            .map(|p| p.request.clone())
+        lock(&self.inner.pending).get(id).map(|p| p.request.clone())
     }
 }
 
@@ -454,7 +452,12 @@ mod tests {
         broker.add_frontend(Arc::new(Auto(Answer::ApproveFor(GRANT_FOR))));
         let first = request("shell");
         let task = first.task_id.clone();
-        assert!(broker.ask(first, &CancellationToken::new()).await.approved());
+        assert!(
+            broker
+                .ask(first, &CancellationToken::new())
+                .await
+                .approved()
+        );
         let mut again = request("shell");
         again.task_id = task.clone();
         assert_eq!(

@@ -84,7 +84,8 @@ async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<(
         let line = render(&state, plain);
         if line != last {
             writeln!(out, "{line}").map_err(|e| zbus::Error::InputOutput(e.into()))?;
-            out.flush().map_err(|e| zbus::Error::InputOutput(e.into()))?;
+            out.flush()
+                .map_err(|e| zbus::Error::InputOutput(e.into()))?;
             last = line;
         }
         let Some(update) = updates.next().await else {
@@ -165,7 +166,11 @@ async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
                 state.asking.insert(r.to_owned());
             }
         }
-        let now = if status == "queued" { "queued" } else { "thinking" };
+        let now = if status == "queued" {
+            "queued"
+        } else {
+            "thinking"
+        };
         state.tasks.insert(id, (title(&prompt), now.to_owned()));
     }
 }
@@ -178,7 +183,9 @@ fn event(state: &mut State, task: &str, kind: &str, payload: &str) {
     match &p {
         EventPayload::TaskStarted { prompt, .. } if !state.children.contains(task) => {
             state.failed = None;
-            state.tasks.insert(task.to_owned(), (title(prompt), "thinking".to_owned()));
+            state
+                .tasks
+                .insert(task.to_owned(), (title(prompt), "thinking".to_owned()));
         }
         EventPayload::SubagentStarted { child_task_id, .. } => {
             state.children.insert(child_task_id.clone());
@@ -212,7 +219,10 @@ fn finished(state: &mut State, task: &str, status: &str, result: &str) {
     let failed = status.is_some_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
     if failed {
         let first = result.lines().next().unwrap_or_default();
-        state.failed = Some(format!("{title}: {}", crate::approval::terminal_safe(first)));
+        state.failed = Some(format!(
+            "{title}: {}",
+            crate::approval::terminal_safe(first)
+        ));
     }
 }
 
@@ -276,14 +286,32 @@ mod tests {
     fn a_task_then_a_question_then_idle() {
         let mut s = up();
         assert_eq!(render(&s, true), "familiar: idle");
-        event(&mut s, "t-1", "task_started", r#"{"soul":"s","prompt":"how full is my disk","origin":"cli","model":"m","workspace":"/w","max_iterations":5,"sandbox":{}}"#);
+        event(
+            &mut s,
+            "t-1",
+            "task_started",
+            r#"{"soul":"s","prompt":"how full is my disk","origin":"cli","model":"m","workspace":"/w","max_iterations":5,"sandbox":{}}"#,
+        );
         let line: serde_json::Value = serde_json::from_str(&render(&s, false)).unwrap();
         assert_eq!(line["alt"], "working");
         assert_eq!(line["text"], "working (1)");
-        assert_eq!(line["tooltip"], "t-1 familiar: “how full is my disk”: thinking");
-        event(&mut s, "t-1", "approval_requested", r#"{"request_id":"r-1","call_id":"c","tool":"shell","summary":"shell: du","tier":"execute","reason":"r"}"#);
+        assert_eq!(
+            line["tooltip"],
+            "t-1 familiar: “how full is my disk”: thinking"
+        );
+        event(
+            &mut s,
+            "t-1",
+            "approval_requested",
+            r#"{"request_id":"r-1","call_id":"c","tool":"shell","summary":"shell: du","tier":"execute","reason":"r"}"#,
+        );
         assert_eq!(render(&s, true), "familiar: asking (1)");
-        event(&mut s, "t-1", "approval_resolved", r#"{"request_id":"r-1","call_id":"c","approved":false,"outcome":{"outcome":"denied"}}"#);
+        event(
+            &mut s,
+            "t-1",
+            "approval_resolved",
+            r#"{"request_id":"r-1","call_id":"c","approved":false,"outcome":{"outcome":"denied"}}"#,
+        );
         finished(&mut s, "t-1", "failed", "no model\nmore");
         let line: serde_json::Value = serde_json::from_str(&render(&s, false)).unwrap();
         assert_eq!(line["class"], "failed");

@@ -98,7 +98,11 @@ async fn pick_request(waiting: Vec<Waiting>) -> anyhow::Result<Option<Waiting>> 
     let Some(line) = launcher("approve which? ", &lines).await? else {
         return Ok(None);
     };
-    let id = line.split_whitespace().next().unwrap_or_default().to_owned();
+    let id = line
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     Ok(waiting.into_iter().find(|w| w.request_id == id))
 }
 
@@ -106,10 +110,18 @@ async fn pick_request(waiting: Vec<Waiting>) -> anyhow::Result<Option<Waiting>> 
 async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::Result<Exit> {
     let menu = chooser::menu(&w.tool, &w.summary, &w.reason);
     let Some(line) = launcher("approve> ", &menu).await? else {
-        return said(out, &format!("nothing chosen: request {} still waits", w.request_id)).await;
+        return said(
+            out,
+            &format!("nothing chosen: request {} still waits", w.request_id),
+        )
+        .await;
     };
     let Some(choice) = chooser::parse(&line, &w.tool) else {
-        return said(out, &format!("nothing chosen: request {} still waits", w.request_id)).await;
+        return said(
+            out,
+            &format!("nothing chosen: request {} still waits", w.request_id),
+        )
+        .await;
     };
     let sent = match choice {
         Choice::Approve => proxy.respond(&w.request_id, true).await,

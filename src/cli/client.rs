@@ -114,10 +114,7 @@ pub async fn reachable() -> Result<(), Failure> {
     }
     let wellknown = zbus::names::WellKnownName::try_from(crate::dbus::NAME).map_err(classify)?;
     tokio::spawn(async move {
-        if let Err(e) = dbus
-            .start_service_by_name(wellknown, 0)
-            .await
-        {
+        if let Err(e) = dbus.start_service_by_name(wellknown, 0).await {
             // `Submit` starts it again and reports what went wrong.
             tracing::debug!("starting the daemon ahead of the prompt: {e}");
         }

@@ -18,7 +18,7 @@ use zbus::Connection;
 
 use crate::agent::events::EventPayload;
 use crate::dbus::notifications::{
-    ACTION_DEFAULT, Capabilities, NotificationsProxy, Signal, Shown, show,
+    ACTION_DEFAULT, Capabilities, NotificationsProxy, Shown, Signal, show,
 };
 use crate::store::TaskStatus;
 
@@ -69,7 +69,9 @@ pub(super) fn doing(payload: &EventPayload) -> Option<String> {
         | EventPayload::SteeringReceived { .. }
         | EventPayload::Compaction { .. } => Some("thinking".to_owned()),
         EventPayload::TextDelta { .. } => Some("writing the answer".to_owned()),
-        EventPayload::ModelProgress { processed, total, .. } if *total > 0 => Some(format!(
+        EventPayload::ModelProgress {
+            processed, total, ..
+        } if *total > 0 => Some(format!(
             "reading the prompt {} %",
             processed.saturating_mul(100) / total
         )),
@@ -94,9 +96,10 @@ pub(super) fn doing(payload: &EventPayload) -> Option<String> {
         EventPayload::Retry { .. } | EventPayload::RateLimited { .. } => {
             Some("the model is busy; trying again".to_owned())
         }
-        EventPayload::SubagentStarted { soul, .. } => {
-            Some(format!("handing a part to {}", crate::approval::visible(soul)))
-        }
+        EventPayload::SubagentStarted { soul, .. } => Some(format!(
+            "handing a part to {}",
+            crate::approval::visible(soul)
+        )),
         EventPayload::ModelProgress { .. }
         | EventPayload::PlanUpdated { .. }
         | EventPayload::DegenerateOutput { .. }
@@ -212,7 +215,11 @@ impl Progress {
             } else {
                 &[]
             };
-            let id = show(&proxy, &result_shown(self.id, &summary, &body, actions, expire)).await?;
+            let id = show(
+                &proxy,
+                &result_shown(self.id, &summary, &body, actions, expire),
+            )
+            .await?;
             if wait && !actions.is_empty() {
                 wait_for_click(&proxy, &mut signals, id, expire, &summary, result).await?;
             }
@@ -360,7 +367,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 /// The whole answer, one line per wrapped line, in the launcher; where no launcher
 /// runs, as a notification that stays until dismissed.
-async fn show_whole(proxy: &NotificationsProxy<'_>, summary: &str, result: &str) -> zbus::Result<()> {
+async fn show_whole(
+    proxy: &NotificationsProxy<'_>,
+    summary: &str,
+    result: &str,
+) -> zbus::Result<()> {
     let text = crate::approval::terminal_safe(result.trim());
     let lines: Vec<String> = text.lines().flat_map(|l| wrap(l, WRAP)).collect();
     match crate::launcher::pick("answer> ", &lines).await {
@@ -467,7 +478,10 @@ mod tests {
 
     #[test]
     fn the_title_names_the_requests_first_words() {
-        assert_eq!(title("how full is my disk?"), "familiar: “how full is my disk?”");
+        assert_eq!(
+            title("how full is my disk?"),
+            "familiar: “how full is my disk?”"
+        );
         assert_eq!(
             title("please tell me why the fan   spins so loudly today"),
             "familiar: “please tell me why the fan…”"

@@ -13,7 +13,10 @@ pub fn strict() -> bool {
 /// Says why the calling test does not run; under [`strict`] that is a failure.
 #[track_caller]
 pub fn skip(reason: &str) {
-    assert!(!strict(), "FAMILIAR_TEST_STRICT=1, but a test would skip: {reason}");
+    assert!(
+        !strict(),
+        "FAMILIAR_TEST_STRICT=1, but a test would skip: {reason}"
+    );
     eprintln!("skipped: {reason}");
 }
 

@@ -6,6 +6,7 @@ mod cli;
 mod cli_habits;
 mod cli_output;
 mod daemon;
+mod desktop;
 mod desktop_tools;
 mod limits;
 mod llm;

@@ -55,7 +55,6 @@ pub trait Notifications {
     fn notification_closed(&self, id: u32, reason: u32) -> zbus::Result<()>;
 }
 
-
 /// What a server says it can do (`GetCapabilities`); a server that cannot say is
 /// assumed to render markup (the safe guess) and to have actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
