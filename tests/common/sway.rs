@@ -89,8 +89,9 @@ impl User {
 pub struct Options {
     /// Lines added to sway's config (bindings).
     pub sway_config: String,
-    /// Directories put first on the session's PATH.
-    pub path: Vec<PathBuf>,
+    /// Programs put on the session's PATH (linked, else copied, into a directory of
+    /// the session's: the tests' own build may sit where the user cannot read).
+    pub programs: Vec<PathBuf>,
 }
 
 /// One notification as mako lists it.
@@ -141,17 +142,20 @@ impl Desktop {
         }
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).ok();
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).ok();
-        let mut path: Vec<String> = options
-            .path
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        path.push("/usr/local/bin:/usr/bin:/bin".to_owned());
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        for program in &options.programs {
+            let to = bin.join(program.file_name().expect("a program's name"));
+            if std::fs::hard_link(program, &to).is_err() {
+                std::fs::copy(program, &to).expect("copying a program into the session");
+            }
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).ok();
+        }
         let mut desktop = Desktop {
             user,
             runtime,
             home,
-            path: path.join(":"),
+            path: format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
             bus: String::new(),
             wayland: String::new(),
             swaysock: PathBuf::new(),

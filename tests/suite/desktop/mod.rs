@@ -18,13 +18,11 @@ const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
 /// A session whose `familiar` talks to `server`: config, the test soul, a policy
 /// that asks before writes, and the keybindings the README gives.
 fn desktop(server: &LlmServer) -> Option<Desktop> {
-    let bin = Path::new(env!("CARGO_BIN_EXE_familiar"))
-        .parent()
-        .expect("the binary's directory")
-        .to_path_buf();
+    let familiar = Path::new(env!("CARGO_BIN_EXE_familiar"));
+    let sandbox = Path::new(env!("CARGO_BIN_EXE_familiar-sandbox")).to_path_buf();
     let desk = Desktop::start(&Options {
         sway_config: "bindsym Mod4+a exec familiar ask --dmenu --notify\nbindsym Mod4+Shift+a exec familiar approve --dmenu\n".to_owned(),
-        path: vec![bin],
+        programs: vec![familiar.to_path_buf(), sandbox],
     })?;
     desk.write(
         ".config/familiar/config.toml",
