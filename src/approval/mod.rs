@@ -398,7 +398,9 @@ mod tests {
         fn present(&self, _: &ApprovalRequest, _: &ApprovalBroker) -> bool {
             true
         }
-        fn withdraw(&self, _: &RequestId) {}
+        fn withdraw(&self, _: &RequestId) {
+            // Nothing was put up.
+        }
     }
 
     #[tokio::test]

@@ -159,29 +159,12 @@ async fn submit_and_follow(
         true => Progress::start(&prompt).await,
         false => None,
     };
-    let submitted = async {
-        let (_conn, proxy) = connect().await?;
-        let (subscribed, task, session) =
-            subscribe_and_submit(&proxy, &args, &prompt, options).await?;
-        Ok::<_, Failure>((proxy, subscribed, task, session))
-    };
-    let (proxy, subscribed, task, session) = match submitted.await {
-        Ok(v) => v,
-        Err(f) => {
-            return match progress {
-                Some(p) => {
-                    p.refused(&f.message).await;
-                    f.report()
-                }
-                None => fail(f, args.notify, Some(&prompt)).await,
-            };
-        }
-    };
-    let Subscribed {
-        mut events,
-        mut finished,
-        mut approvals,
-    } = subscribed;
+    let (proxy, subscribed, task, session) =
+        match submitted(&args, &prompt, options, &mut progress).await? {
+            Ok(v) => v,
+            Err(exit) => return Ok(exit),
+        };
+    let mut signals = subscribed;
     let facts = daemon_facts(&proxy, args.notify).await?;
     if args.detach {
         return print_detached(&mut out, args.task.json, &task, &session);
@@ -193,11 +176,7 @@ async fn submit_and_follow(
     let quiet = notify && !json && !std::io::stdout().is_terminal();
     let interactive = std::io::stdin().is_terminal() && !json;
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let printer = if quiet {
-        tokio::spawn(drop_events(rx))
-    } else {
-        tokio::spawn(print_events(rx, out, json, false))
-    };
+    let printer = tokio::spawn(output(rx, out, json, quiet));
     let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
     let (typed, mut steers) = typed_steering(interactive);
     let mut follow = Follow {
@@ -220,14 +199,14 @@ async fn submit_and_follow(
             // Events before the finish: one reader feeds both streams in bus
             // order, so draining events first keeps task_finished last.
             biased;
-            Some(sig) = events.recv() => follow.on_event(&sig).await,
-            Some(sig) = finished.recv() => {
+            Some(sig) = signals.events.recv() => follow.on_event(&sig).await,
+            Some(sig) = signals.finished.recv() => {
                 let Ok(a) = sig.args() else { continue };
                 if a.task_id == task {
                     break (a.status.clone(), a.result.clone());
                 }
             }
-            Some(sig) = approvals.recv() => follow.on_approval(&sig)?,
+            Some(sig) = signals.approvals.recv() => follow.on_approval(&sig)?,
             () = progress::until(follow.progress.as_ref().and_then(Progress::due)) => {
                 if let Some(p) = &mut follow.progress {
                     p.flush().await;
@@ -257,31 +236,102 @@ async fn submit_and_follow(
     let progress = follow.progress.take();
     follow.finish(status, &result, session_id).await;
     printer.await.context("the output printer failed")??;
-    if quiet && status != TaskStatus::Completed {
-        // The log's one line: why the task did not complete.
-        let first = result.lines().next().unwrap_or_default();
-        writeln!(
-            std::io::stderr().lock(),
-            "familiar: task {task} {status}: {}",
-            crate::approval::terminal_safe(first)
-        )?;
-    }
-    // A skipped task has no news: the journal (this command's output) says why.
-    if notify && status != TaskStatus::Skipped {
-        let expire = facts["result_timeout_ms"]
-            .as_u64()
-            .map_or(progress::DEFAULT_RESULT_TIMEOUT, Duration::from_millis);
-        match progress {
-            Some(p) => p.finish(status, &result, expire, quiet).await?,
-            None => Progress::result_only(&prompt, status, &result, expire).await,
-        }
-    } else if let Some(p) = progress {
-        p.close().await;
-    }
+    let notice = Notice::new(notify, quiet, &facts);
+    notice
+        .end(&task, &prompt, status, &result, progress)
+        .await?;
     if cancelled {
         return Ok(Exit::Interrupted);
     }
     Ok(exit_for(status))
+}
+
+/// `Submit`, after the subscriptions; a failure is reported (on stderr, and on screen
+/// with `--notify`: in place of the progress when it is up) and is `Ok(Err(exit))`.
+async fn submitted(
+    args: &AskArgs,
+    prompt: &str,
+    options: HashMap<&'static str, Variant<'static>>,
+    progress: &mut Option<Progress>,
+) -> anyhow::Result<
+    Result<
+        (
+            crate::dbus::proxy::Agent1Proxy<'static>,
+            Subscribed,
+            String,
+            String,
+        ),
+        Exit,
+    >,
+> {
+    let submitted = async {
+        let (_conn, proxy) = connect().await?;
+        let (subscribed, task, session) =
+            subscribe_and_submit(&proxy, args, prompt, options).await?;
+        Ok::<_, Failure>((proxy, subscribed, task, session))
+    };
+    match submitted.await {
+        Ok(v) => Ok(Ok(v)),
+        Err(f) => Ok(Err(match progress.take() {
+            Some(p) => {
+                p.refused(&f.message).await;
+                f.report()?
+            }
+            None => fail(f, args.notify, Some(prompt)).await?,
+        })),
+    }
+}
+
+/// How the end of a task is told under `--notify`.
+struct Notice {
+    notify: bool,
+    /// Under a keybinding: stdout is the compositor's log.
+    quiet: bool,
+    /// How long the result stays.
+    expire: Duration,
+}
+
+impl Notice {
+    fn new(notify: bool, quiet: bool, daemon: &serde_json::Value) -> Notice {
+        let expire = daemon["result_timeout_ms"]
+            .as_u64()
+            .map_or(progress::DEFAULT_RESULT_TIMEOUT, Duration::from_millis);
+        Notice {
+            notify,
+            quiet,
+            expire,
+        }
+    }
+
+    /// The result in place of the progress; under a keybinding, the log's one line
+    /// when the task did not complete.
+    async fn end(
+        &self,
+        task: &str,
+        prompt: &str,
+        status: TaskStatus,
+        result: &str,
+        progress: Option<Progress>,
+    ) -> std::io::Result<()> {
+        if self.quiet && status != TaskStatus::Completed {
+            let first = result.lines().next().unwrap_or_default();
+            writeln!(
+                std::io::stderr().lock(),
+                "familiar: task {task} {status}: {}",
+                crate::approval::terminal_safe(first)
+            )?;
+        }
+        // A skipped task has no news: the journal (this command's output) says why.
+        if self.notify && status != TaskStatus::Skipped {
+            match progress {
+                Some(p) => p.finish(status, result, self.expire, self.quiet).await?,
+                None => Progress::result_only(prompt, status, result, self.expire).await,
+            }
+        } else if let Some(p) = progress {
+            p.close().await;
+        }
+        Ok(())
+    }
 }
 
 /// Lines typed while the task runs steer it (an approval prompt takes its own): the
@@ -333,8 +383,16 @@ struct Follow {
     progress: Option<Progress>,
 }
 
-/// Takes the events nobody prints (`--notify` under a keybinding).
-async fn drop_events(mut rx: mpsc::Receiver<Arc<Event>>) -> anyhow::Result<()> {
+/// Prints the events, or under a keybinding (`quiet`) takes them and prints nothing.
+async fn output(
+    mut rx: mpsc::Receiver<Arc<Event>>,
+    out: Out,
+    json: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if !quiet {
+        return print_events(rx, out, json, false).await;
+    }
     while rx.recv().await.is_some() {}
     Ok(())
 }

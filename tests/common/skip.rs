@@ -2,6 +2,7 @@
 //! on a developer's machine they skip with "skipped: X not installed" and pass; under
 //! `FAMILIAR_TEST_STRICT=1` (what `.ci/run` sets) a skip is a failure, so CI never
 //! skips silently. README's "Run the tests" lists the packages per distribution.
+#![allow(clippy::print_stderr)]
 
 use std::path::PathBuf;
 

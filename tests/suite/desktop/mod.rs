@@ -2,6 +2,8 @@
 //! the daemon started by D-Bus activation, a scripted loopback model
 //! (tests/common/sway.rs). Every step is what a person does: a key press, a prompt
 //! typed into the launcher, a notification's action, a click, a dismissal.
+// The key-to-answer test prints its timings (BENCHMARKS.md).
+#![allow(clippy::print_stderr)]
 
 use std::path::Path;
 use std::time::Instant;
