@@ -80,22 +80,36 @@ fn warn_config_flag(config: Option<&std::path::Path>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `--dmenu`: checks that the daemon can be reached or activated (and starts it while
-/// the person types), then reads the prompt with the launcher. `Ok(Err(exit))` when
-/// the menu was not opened or could not be.
+/// `--dmenu`: checks that the daemon can be reached or activated, starts it while the
+/// person types (a start that fails closes the menu and says why), then reads the
+/// prompt with the launcher. `Ok(Err(exit))` when the menu was not opened, could not
+/// be, or was closed.
 async fn menu_prompt(notify: bool) -> anyhow::Result<Result<Option<String>, Exit>> {
-    if let Err(f) = super::client::reachable().await {
-        return Ok(Err(fail(f, notify, None).await?));
-    }
-    match crate::launcher::pick("familiar> ", &[]).await {
-        Ok(prompt) => Ok(Ok(prompt)),
-        Err(e) => {
-            let f = Failure {
-                exit: Exit::Usage,
-                message: format!("--dmenu: {e}"),
-            };
-            Ok(Err(fail(f, notify, None).await?))
+    let start = match super::client::reachable().await {
+        Ok(start) => start,
+        Err(f) => return Ok(Err(fail(f, notify, None).await?)),
+    };
+    let start_failed = async move {
+        if let Some(handle) = start
+            && let Ok(Some(f)) = handle.await
+        {
+            return f;
         }
+        std::future::pending().await
+    };
+    tokio::select! {
+        picked = crate::launcher::pick("familiar> ", &[]) => match picked {
+            Ok(prompt) => Ok(Ok(prompt)),
+            Err(e) => {
+                let f = Failure {
+                    exit: Exit::Usage,
+                    message: format!("--dmenu: {e}"),
+                };
+                Ok(Err(fail(f, notify, None).await?))
+            }
+        },
+        // The menu is dropped, which kills it: nobody types into the void.
+        f = start_failed => Ok(Err(fail(f, notify, None).await?)),
     }
 }
 

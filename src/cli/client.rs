@@ -90,9 +90,10 @@ pub async fn connect() -> Result<(Connection, Agent1Proxy<'static>), Failure> {
     Ok((conn, proxy))
 }
 
-/// Whether the daemon can be reached: it owns its name, or the bus can start it (then
-/// it is started now, in the background, so that it is up by the time it is asked).
-pub async fn reachable() -> Result<(), Failure> {
+/// Whether the daemon can be reached: it owns its name, or the bus can start it. In
+/// the second case it is started now, in the background, so that it is up by the time
+/// it is asked; the handle yields why that failed, if it did.
+pub async fn reachable() -> Result<Option<tokio::task::JoinHandle<Option<Failure>>>, Failure> {
     let (conn, _) = connect().await?;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.map_err(classify)?;
     let name = zbus::names::BusName::try_from(crate::dbus::NAME).map_err(classify)?;
@@ -101,7 +102,7 @@ pub async fn reachable() -> Result<(), Failure> {
         .await
         .map_err(|e| classify(e.into()))?
     {
-        return Ok(());
+        return Ok(None);
     }
     let activatable = dbus
         .list_activatable_names()
@@ -113,13 +114,12 @@ pub async fn reachable() -> Result<(), Failure> {
         ));
     }
     let wellknown = zbus::names::WellKnownName::try_from(crate::dbus::NAME).map_err(classify)?;
-    tokio::spawn(async move {
-        if let Err(e) = dbus.start_service_by_name(wellknown, 0).await {
-            // `Submit` starts it again and reports what went wrong.
-            tracing::debug!("starting the daemon ahead of the prompt: {e}");
-        }
-    });
-    Ok(())
+    Ok(Some(tokio::spawn(async move {
+        dbus.start_service_by_name(wellknown, 0)
+            .await
+            .err()
+            .map(|e| classify(e.into()))
+    })))
 }
 
 /// A small runtime for a client command: one thread, nothing more.

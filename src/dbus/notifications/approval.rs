@@ -96,28 +96,42 @@ impl Frontend for NotificationFrontend {
     }
 }
 
-/// The notification's text: its first lines say what will run and why, and how to
-/// answer (they fit mako's default height, 100 px); then the call's other arguments.
+/// Characters of the call's first line in the notification's first lines.
+const FIRST_LINE_CHARS: usize = 72;
+
+/// The notification's text. Its first lines fit mako's default box (300 × 100 px,
+/// about six lines of 36 characters, summary included): what will run (the call's
+/// first line, cut at [`FIRST_LINE_CHARS`]), why it asks, how to answer. Then, when
+/// the call is longer, the whole call as every approval surface shows it.
 fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String, String) {
     let tool = crate::approval::visible(&r.tool);
-    let summary = format!("familiar asks to run {tool} ({} tier)", r.tier);
-    let mut lines = r.summary.lines();
-    let first = lines.next().unwrap_or_default();
+    let summary = format!("familiar: allow {tool}?");
+    let first = r.summary.lines().next().unwrap_or_default();
+    let cut = first.chars().count() > FIRST_LINE_CHARS;
+    let head: String = first.chars().take(FIRST_LINE_CHARS).collect();
     let how = if caps.actions {
-        "click: choose in the launcher · dismiss: deny"
+        "click: choose · dismiss: deny"
     } else {
         "answer: familiar approve --dmenu · dismiss: deny"
     };
     let mut body = format!(
-        "{first}\nwhy asking: {}\n{how}",
+        "{head}{}\nwhy: {}\n{how}",
+        if cut { "…" } else { "" },
         crate::approval::visible(&r.reason)
     );
     if let Some(note) = note {
         body = format!("{note}\n{body}");
     }
-    for line in lines {
-        body.push('\n');
-        body.push_str(line);
+    if cut {
+        body.push_str(&format!(
+            "\nthe whole call ({} tier):\n{}",
+            r.tier, r.summary
+        ));
+    } else {
+        for line in r.summary.lines().skip(1) {
+            body.push('\n');
+            body.push_str(line);
+        }
     }
     (summary, caps.body(&body))
 }
@@ -271,5 +285,52 @@ fn respond(broker: &ApprovalBroker, r: &ApprovalRequest, answer: Answer, by: &st
 async fn close(proxy: &NotificationsProxy<'_>, id: u32) {
     if let Err(e) = proxy.close_notification(id).await {
         tracing::debug!("closing notification {id}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Tier;
+    use crate::ids::{SessionId, SoulId, TaskId};
+
+    fn request(summary: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            request_id: RequestId::generate(),
+            task_id: TaskId::generate(),
+            session_id: SessionId::generate(),
+            soul: SoulId::new("s").unwrap(),
+            tool: "shell".into(),
+            tier: Tier::Execute,
+            args: serde_json::json!({}),
+            summary: summary.into(),
+            reason: "policy asks".into(),
+        }
+    }
+
+    const PLAIN: Capabilities = Capabilities {
+        markup: false,
+        actions: true,
+    };
+
+    #[test]
+    fn what_runs_why_and_how_come_first() {
+        let (summary, body) = texts(&request("shell: du -sh ~\n  cwd: /tmp"), PLAIN, None);
+        assert_eq!(summary, "familiar: allow shell?");
+        assert_eq!(
+            body,
+            "shell: du -sh ~\nwhy: policy asks\nclick: choose · dismiss: deny\n  cwd: /tmp"
+        );
+    }
+
+    #[test]
+    fn a_long_first_line_is_cut_up_front_and_shown_whole_below() {
+        let call = format!("shell: {}", "x".repeat(100));
+        let (_, body) = texts(&request(&call), PLAIN, None);
+        let lines: Vec<&str> = body.lines().collect();
+        assert_eq!(lines[0].chars().count(), FIRST_LINE_CHARS + 1, "{body}");
+        assert!(lines[0].ends_with('…'));
+        assert_eq!(lines[1], "why: policy asks");
+        assert_eq!(lines.last(), Some(&call.as_str()));
     }
 }

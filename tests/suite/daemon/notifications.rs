@@ -342,10 +342,7 @@ async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
     let body = server.bodies.lock().unwrap()[0].clone();
     // What runs and why first (they fit a small notification), then every other
     // argument.
-    assert!(
-        body.starts_with("write_file: n.txt\nwhy asking: "),
-        "{body:?}"
-    );
+    assert!(body.starts_with("write_file: n.txt\nwhy: "), "{body:?}");
     assert!(
         body.ends_with(
             "\n  content: ok\\n\\x1b[2K\\r&lt;a href=\"http://x\"&gt;fine&lt;/a&gt; \\u{202E}txt.exe\\u{200B}"

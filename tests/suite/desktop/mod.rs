@@ -172,7 +172,7 @@ async fn approve_and_deny_through_makos_actions() {
     // Its first lines say what will run and why, and how to answer without buttons.
     let lines: Vec<&str> = n.body.lines().collect();
     assert_eq!(lines[0], "write_file: n.txt", "{n:?}");
-    assert!(lines[1].starts_with("why asking: "), "{n:?}");
+    assert!(lines[1].starts_with("why: "), "{n:?}");
     assert!(lines[2].contains("click"), "{n:?}");
     assert_eq!(
         n.actions.get("default").map(String::as_str),
@@ -272,4 +272,19 @@ async fn a_daemon_that_cannot_start_is_a_notification_before_any_menu() {
     let n = desk.wait_notification(is_familiar);
     assert_eq!(n.summary, "familiar: not asked");
     assert!(n.body.contains("familiar setup"), "{n:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_fails_to_start_closes_the_menu_and_says_why() {
+    let server = LlmServer::start(vec![]).await;
+    let Some(desk) = desktop(&server) else { return };
+    assert_eq!(setup(&desk).status.code(), Some(0));
+    // The daemon cannot load its config: activation starts it, and it exits.
+    desk.write(".config/familiar/config.toml", "no_such_key = 1\n");
+    // Nobody types: the menu must go by itself when the start fails.
+    let out = desk.run("familiar", &["ask", "--dmenu", "--notify"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let n = desk.wait_notification(is_familiar);
+    assert_eq!(n.summary, "familiar: not asked");
+    assert!(n.body.contains("familiar doctor"), "{n:?}");
 }
