@@ -18,7 +18,7 @@ use zbus::Connection;
 
 use crate::agent::events::EventPayload;
 use crate::dbus::notifications::{
-    ACTION_DEFAULT, Capabilities, NotificationsProxy, Shown, Signal, show,
+    ACTION_DEFAULT, Capabilities, NotificationsProxy, Shown, Signal, Signals, show,
 };
 use crate::store::TaskStatus;
 
@@ -333,7 +333,7 @@ fn result_texts(title: &str, status: TaskStatus, result: &str) -> (String, Strin
 /// Waits for the result to be closed or to expire; a click shows the whole answer.
 async fn wait_for_click(
     proxy: &NotificationsProxy<'_>,
-    signals: &mut tokio::sync::mpsc::UnboundedReceiver<Signal>,
+    signals: &mut Signals,
     id: u32,
     expire: Duration,
     summary: &str,

@@ -12,12 +12,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zbus::Connection;
 
 use super::{
-    ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal, show,
+    ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal, Signals,
+    show,
 };
 use crate::approval::{
     Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser, grant_label,
@@ -249,17 +249,13 @@ enum Chosen {
 
 /// Opens the chooser for `r`; signals that arrive meanwhile are for the notification
 /// the click took down, and are dropped.
-async fn choose(
-    r: &ApprovalRequest,
-    stop: &CancellationToken,
-    signals: &mut mpsc::UnboundedReceiver<Signal>,
-) -> Chosen {
+async fn choose(r: &ApprovalRequest, stop: &CancellationToken, signals: &mut Signals) -> Chosen {
     let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
     let picked = tokio::select! {
         () = stop.cancelled() => return Chosen::Stopped,
         p = crate::launcher::pick("approve> ", &menu) => p,
     };
-    while signals.try_recv().is_ok() {}
+    signals.clear();
     match picked {
         Ok(Some(line)) => match chooser::parse(&line, &r.tool) {
             Some(choice) => Chosen::Answered(choice.answer()),

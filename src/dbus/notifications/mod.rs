@@ -104,8 +104,32 @@ pub enum Signal {
 /// delivered them (two zbus streams would lose that order: a click then the close a
 /// server sends after it must stay a click), drained from now on into an unbounded
 /// channel so that a watcher busy elsewhere (a chooser open) never stops the
-/// connection's reader.
-pub async fn signals(conn: &Connection) -> zbus::Result<mpsc::UnboundedReceiver<Signal>> {
+/// connection's reader. Dropped, it stops reading and removes its match rule.
+pub struct Signals {
+    rx: mpsc::UnboundedReceiver<Signal>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Signals {
+    /// The next signal; `None` once the connection is gone.
+    pub async fn recv(&mut self) -> Option<Signal> {
+        self.rx.recv().await
+    }
+
+    /// Drops what arrived so far.
+    pub fn clear(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Subscribes to the server's signals: see [`Signals`].
+pub async fn signals(conn: &Connection) -> zbus::Result<Signals> {
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .interface("org.freedesktop.Notifications")
@@ -113,7 +137,7 @@ pub async fn signals(conn: &Connection) -> zbus::Result<mpsc::UnboundedReceiver<
         .build()?;
     let mut stream = zbus::MessageStream::for_match_rule(rule, conn, None).await?;
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         while let Some(msg) = stream.next().await {
             let Ok(msg) = msg else { continue };
             let member = msg.header().member().map(|m| m.to_string());
@@ -137,7 +161,7 @@ pub async fn signals(conn: &Connection) -> zbus::Result<mpsc::UnboundedReceiver<
             }
         }
     });
-    Ok(rx)
+    Ok(Signals { rx, reader })
 }
 
 /// `&`, `<` and `>` as entities (the body-markup subset of the spec is XML-like).

@@ -288,3 +288,84 @@ async fn a_daemon_that_fails_to_start_closes_the_menu_and_says_why() {
     assert_eq!(n.summary, "familiar: not asked");
     assert!(n.body.contains("familiar doctor"), "{n:?}");
 }
+
+/// `familiar ask --notify PROMPT` in the session, as under a keybinding (stdout not a
+/// terminal).
+fn ask_notify(desk: &Desktop, prompt: &str) -> std::process::Child {
+    desk.command("familiar")
+        .args(["ask", "--notify", prompt])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("familiar ask")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_requests_are_two_notifications_and_their_results_expire() {
+    let (one, two) = (Gate::new(), Gate::new());
+    let server = LlmServer::start(vec![]).await;
+    let (a, b) = (one.clone(), two.clone());
+    server.set_responder(std::sync::Arc::new(move |r| {
+        if r.body.to_string().contains("first question") {
+            held_answer(&a, "answer one")
+        } else {
+            held_answer(&b, "answer two")
+        }
+    }));
+    let Some(desk) = desktop(&server) else { return };
+    assert_eq!(setup(&desk).status.code(), Some(0));
+    desk.write(
+        ".config/familiar/config.toml",
+        &format!(
+            "default_soul = \"test\"\n[providers.local]\nbase_url = \"{}/v1\"\nmodel = \"m\"\nmax_retries = 0\n[notifications]\nresult_timeout = \"1s\"\n",
+            server.base
+        ),
+    );
+    let first = ask_notify(&desk, "first question about the disk");
+    let second = ask_notify(&desk, "second question about the fan");
+    let p1 = desk.wait_notification(|n| n.summary.contains("first question"));
+    let p2 = desk.wait_notification(|n| n.summary.contains("second question"));
+    assert_ne!(p1.id, p2.id);
+    one.open();
+    two.open();
+    let r1 = desk.wait_notification(|n| n.body == "answer one");
+    let r2 = desk.wait_notification(|n| n.body == "answer two");
+    assert_eq!((r1.id, r2.id), (p1.id, p2.id));
+    for child in [first, second] {
+        let out = child.wait_with_output().expect("familiar ask");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        // Under a keybinding nothing but warnings and errors.
+        assert_eq!(text(&out.stdout), "");
+        assert_eq!(text(&out.stderr), "");
+    }
+    // `result_timeout` was sent: mako (whose own default is never) takes them down.
+    desk.wait_until(|| (!desk.notifications().iter().any(is_familiar)).then_some(()))
+        .expect("the results did not expire");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_on_a_long_answer_shows_all_of_it_in_the_launcher() {
+    // Words that do not repeat (a repeated sentence would be cut as degenerate output).
+    let long: String = (0..80)
+        .map(|i| format!("all of this, part {i}, is the answer. "))
+        .collect();
+    let server = LlmServer::start(vec![text_reply(&long)]).await;
+    let Some(desk) = desktop(&server) else { return };
+    assert_eq!(setup(&desk).status.code(), Some(0));
+    let task = ask_notify(&desk, "tell me everything");
+    let n = desk.wait_notification(|n| n.body.starts_with("all of this") && n.body.ends_with('…'));
+    assert_eq!(
+        n.actions.get("default").map(String::as_str),
+        Some("Show all")
+    );
+    let mut keys = desk.keyboard(&[]);
+    let before = desk.centre();
+    desk.click(n.id);
+    desk.wait_window(&before);
+    keys.type_text("\n");
+    keys.finish();
+    // Shown, the command is done.
+    let out = task.wait_with_output().expect("familiar ask");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
