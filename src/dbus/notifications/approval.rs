@@ -96,33 +96,29 @@ impl Frontend for NotificationFrontend {
     }
 }
 
-/// Characters of the call's first line in the notification's first lines.
+/// Characters of the call's first line, and of the reason, in the first lines.
 const FIRST_LINE_CHARS: usize = 72;
 
-/// The notification's text. Its first lines fit mako's default box (300 × 100 px,
-/// about six lines of 36 characters, summary included): what will run (the call's
-/// first line, cut at [`FIRST_LINE_CHARS`]), why it asks, how to answer. Then, when
-/// the call is longer, the whole call as every approval surface shows it.
+/// The notification's text. Its first lines fit mako's default box (300 × 100 px:
+/// five lines of about 36 characters, the summary included): what will run (the
+/// call's first line, cut at [`FIRST_LINE_CHARS`]), why it asks (the policy's
+/// conclusion), how to answer. Then, when cut, the whole call and reason as every
+/// approval surface shows them.
 fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String, String) {
     let tool = crate::approval::visible(&r.tool);
     let summary = format!("familiar: allow {tool}?");
     let first = r.summary.lines().next().unwrap_or_default();
-    let cut = first.chars().count() > FIRST_LINE_CHARS;
-    let head: String = first.chars().take(FIRST_LINE_CHARS).collect();
+    let reason = crate::approval::visible(&r.reason);
     let how = if caps.actions {
         "click: choose · dismiss: deny"
     } else {
-        "answer: familiar approve --dmenu · dismiss: deny"
+        "familiar approve --dmenu · dismiss: deny"
     };
-    let mut body = format!(
-        "{head}{}\nwhy: {}\n{how}",
-        if cut { "…" } else { "" },
-        crate::approval::visible(&r.reason)
-    );
+    let mut body = format!("{}\nwhy: {}\n{how}", cut(first), cut(short_reason(&reason)));
     if let Some(note) = note {
         body = format!("{note}\n{body}");
     }
-    if cut {
+    if first.chars().count() > FIRST_LINE_CHARS {
         body.push_str(&format!(
             "\nthe whole call ({} tier):\n{}",
             r.tier, r.summary
@@ -133,7 +129,31 @@ fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String
             body.push_str(line);
         }
     }
+    if short_reason(&reason) != reason {
+        body.push_str(&format!("\nwhy asking: {reason}"));
+    }
     (summary, caps.body(&body))
+}
+
+/// `s`, cut at [`FIRST_LINE_CHARS`] with `…`.
+fn cut(s: &str) -> String {
+    if s.chars().count() <= FIRST_LINE_CHARS {
+        return s.to_owned();
+    }
+    let head: String = s.chars().take(FIRST_LINE_CHARS).collect();
+    format!("{head}…")
+}
+
+/// The policy's reasons read "`write_file` is a write tool: policy `default` asks
+/// before write tools run"; the notification's first lines name the tool already, so
+/// a long one keeps its conclusion.
+fn short_reason(reason: &str) -> &str {
+    match reason.split_once(": ") {
+        Some((_, conclusion)) if reason.chars().count() > 48 && !conclusion.is_empty() => {
+            conclusion
+        }
+        _ => reason,
+    }
 }
 
 /// Shows the request (replacing `replaces` when not 0); returns the id.
@@ -316,6 +336,14 @@ mod tests {
         assert_eq!(
             body,
             "shell: du -sh ~\nwhy: policy asks\nclick: choose · dismiss: deny\n  cwd: /tmp"
+        );
+        let mut long = request("shell: ls");
+        long.reason =
+            "`shell` is an execute tool: policy `default` asks before execute tools run".into();
+        let (_, body) = texts(&long, PLAIN, None);
+        assert_eq!(
+            body,
+            "shell: ls\nwhy: policy `default` asks before execute tools run\nclick: choose · dismiss: deny\nwhy asking: `shell` is an execute tool: policy `default` asks before execute tools run"
         );
     }
 

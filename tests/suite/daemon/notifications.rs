@@ -344,7 +344,7 @@ async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
     // argument.
     assert!(body.starts_with("write_file: n.txt\nwhy: "), "{body:?}");
     assert!(
-        body.ends_with(
+        body.contains(
             "\n  content: ok\\n\\x1b[2K\\r&lt;a href=\"http://x\"&gt;fine&lt;/a&gt; \\u{202E}txt.exe\\u{200B}"
         ),
         "{body:?}"
