@@ -173,7 +173,7 @@ async fn submit_and_follow(
         true => Progress::start(&prompt).await,
         false => None,
     };
-    let (proxy, subscribed, task, session) =
+    let (_conn, proxy, subscribed, task, session) =
         match submitted(&args, &prompt, options, &mut progress).await? {
             Ok(v) => v,
             Err(exit) => return Ok(exit),
@@ -260,6 +260,16 @@ async fn submit_and_follow(
     Ok(exit_for(status))
 }
 
+/// A submitted task: the bus connection, the daemon's proxy, the subscriptions made
+/// before `Submit`, the task's and its session's ids.
+type Submitted = (
+    zbus::Connection,
+    crate::dbus::proxy::Agent1Proxy<'static>,
+    Subscribed,
+    String,
+    String,
+);
+
 /// `Submit`, after the subscriptions; a failure is reported (on stderr, and on screen
 /// with `--notify`: in place of the progress when it is up) and is `Ok(Err(exit))`.
 async fn submitted(
@@ -267,22 +277,12 @@ async fn submitted(
     prompt: &str,
     options: HashMap<&'static str, Variant<'static>>,
     progress: &mut Option<Progress>,
-) -> anyhow::Result<
-    Result<
-        (
-            crate::dbus::proxy::Agent1Proxy<'static>,
-            Subscribed,
-            String,
-            String,
-        ),
-        Exit,
-    >,
-> {
+) -> anyhow::Result<Result<Submitted, Exit>> {
     let submitted = async {
-        let (_conn, proxy) = connect().await?;
+        let (conn, proxy) = connect().await?;
         let (subscribed, task, session) =
             subscribe_and_submit(&proxy, args, prompt, options).await?;
-        Ok::<_, Failure>((proxy, subscribed, task, session))
+        Ok::<_, Failure>((conn, proxy, subscribed, task, session))
     };
     match submitted.await {
         Ok(v) => Ok(Ok(v)),
