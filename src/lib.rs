@@ -20,9 +20,10 @@
 //!   decision for one call; the session-bus contract (names, errors, proxies); the
 //!   desktop layer (Hyprland, sway, niri, each over its socket).
 //! - [`config`], [`approval`]: `config.toml` and paths; approval requests.
-//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`], [`programs`]: the tool
-//!   catalog and tiers, shared errors, newtype ids, tracing, the Secret Service client
-//!   that reads and stores API keys, the system programs the daemon runs unconfined.
+//! - [`catalog`], [`error`], [`ids`], [`logging`], [`secrets`], [`programs`],
+//!   [`launcher`]: the tool catalog and tiers, shared errors, newtype ids, tracing, the
+//!   Secret Service client that reads and stores API keys, the system programs the
+//!   daemon runs unconfined, the user's dmenu-style launcher.
 //! - `fuzzing` (hidden, built only under `--cfg fuzzing`, which cargo-fuzz sets, and in
 //!   the unit tests): entry points for the cargo-fuzz targets in `fuzz/`.
 
@@ -43,6 +44,7 @@ pub mod fuzzing;
 /// The Hyprland client's path before the desktop layer, kept so code written against
 /// `familiar::hyprland` still builds.
 pub use compositor::hyprland;
+pub mod launcher;
 pub mod llm;
 pub mod logging;
 pub mod mcp;

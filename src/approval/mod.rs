@@ -5,8 +5,9 @@
 //! a D-Bus signal and a desktop notification) and waits for the first answer through
 //! [`ApprovalBroker::respond`]. The first answer wins; later ones are refused. No
 //! frontend, a timeout, or a cancelled task all mean *deny*: silence is never consent.
-//! "Allow for N minutes" answers leave a grant for that (soul, tool) pair, which later
-//! requests use without asking until it expires or is revoked.
+//! "Allow for this task, N minutes" answers leave a grant for that (task, tool) pair,
+//! which the same task's later requests use without asking until it expires or is
+//! revoked; another task, of the same soul or not, is asked again.
 //!
 //! Every surface shows [`ApprovalRequest::summary`], made by [`describe_call`] from the
 //! very arguments that run: all of them, escapes made visible ([`render`]).
@@ -23,8 +24,10 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::Tier;
 use crate::ids::{RequestId, SessionId, SoulId, TaskId};
 
+pub mod chooser;
 pub mod render;
 
+pub use chooser::{Choice, GRANT_FOR, grant_label};
 pub use render::{describe_call, terminal_safe, visible};
 
 /// What is being asked.
@@ -52,7 +55,7 @@ pub struct ApprovalRequest {
 pub enum Answer {
     Approve,
     Deny,
-    /// Approve, and approve this soul's calls of this tool without asking for a while.
+    /// Approve, and approve this task's calls of this tool without asking for a while.
     ApproveFor(#[serde(with = "secs")] Duration),
 }
 
@@ -131,7 +134,7 @@ struct Pending {
 struct Inner {
     frontends: Mutex<Vec<Arc<dyn Frontend>>>,
     pending: Mutex<HashMap<RequestId, Pending>>,
-    grants: Mutex<HashMap<(SoulId, String), Instant>>,
+    grants: Mutex<HashMap<(TaskId, String), Instant>>,
     timeout: Duration,
 }
 
@@ -159,7 +162,7 @@ impl ApprovalBroker {
 
     /// Asks, and waits for the first answer, the timeout or `cancel`.
     pub async fn ask(&self, request: ApprovalRequest, cancel: &CancellationToken) -> Resolution {
-        if self.has_grant(&request.soul, &request.tool) {
+        if self.has_grant(&request.task_id, &request.tool) {
             return Resolution::Granted;
         }
         let (tx, rx) = oneshot::channel();
@@ -185,7 +188,7 @@ impl ApprovalBroker {
                     Ok((Answer::Approve, by)) => Resolution::Approved { by },
                     Ok((Answer::ApproveFor(d), by)) => {
                         lock(&self.inner.grants)
-                            .insert((request.soul.clone(), request.tool.clone()), Instant::now() + d);
+                            .insert((request.task_id.clone(), request.tool.clone()), Instant::now() + d);
                         Resolution::Approved { by }
                     }
                     Ok((Answer::Deny, by)) => Resolution::Denied { by },
@@ -231,18 +234,23 @@ impl ApprovalBroker {
         found
     }
 
-    fn has_grant(&self, soul: &SoulId, tool: &str) -> bool {
+    fn has_grant(&self, task: &TaskId, tool: &str) -> bool {
         let mut grants = lock(&self.inner.grants);
         let now = Instant::now();
         grants.retain(|_, until| *until > now);
-        grants.contains_key(&(soul.clone(), tool.to_owned()))
+        grants.contains_key(&(task.clone(), tool.to_owned()))
     }
 
     /// Revokes a grant; true when there was one.
-    pub fn revoke(&self, soul: &SoulId, tool: &str) -> bool {
+    pub fn revoke(&self, task: &TaskId, tool: &str) -> bool {
         lock(&self.inner.grants)
-            .remove(&(soul.clone(), tool.to_owned()))
+            .remove(&(task.clone(), tool.to_owned()))
             .is_some()
+    }
+
+    /// What is asked of request `id`, while it waits.
+    pub fn request(&self, id: &RequestId) -> Option<ApprovalRequest> {
+        lock(&self.inner.pending).get(id).map(|p| p.request.clone())
     }
 }
 
@@ -337,7 +345,7 @@ fn prompt_tty(
     };
     Ok(match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => Answer::Approve,
-        "a" | "always" => Answer::ApproveFor(Duration::from_secs(600)),
+        "a" | "always" => Answer::ApproveFor(GRANT_FOR),
         _ => Answer::Deny,
     })
 }
@@ -347,10 +355,11 @@ fn prompt_tty(
 pub fn prompt_text(r: &ApprovalRequest) -> String {
     let tool = visible(&r.tool);
     format!(
-        "\n┌ familiar asks to run {tool} ({} tier)\n│ {}\n│ why asking: {}\n└ allow? [y]es / [N]o / [a]llow {tool} for 10 min: ",
+        "\n┌ familiar asks to run {tool} ({} tier)\n│ {}\n│ why asking: {}\n└ allow? [y]es / [N]o / [a] {}: ",
         r.tier,
         terminal_safe(&r.summary).replace('\n', "\n│ "),
         visible(&r.reason),
+        grant_label(&tool).to_lowercase(),
     )
 }
 
@@ -389,7 +398,9 @@ mod tests {
         fn present(&self, _: &ApprovalRequest, _: &ApprovalBroker) -> bool {
             true
         }
-        fn withdraw(&self, _: &RequestId) {}
+        fn withdraw(&self, _: &RequestId) {
+            // Nothing was put up.
+        }
     }
 
     #[tokio::test]
@@ -438,22 +449,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn allow_for_a_while_grants_later_calls_until_revoked() {
+    async fn allow_for_a_while_grants_the_same_tasks_later_calls_until_revoked() {
         let broker = ApprovalBroker::new(Duration::from_secs(60));
-        broker.add_frontend(Arc::new(Auto(Answer::ApproveFor(Duration::from_secs(600)))));
-        let first = broker
-            .ask(request("shell"), &CancellationToken::new())
-            .await;
-        assert!(first.approved());
-        let again = broker
-            .ask(request("shell"), &CancellationToken::new())
-            .await;
-        assert_eq!(again, Resolution::Granted);
-        assert!(broker.revoke(&SoulId::new("system_admin").unwrap(), "shell"));
+        broker.add_frontend(Arc::new(Auto(Answer::ApproveFor(GRANT_FOR))));
+        let first = request("shell");
+        let task = first.task_id.clone();
+        assert!(
+            broker
+                .ask(first, &CancellationToken::new())
+                .await
+                .approved()
+        );
+        let mut again = request("shell");
+        again.task_id = task.clone();
+        assert_eq!(
+            broker.ask(again, &CancellationToken::new()).await,
+            Resolution::Granted
+        );
+        assert!(broker.revoke(&task, "shell"));
         let other = broker
             .ask(request("write_file"), &CancellationToken::new())
             .await;
         assert!(matches!(other, Resolution::Approved { .. }));
+    }
+
+    // Regression: "Allow write_file for 10 min" also let a later, separate task of the
+    // same soul write without a question; the grant is the task's.
+    #[tokio::test]
+    async fn a_grant_does_not_reach_another_task_of_the_same_soul() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        broker.add_frontend(Arc::new(Auto(Answer::ApproveFor(GRANT_FOR))));
+        let first = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert!(first.approved());
+        let later_task = broker
+            .ask(request("shell"), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(later_task, Resolution::Approved { .. }),
+            "{later_task:?}"
+        );
     }
 
     #[tokio::test]

@@ -2,24 +2,27 @@
 //!
 //! Invariant: the signal subscriptions exist before `Submit` is sent, so no event of
 //! the task can be missed; the exit code is the task's, as for `familiar run`. It is on a
-//! keybinding, so it builds no agent runtime: one bus connection, one thread.
+//! keybinding, so it builds no agent runtime: one bus connection, one thread. Under a
+//! keybinding (`--notify`, stdout not a terminal) it writes only warnings and errors:
+//! what a person needs to see is in the task's notification ([`super::progress`]).
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zbus::Variant;
 
-use super::client::{block_on, classify, connect};
+use super::client::{Failure, block_on, classify, connect};
 use super::follow::{
-    DaemonWatch, Gone, cancelling_line, daemon_gone, interrupted_unsent, say_why_cancelled,
+    DaemonWatch, Gone, cancel_on_ctrl_c, daemon_gone, parse_status, say_why_cancelled,
 };
 use super::printer::{exit_for, print_events};
+use super::progress::{self, Progress};
 use super::prompt::{read_prompt, resolve_workspace};
 use super::submit::{Subscribed, submit_options, subscribe_and_submit};
 use super::typed::TypedLines;
@@ -29,36 +32,26 @@ use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
 use crate::store::TaskStatus;
 
-/// Menus tried for `--dmenu` when `$FAMILIAR_DMENU` is not set, in order.
-const MENUS: &[(&str, &[&str])] = &[
-    ("fuzzel", &["--dmenu", "--prompt", "familiar> "]),
-    ("wofi", &["--dmenu", "--prompt", "familiar"]),
-    ("rofi", &["-dmenu", "-p", "familiar"]),
-    ("bemenu", &["-p", "familiar"]),
-];
-
-/// Characters of the result shown in a `--notify` notification.
-const NOTIFY_BODY_CHARS: usize = 400;
-
 pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow::Result<Exit> {
     warn_config_flag(config)?;
-    let prompt = if args.dmenu {
-        match dmenu()? {
-            Some(p) => p,
-            // The menu was dismissed: nothing was asked.
-            None => return Ok(Exit::Completed),
-        }
-    } else {
-        read_prompt(&args.task.prompt)?
-    };
-    let workspace = args
-        .task
-        .workspace
-        .as_deref()
-        .map(resolve_workspace)
-        .transpose()?;
-    let options = submit_options(&args, workspace.as_ref().map(|w| w.display().to_string()));
     block_on(async {
+        let prompt = if args.dmenu {
+            match menu_prompt(args.notify).await? {
+                Ok(Some(p)) => p,
+                // The menu was dismissed: nothing was asked.
+                Ok(None) => return Ok(Exit::Completed),
+                Err(exit) => return Ok(exit),
+            }
+        } else {
+            read_prompt(&args.task.prompt)?
+        };
+        let workspace = args
+            .task
+            .workspace
+            .as_deref()
+            .map(resolve_workspace)
+            .transpose()?;
+        let options = submit_options(&args, workspace.as_ref().map(|w| w.display().to_string()));
         if let (Some(when), Some(wait)) = (&args.task.when, args.task.wait) {
             // Waiting here holds no slot of the daemon's queue.
             let cancel = CancellationToken::new();
@@ -90,18 +83,66 @@ fn warn_config_flag(config: Option<&std::path::Path>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Says so when the daemon kept a previous config.toml (or policy) because the new one
-/// does not load: the task runs under the old one, which the user did not expect.
-async fn warn_reload_error(proxy: &crate::dbus::proxy::Agent1Proxy<'_>) -> std::io::Result<()> {
+/// `--dmenu`: checks that the daemon can be reached or activated, starts it while the
+/// person types (a start that fails closes the menu and says why), then reads the
+/// prompt with the launcher. `Ok(Err(exit))` when the menu was not opened, could not
+/// be, or was closed.
+async fn menu_prompt(notify: bool) -> anyhow::Result<Result<Option<String>, Exit>> {
+    let start = match super::client::reachable().await {
+        Ok(start) => start,
+        Err(f) => return Ok(Err(fail(f, notify, None).await?)),
+    };
+    let start_failed = async move {
+        if let Some(handle) = start
+            && let Ok(Some(f)) = handle.await
+        {
+            return f;
+        }
+        std::future::pending().await
+    };
+    tokio::select! {
+        picked = crate::launcher::pick("familiar> ", &[]) => match picked {
+            Ok(prompt) => Ok(Ok(prompt)),
+            Err(e) => {
+                let f = Failure {
+                    exit: Exit::Usage,
+                    message: format!("--dmenu: {e}"),
+                };
+                Ok(Err(fail(f, notify, None).await?))
+            }
+        },
+        // The menu is dropped, which kills it: nobody types into the void.
+        f = start_failed => Ok(Err(fail(f, notify, None).await?)),
+    }
+}
+
+/// Reports a failure before a task exists: on stderr, and with `--notify` on screen.
+async fn fail(f: Failure, notify: bool, prompt: Option<&str>) -> anyhow::Result<Exit> {
+    if notify {
+        progress::failure(prompt, &f.message).await;
+    }
+    f.report()
+}
+
+/// The daemon's `Configuration` facts; says so when the daemon kept a previous
+/// config.toml (or policy) because the new one does not load: the task runs under the
+/// old one, which the user did not expect (with `--notify`, on screen too).
+async fn daemon_facts(
+    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    notify: bool,
+) -> std::io::Result<serde_json::Value> {
     // An older daemon lacks the property or the key: nothing to say then.
     let Ok(text) = proxy.configuration().await else {
-        return Ok(());
+        return Ok(serde_json::Value::Null);
     };
     let facts: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     if let Some(error) = facts["reload_error"].as_str() {
         writeln!(std::io::stderr().lock(), "familiar: warning: {error}")?;
+        if notify {
+            progress::warning(error).await;
+        }
     }
-    Ok(())
+    Ok(facts)
 }
 
 /// `ask --detach`: the ids on stdout (for scripts), and for people on stderr how to
@@ -129,31 +170,30 @@ async fn submit_and_follow(
     options: HashMap<&'static str, Variant<'static>>,
     mut out: Out,
 ) -> anyhow::Result<Exit> {
-    let (conn, proxy) = match connect().await {
-        Ok(v) => v,
-        Err(f) => return f.report(),
+    let notify = args.notify && !args.detach;
+    // Up before the daemon answers: the person sees at once that the key worked.
+    let mut progress = match notify {
+        true => Progress::start(&prompt).await,
+        false => None,
     };
-    let mut watch = DaemonWatch::start(&conn).await;
-    let (subscribed, task, session) =
-        match subscribe_and_submit(&proxy, &args, &prompt, options).await {
+    let (_conn, proxy, mut watch, subscribed, task, session) =
+        match submitted(&args, &prompt, options, &mut progress).await? {
             Ok(v) => v,
-            Err(f) => return f.report(),
+            Err(exit) => return Ok(exit),
         };
-    let Subscribed {
-        mut events,
-        mut finished,
-        mut approvals,
-    } = subscribed;
-    warn_reload_error(&proxy).await?;
+    let mut signals = subscribed;
+    let facts = daemon_facts(&proxy, args.notify).await?;
     if args.detach {
         return print_detached(&mut out, args.task.json, &task, &session);
     }
     let task_id = TaskId::new(&task).context("the daemon sent a malformed task id")?;
     let session_id = SessionId::new(&session).context("the daemon sent a malformed session id")?;
     let json = args.task.json;
+    // Under a keybinding stdout is the compositor's log: the notification says it all.
+    let quiet = notify && !json && !std::io::stdout().is_terminal();
     let interactive = std::io::stdin().is_terminal() && !json;
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let printer = tokio::spawn(print_events(rx, out, json, false));
+    let printer = tokio::spawn(output(rx, out, json, quiet));
     let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
     let (typed, mut steers) = typed_steering(interactive);
     let mut follow = Follow {
@@ -162,10 +202,12 @@ async fn submit_and_follow(
         saw_finish: false,
         new_session: args.task.session.is_none(),
         tx,
-        json,
+        // Quiet: the approval's line too (the notification asks).
+        json: json || quiet,
         interactive,
         typed,
         answers: answers_tx,
+        progress: progress.take(),
     };
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     let mut cancelled = false;
@@ -174,14 +216,19 @@ async fn submit_and_follow(
             // Events before the finish: one reader feeds both streams in bus
             // order, so draining events first keeps task_finished last.
             biased;
-            Some(sig) = events.recv() => follow.on_event(&sig).await,
-            Some(sig) = finished.recv() => {
+            Some(sig) = signals.events.recv() => follow.on_event(&sig).await,
+            Some(sig) = signals.finished.recv() => {
                 let Ok(a) = sig.args() else { continue };
                 if a.task_id == task {
                     break (a.status.clone(), a.result.clone());
                 }
             }
-            Some(sig) = approvals.recv() => follow.on_approval(&sig)?,
+            Some(sig) = signals.approvals.recv() => follow.on_approval(&sig)?,
+            () = progress::until(follow.progress.as_ref().and_then(Progress::due)) => {
+                if let Some(p) = &mut follow.progress {
+                    p.flush().await;
+                }
+            }
             Some(line) = steers.recv() => steer_typed(&proxy, &task, &line).await?,
             Some((request, approve)) = answers.recv() => {
                 if let Err(e) = proxy.respond(&request, approve).await {
@@ -191,13 +238,8 @@ async fn submit_and_follow(
             }
             r = &mut ctrl_c, if !cancelled => {
                 cancelled = true;
-                if r.is_ok() {
-                    writeln!(std::io::stderr().lock(), "{}", cancelling_line(&task, true))?;
-                    if let Err(e) = proxy.cancel(&task).await {
-                        let said = interrupted_unsent(&task, &classify(e));
-                        writeln!(std::io::stderr().lock(), "{said}")?;
-                        return Ok(Exit::Interrupted);
-                    }
+                if r.is_ok() && !cancel_on_ctrl_c(&proxy, &task).await? {
+                    return Ok(Exit::Interrupted);
                 }
             }
             gone = DaemonWatch::gone(watch.as_mut()) => {
@@ -208,19 +250,110 @@ async fn submit_and_follow(
             else => return daemon_gone(Gone::BusLost, &task, &session, cancelled).report(),
         }
     };
-    let status: TaskStatus = serde_json::from_value(serde_json::Value::String(status.clone()))
-        .with_context(|| format!("the daemon sent an unknown status `{status}`"))?;
+    let status = parse_status(&status)?;
+    let progress = follow.progress.take();
     follow.finish(status, &result, session_id).await;
     printer.await.context("the output printer failed")??;
     say_why_cancelled(status, &result, cancelled)?;
-    // A skipped task has no news: the journal (this command's output) says why.
-    if args.notify && status != TaskStatus::Skipped {
-        notify_result(status, &result).await?;
-    }
+    let notice = Notice::new(notify, quiet, &facts);
+    notice
+        .end(&task, &prompt, status, &result, progress)
+        .await?;
     if cancelled {
         return Ok(Exit::Interrupted);
     }
     Ok(exit_for(status))
+}
+
+/// A submitted task: the bus connection, the daemon's proxy, the watch on its bus name
+/// and the subscriptions, both made before `Submit`, the task's and its session's ids.
+type Submitted = (
+    zbus::Connection,
+    crate::dbus::proxy::Agent1Proxy<'static>,
+    Option<DaemonWatch>,
+    Subscribed,
+    String,
+    String,
+);
+
+/// `Submit`, after the subscriptions; a failure is reported (on stderr, and on screen
+/// with `--notify`: in place of the progress when it is up) and is `Ok(Err(exit))`.
+async fn submitted(
+    args: &AskArgs,
+    prompt: &str,
+    options: HashMap<&'static str, Variant<'static>>,
+    progress: &mut Option<Progress>,
+) -> anyhow::Result<Result<Submitted, Exit>> {
+    let submitted = async {
+        let (conn, proxy) = connect().await?;
+        // Before `Submit`, so a daemon that dies at once is still seen going.
+        let watch = DaemonWatch::start(&conn).await;
+        let (subscribed, task, session) =
+            subscribe_and_submit(&proxy, args, prompt, options).await?;
+        Ok::<_, Failure>((conn, proxy, watch, subscribed, task, session))
+    };
+    match submitted.await {
+        Ok(v) => Ok(Ok(v)),
+        Err(f) => Ok(Err(match progress.take() {
+            Some(p) => {
+                p.refused(&f.message).await;
+                f.report()?
+            }
+            None => fail(f, args.notify, Some(prompt)).await?,
+        })),
+    }
+}
+
+/// How the end of a task is told under `--notify`.
+struct Notice {
+    notify: bool,
+    /// Under a keybinding: stdout is the compositor's log.
+    quiet: bool,
+    /// How long the result stays.
+    expire: Duration,
+}
+
+impl Notice {
+    fn new(notify: bool, quiet: bool, daemon: &serde_json::Value) -> Notice {
+        let expire = daemon["result_timeout_ms"]
+            .as_u64()
+            .map_or(progress::DEFAULT_RESULT_TIMEOUT, Duration::from_millis);
+        Notice {
+            notify,
+            quiet,
+            expire,
+        }
+    }
+
+    /// The result in place of the progress; under a keybinding, the log's one line
+    /// when the task did not complete.
+    async fn end(
+        &self,
+        task: &str,
+        prompt: &str,
+        status: TaskStatus,
+        result: &str,
+        progress: Option<Progress>,
+    ) -> std::io::Result<()> {
+        if self.quiet && status != TaskStatus::Completed {
+            let first = result.lines().next().unwrap_or_default();
+            writeln!(
+                std::io::stderr().lock(),
+                "familiar: task {task} {status}: {}",
+                crate::approval::terminal_safe(first)
+            )?;
+        }
+        // A skipped task has no news: the journal (this command's output) says why.
+        if self.notify && status != TaskStatus::Skipped {
+            match progress {
+                Some(p) => p.finish(status, result, self.expire, self.quiet).await?,
+                None => Progress::result_only(prompt, status, result, self.expire).await,
+            }
+        } else if let Some(p) = progress {
+            p.close().await;
+        }
+        Ok(())
+    }
 }
 
 /// Lines typed while the task runs steer it (an approval prompt takes its own): the
@@ -268,6 +401,22 @@ struct Follow {
     interactive: bool,
     typed: Option<TypedLines>,
     answers: mpsc::Sender<(String, bool)>,
+    /// `--notify`: the task's notification.
+    progress: Option<Progress>,
+}
+
+/// Prints the events, or under a keybinding (`quiet`) takes them and prints nothing.
+async fn output(
+    mut rx: mpsc::Receiver<Arc<Event>>,
+    out: Out,
+    json: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if !quiet {
+        return print_events(rx, out, json, false).await;
+    }
+    while rx.recv().await.is_some() {}
+    Ok(())
 }
 
 impl Follow {
@@ -300,6 +449,11 @@ impl Follow {
         }
         self.saw_finish |=
             event_task == self.task_id && matches!(payload, EventPayload::TaskFinished { .. });
+        if let Some(p) = &mut self.progress
+            && let Some(text) = progress::doing(&payload)
+        {
+            p.update(text).await;
+        }
         let event = Arc::new(Event {
             payload,
             task_id: event_task,
@@ -373,19 +527,6 @@ impl Follow {
     }
 }
 
-/// `--notify`: the result's start in a desktop notification.
-async fn notify_result(status: TaskStatus, result: &str) -> std::io::Result<()> {
-    let body: String = result.chars().take(NOTIFY_BODY_CHARS).collect();
-    let summary = format!("familiar: {status}");
-    if let Err(e) = crate::dbus::notifications::show_result(&summary, &body).await {
-        writeln!(
-            std::io::stderr().lock(),
-            "familiar: cannot show a notification: {e}"
-        )?;
-    }
-    Ok(())
-}
-
 /// Asks on the terminal from a thread of its own (a blocking read that may never
 /// finish when the request is answered elsewhere; the process does not wait for it).
 fn ask_on_tty(
@@ -434,41 +575,4 @@ fn ask_on_tty(
             tracing::debug!("the task ended before the answer");
         }
     });
-}
-
-/// Reads a prompt with a dmenu-style program; `None` when it was dismissed.
-fn dmenu() -> anyhow::Result<Option<String>> {
-    let cmd: Vec<String> = match std::env::var("FAMILIAR_DMENU") {
-        Ok(s) if !s.trim().is_empty() => {
-            shell_words::split(&s).context("cannot parse $FAMILIAR_DMENU")?
-        }
-        Ok(_) | Err(_) => {
-            let found = MENUS.iter().find(|(bin, _)| in_path(bin));
-            let Some((bin, args)) = found else {
-                anyhow::bail!(
-                    "--dmenu found none of fuzzel, wofi, rofi, bemenu in PATH; install one or set FAMILIAR_DMENU to a command that prints the prompt"
-                );
-            };
-            std::iter::once(*bin)
-                .chain(args.iter().copied())
-                .map(str::to_owned)
-                .collect()
-        }
-    };
-    let Some((bin, rest)) = cmd.split_first() else {
-        anyhow::bail!("$FAMILIAR_DMENU is empty");
-    };
-    let output = Command::new(bin)
-        .args(rest)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot run the menu `{bin}`"))?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let prompt = text.lines().next().unwrap_or_default().trim().to_owned();
-    Ok((!prompt.is_empty()).then_some(prompt))
-}
-
-fn in_path(bin: &str) -> bool {
-    which::which_global(bin).is_ok()
 }

@@ -1,5 +1,5 @@
-//! The daemon's command-line clients: `status`, `tasks`, `cancel`, `approve`, `deny`,
-//! and the connection and error mapping `ask` shares with them.
+//! The daemon's command-line clients: `tasks`, `cancel`, `approve`, `deny`, `steer`,
+//! `reload`, and the connection and error mapping `ask` and `status` share with them.
 //!
 //! Invariant: a daemon that cannot be reached is exit 3 with a sentence naming how to
 //! start it; a typed daemon error is shown with its own message (exit 2 for bad
@@ -12,7 +12,6 @@ use zbus::Connection;
 use super::output::Table;
 use super::{Exit, Out};
 use crate::dbus::proxy::{Agent1Proxy, method_error};
-use crate::sandbox::status::{Enforcement, EnforcementStatus};
 
 /// What to tell a person when the daemon is not there.
 pub const HOW_TO_START: &str = "the familiar daemon is not running and D-Bus activation is not installed: run `familiar setup` once (installs the user units and the activation file), or start it now with `systemctl --user start familiar` (or `familiar daemon` in a terminal)";
@@ -53,7 +52,12 @@ pub fn classify(e: zbus::Error) -> Failure {
             return Failure::unreachable(message);
         }
         n if n.starts_with("org.freedesktop.DBus.Error.Spawn") => {
-            return Failure::unreachable(format!("activation failed: {message}"));
+            return Failure {
+                exit: Exit::Unreachable,
+                message: format!(
+                    "the familiar daemon could not be started ({message}): `familiar doctor` says why (a config.toml that does not load shows there), `journalctl --user -u familiar` has its last words"
+                ),
+            };
         }
         n if n == format!("{}.ShuttingDown", crate::dbus::ERROR_PREFIX) => Exit::Unreachable,
         // An unknown task id (cancel) and an unknown request id (approve, deny) are
@@ -84,6 +88,38 @@ pub async fn connect() -> Result<(Connection, Agent1Proxy<'static>), Failure> {
     Ok((conn, proxy))
 }
 
+/// Whether the daemon can be reached: it owns its name, or the bus can start it. In
+/// the second case it is started now, in the background, so that it is up by the time
+/// it is asked; the handle yields why that failed, if it did.
+pub async fn reachable() -> Result<Option<tokio::task::JoinHandle<Option<Failure>>>, Failure> {
+    let (conn, _) = connect().await?;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.map_err(classify)?;
+    let name = zbus::names::BusName::try_from(crate::dbus::NAME).map_err(classify)?;
+    if dbus
+        .name_has_owner(name.clone())
+        .await
+        .map_err(|e| classify(e.into()))?
+    {
+        return Ok(None);
+    }
+    let activatable = dbus
+        .list_activatable_names()
+        .await
+        .map_err(|e| classify(e.into()))?;
+    if !activatable.iter().any(|n| n.as_str() == crate::dbus::NAME) {
+        return Err(Failure::unreachable(
+            "nothing owns dev.familiar.Agent1 and the session bus has no activation file for it",
+        ));
+    }
+    let wellknown = zbus::names::WellKnownName::try_from(crate::dbus::NAME).map_err(classify)?;
+    Ok(Some(tokio::spawn(async move {
+        dbus.start_service_by_name(wellknown, 0)
+            .await
+            .err()
+            .map(|e| classify(e.into()))
+    })))
+}
+
 /// A small runtime for a client command: one thread, nothing more.
 pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -93,254 +129,13 @@ pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
 }
 
 /// Runs `f` with a connected proxy; failures become their exit codes.
-fn with_proxy<T>(
+pub(super) fn with_proxy<T>(
     f: impl AsyncFnOnce(&Connection, &Agent1Proxy<'static>) -> Result<T, zbus::Error>,
 ) -> anyhow::Result<Result<T, Failure>> {
     block_on(async move {
         let (conn, proxy) = connect().await?;
         f(&conn, &proxy).await.map_err(classify)
     })
-}
-
-/// What this machine says without asking the daemon: version, config file, provider
-/// and model, the kernel's Landlock.
-fn local_facts(config: Option<&std::path::Path>) -> serde_json::Value {
-    let mut facts = serde_json::json!({
-        "client_version": env!("CARGO_PKG_VERSION"),
-        "landlock": crate::sandbox::status::probe(),
-    });
-    match crate::config::Config::load(config, &crate::config::ProcessEnv) {
-        Ok(c) => {
-            facts["config"] = serde_json::json!(c.source.as_ref().map(|p| p.display().to_string()));
-            facts["provider"] = serde_json::json!(c.default_provider);
-            facts["model"] = serde_json::json!(c.provider(None).ok().map(|p| p.model.clone()));
-            facts["default_soul"] = serde_json::json!(c.default_soul.to_string());
-            facts["data_dir"] = serde_json::json!(c.paths.data_dir);
-        }
-        Err(e) => facts["config_error"] = serde_json::json!(e.to_string()),
-    }
-    facts
-}
-
-fn write_local_facts(f: &serde_json::Value, out: &mut Out) -> anyhow::Result<()> {
-    let s = |k: &str| f[k].as_str().map(str::to_owned);
-    writeln!(out, "familiar {}", s("client_version").unwrap_or_default())?;
-    match s("config_error") {
-        Some(e) => writeln!(out, "config: {e}")?,
-        None => {
-            writeln!(
-                out,
-                "config: {}",
-                s("config").unwrap_or_else(|| "none (built-in defaults)".to_owned())
-            )?;
-            writeln!(
-                out,
-                "provider: {}, model {}, default soul {}",
-                s("provider").unwrap_or_default(),
-                s("model").unwrap_or_else(|| "?".to_owned()),
-                s("default_soul").unwrap_or_default()
-            )?;
-            writeln!(out, "data dir: {}", s("data_dir").unwrap_or_default())?;
-        }
-    }
-    let landlock: Option<Enforcement> = serde_json::from_value(f["landlock"].clone()).ok();
-    writeln!(
-        out,
-        "landlock (this kernel): {}",
-        describe_sandbox(landlock.as_ref())
-    )?;
-    Ok(())
-}
-
-/// `familiar status`: the local facts, then the daemon's (or that it is not running;
-/// exit 3 then, as `systemctl status` does for an inactive unit).
-pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
-    let local = local_facts(config);
-    let got = with_proxy(async |conn, p| {
-        let version = p.version().await?;
-        let active = p.active_tasks().await?;
-        let metrics = p.metrics().await?;
-        // A daemon older than the `Sandbox` property still answers the rest.
-        let sandbox = p.sandbox().await.ok();
-        let configuration = p.configuration().await.ok();
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        let pid = dbus
-            .get_connection_unix_process_id(crate::dbus::NAME.try_into()?)
-            .await
-            .ok();
-        Ok((version, active, metrics, pid, sandbox, configuration))
-    })?;
-    let (version, active, metrics, pid, sandbox, configuration) = match got {
-        Ok(v) => v,
-        Err(f) => {
-            if json {
-                let mut all = local;
-                all["daemon"] = serde_json::json!({"running": false, "error": f.message});
-                out.json_line(&all)?;
-            } else {
-                write_local_facts(&local, out)?;
-                writeln!(out, "daemon: not running")?;
-            }
-            out.flush()?;
-            return f.report();
-        }
-    };
-    let uptime = pid.and_then(process_uptime_secs);
-    let metrics: std::collections::BTreeMap<_, _> = metrics.into_iter().collect();
-    let sandbox: Option<Enforcement> = sandbox.and_then(|s| match serde_json::from_str(&s) {
-        Ok(e) => Some(e),
-        Err(e) => {
-            tracing::warn!("the daemon's Sandbox property is not understood: {e}");
-            None
-        }
-    });
-    // The daemon's own config: `familiar status` may run with another.
-    let configuration: Option<serde_json::Value> =
-        configuration.and_then(|c| serde_json::from_str(&c).ok());
-    if json {
-        let mut all = local;
-        for (k, v) in [
-            ("daemon_config", serde_json::json!(configuration)),
-            ("version", serde_json::json!(version)),
-            ("pid", serde_json::json!(pid)),
-            ("uptime_secs", serde_json::json!(uptime)),
-            ("active_tasks", serde_json::json!(active)),
-            ("metrics", serde_json::json!(metrics)),
-            ("sandbox", serde_json::json!(sandbox)),
-        ] {
-            all[k] = v;
-        }
-        all["daemon"] = serde_json::json!({"running": true});
-        out.json_line(&all)?;
-        return Ok(Exit::Completed);
-    }
-    write_local_facts(&local, out)?;
-    writeln!(out, "familiar daemon {version}")?;
-    if let Some(pid) = pid {
-        match uptime {
-            Some(s) => writeln!(
-                out,
-                "pid {pid}, up {}",
-                humantime::format_duration(std::time::Duration::from_secs(s))
-            )?,
-            None => writeln!(out, "pid {pid}")?,
-        }
-    }
-    if let Some(c) = &configuration {
-        write_daemon_config(c, &local, out)?;
-    }
-    writeln!(out, "sandbox: {}", describe_sandbox(sandbox.as_ref()))?;
-    writeln!(out, "active tasks: {active}")?;
-    for (k, v) in &metrics {
-        writeln!(out, "  {k:<20} {v}")?;
-    }
-    Ok(Exit::Completed)
-}
-
-/// The config the daemon runs with (`c`, its `Configuration` property), and the
-/// warnings that go with it: a config.toml it could not reload, a data dir that is not
-/// this shell's (`local`).
-fn write_daemon_config(
-    c: &serde_json::Value,
-    local: &serde_json::Value,
-    out: &mut Out,
-) -> anyhow::Result<()> {
-    let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
-    let config = c["config"]
-        .as_str()
-        .unwrap_or("none (built-in defaults)")
-        .to_owned();
-    writeln!(out, "daemon config: {config}")?;
-    writeln!(
-        out,
-        "daemon provider: {}, model {}, default soul {}, policy {}",
-        s("provider"),
-        s("model"),
-        s("default_soul"),
-        s("policy")
-    )?;
-    writeln!(out, "daemon data dir: {}", s("data_dir"))?;
-    if let Some(error) = c["reload_error"].as_str() {
-        writeln!(out, "warning: {error}")?;
-    }
-    for line in warm_lines(&c["warm"]) {
-        writeln!(out, "{line}")?;
-    }
-    if let Some(warning) = data_dir_split(local, c) {
-        writeln!(out, "warning: {warning}")?;
-    }
-    Ok(())
-}
-
-/// One line per warmed soul's prefix (the `warm` of the daemon's `Configuration`):
-/// `prefix of safe_assistant: warm (2450 tokens, 1840 cached, 12.3 s)`.
-fn warm_lines(warm: &serde_json::Value) -> Vec<String> {
-    let Some(souls) = warm.as_object() else {
-        return Vec::new();
-    };
-    souls
-        .iter()
-        .map(|(soul, w)| {
-            let state = w["state"].as_str().unwrap_or("?");
-            let detail = match (state, w["reason"].as_str()) {
-                ("warm", _) => format!(
-                    " ({} tokens, {} cached, {:.1} s)",
-                    w["prompt_tokens"].as_u64().unwrap_or(0),
-                    w["cached_tokens"].as_u64().unwrap_or(0),
-                    w["ms"].as_u64().unwrap_or(0) as f64 / 1000.0
-                ),
-                (_, Some(reason)) => format!(": {reason}"),
-                (_, None) => String::new(),
-            };
-            format!("prefix of {soul}: {state}{detail}")
-        })
-        .collect()
-}
-
-/// What to say when the daemon keeps its sessions in another data dir than this
-/// command's: then `sessions`, `memory` and `run -c` here do not see the daemon's.
-/// `None` when they agree, or when either side does not say (an older daemon).
-pub(super) fn data_dir_split(
-    local: &serde_json::Value,
-    daemon: &serde_json::Value,
-) -> Option<String> {
-    let (here, there) = (local["data_dir"].as_str()?, daemon["data_dir"].as_str()?);
-    (here != there).then(|| {
-        format!(
-            "the daemon keeps its sessions in {there}, this shell in {here}: `familiar sessions`, `memory` and `run -c` here do not see the daemon's. Give both the same XDG_STATE_HOME (or set `data_dir` in config.toml), then `systemctl --user restart familiar`"
-        )
-    })
-}
-
-/// `Landlock ABI 6, full`, `Landlock ABI 3, partial (missing: …)`, `none (…)`.
-fn describe_sandbox(e: Option<&Enforcement>) -> String {
-    let Some(e) = e else {
-        return "unknown (the daemon does not report it)".to_owned();
-    };
-    let status = e.status.as_str();
-    let head = match e.abi {
-        Some(abi) => format!("Landlock ABI {abi}, {status}"),
-        None => status.to_owned(),
-    };
-    let head = format!("{head}, unix sockets {}", e.unix_sockets.as_str());
-    match e.status {
-        EnforcementStatus::Full => head,
-        EnforcementStatus::Partial | EnforcementStatus::None => {
-            format!("{head} (missing: {})", e.missing.join(", "))
-        }
-    }
-}
-
-/// Seconds since `pid` started, from /proc (start time is in clock ticks since boot;
-/// USER_HZ is 100 on every Linux ABI).
-fn process_uptime_secs(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which may contain spaces, closed by the last ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    let start_ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let boot = std::fs::read_to_string("/proc/uptime").ok()?;
-    let since_boot: f64 = boot.split_whitespace().next()?.parse().ok()?;
-    Some((since_boot as u64).saturating_sub(start_ticks / 100))
 }
 
 /// One approval a task waits for, as `GetTask` lists it.
@@ -516,22 +311,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn warm_prefixes_are_one_line_each() {
-        let warm = serde_json::json!({
-            "desktop": {"state": "skipped", "reason": "on battery"},
-            "safe_assistant": {"state": "warm", "prompt_tokens": 2450, "cached_tokens": 0, "ms": 12300},
-        });
-        assert_eq!(
-            warm_lines(&warm),
-            [
-                "prefix of desktop: skipped: on battery",
-                "prefix of safe_assistant: warm (2450 tokens, 0 cached, 12.3 s)"
-            ]
-        );
-    }
-    use crate::sandbox::UnixSockets;
-
-    #[test]
     fn accepted_task_control_says_what_it_did() {
         let lines: Vec<String> = [Done::Cancel, Done::Steer]
             .into_iter()
@@ -547,27 +326,5 @@ mod tests {
                 "denied request r-1: the call does not run and the task is told",
             ]
         );
-    }
-
-    #[test]
-    fn the_sandbox_line_names_the_abi_and_what_is_missing() {
-        assert_eq!(
-            describe_sandbox(Some(&Enforcement::for_abi(Some(6)))),
-            "Landlock ABI 6, full, unix sockets blocked"
-        );
-        assert_eq!(
-            describe_sandbox(Some(&Enforcement::for_abi(Some(5)))),
-            "Landlock ABI 5, partial, unix sockets blocked (missing: signal and abstract unix socket scoping (ABI 6))"
-        );
-        assert_eq!(
-            describe_sandbox(Some(&Enforcement::for_abi(None))),
-            "none, unix sockets blocked (missing: landlock)"
-        );
-        let open = Enforcement::for_abi(Some(6)).with_unix_sockets(UnixSockets::Open);
-        assert_eq!(
-            describe_sandbox(Some(&open)),
-            "Landlock ABI 6, partial, unix sockets open (missing: unix socket block (seccomp))"
-        );
-        assert!(describe_sandbox(None).starts_with("unknown"));
     }
 }

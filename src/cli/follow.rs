@@ -12,12 +12,13 @@
 use std::io::Write;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use futures::StreamExt;
 use zbus::Connection;
 use zbus::fdo::{DBusProxy, NameOwnerChangedStream};
 
 use super::Exit;
-use super::client::Failure;
+use super::client::{Failure, classify};
 use crate::store::TaskStatus;
 
 /// How long a daemon that vanished gets to come back (systemd restarts it in about a
@@ -140,6 +141,29 @@ pub(super) fn cancelling_line(task: &str, session_kept: bool) -> String {
 pub(super) fn interrupted_unsent(task: &str, why: &Failure) -> String {
     let why = why.message.as_str();
     format!("familiar: interrupted; task {task} was not cancelled here ({why})")
+}
+
+/// Ctrl-C: says so and asks the daemon to cancel `task`; `false` when the request
+/// could not be sent (said on stderr), and then `ask` exits at once.
+pub(super) async fn cancel_on_ctrl_c(
+    proxy: &crate::dbus::proxy::Agent1Proxy<'static>,
+    task: &str,
+) -> anyhow::Result<bool> {
+    writeln!(std::io::stderr().lock(), "{}", cancelling_line(task, true))?;
+    match proxy.cancel(task).await {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            let said = interrupted_unsent(task, &classify(e));
+            writeln!(std::io::stderr().lock(), "{said}")?;
+            Ok(false)
+        }
+    }
+}
+
+/// `TaskFinished`'s status, as the daemon spelled it.
+pub(super) fn parse_status(status: &str) -> anyhow::Result<TaskStatus> {
+    serde_json::from_value(serde_json::Value::String(status.to_owned()))
+        .with_context(|| format!("the daemon sent an unknown status `{status}`"))
 }
 
 #[cfg(test)]

@@ -136,7 +136,14 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("tasks", &["familiar tasks", "familiar tasks --json"]),
     ("cancel", &["familiar cancel t-1a2b3c4d5e6f"]),
     ("reload", &["familiar reload"]),
-    ("approve", &["familiar approve r-1a2b3c4d5e6f"]),
+    (
+        "approve",
+        &[
+            "familiar approve r-1a2b3c4d5e6f",
+            "familiar approve --dmenu",
+        ],
+    ),
+    ("bar", &["familiar bar", "familiar bar --plain"]),
     ("deny", &["familiar deny r-1a2b3c4d5e6f"]),
     (
         "status",

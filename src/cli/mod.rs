@@ -6,7 +6,9 @@
 //! (`familiar souls | head -1`) ends the command quietly instead of panicking.
 
 mod ask;
+mod bar;
 mod call_args;
+mod chooser;
 mod client;
 mod complete;
 mod doctor;
@@ -17,11 +19,13 @@ mod mcp;
 mod memory;
 mod output;
 mod printer;
+mod progress;
 mod prompt;
 mod prune;
 mod run;
 mod setup;
 mod soul_copy;
+mod status;
 mod store_key;
 mod submit;
 mod typed;
@@ -88,6 +92,13 @@ pub enum Command {
     Status(JsonFlag),
     /// List the daemon's tasks
     Tasks(JsonFlag),
+    /// A status-bar module: one line per change (waybar's JSON: idle, working, asking,
+    /// failed, off), driven by the daemon's signals
+    Bar {
+        /// The text alone, one line per change (for bars other than waybar)
+        #[arg(long)]
+        plain: bool,
+    },
     /// Add a message to a running task; it joins at the task's next step
     Steer {
         /// The task's id (t-…), as `familiar tasks` or `ask --detach` prints it
@@ -103,10 +114,16 @@ pub enum Command {
         /// The task's id (t-…), as `familiar tasks` lists it
         task_id: String,
     },
-    /// Approve a pending approval request
+    /// Approve a pending approval request, or choose the answer in the launcher
     Approve {
         /// The request's id (r-…), from the notification or the approval_requested event
-        request_id: String,
+        #[arg(required_unless_present = "dmenu")]
+        request_id: Option<String>,
+        /// Show the pending requests and their choices (Deny, Approve, the task's timed
+        /// grant) in $FAMILIAR_DMENU (default: fuzzel, wofi, rofi or bemenu); with one
+        /// pending, or an ID given, straight to its choices
+        #[arg(long)]
+        dmenu: bool,
     },
     /// Deny a pending approval request
     Deny {
@@ -378,12 +395,26 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Run(args) => run::run(&cli.config, args, out),
         // The daemon reads its own config; clients only talk to it.
         Command::Ask(args) => ask::ask(cli.config.as_deref(), args, out),
-        Command::Status(JsonFlag { json }) => client::status(cli.config.as_deref(), json, &mut out),
+        Command::Status(JsonFlag { json }) => status::status(cli.config.as_deref(), json, &mut out),
         Command::Tasks(JsonFlag { json }) => client::tasks(json, &mut out),
+        Command::Bar { plain } => bar::bar(plain, &mut out),
         Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
         Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
         Command::Reload => client::reload(&mut out),
-        Command::Approve { request_id } => client::respond(&request_id, true, &mut out),
+        Command::Approve {
+            request_id,
+            dmenu: true,
+        } => chooser::approve_dmenu(request_id.as_deref(), &mut out),
+        Command::Approve {
+            request_id: Some(request_id),
+            dmenu: false,
+        } => client::respond(&request_id, true, &mut out),
+        Command::Approve {
+            request_id: None,
+            dmenu: false,
+        } => Err(anyhow::anyhow!(
+            "name the request to approve (familiar approve ID), or choose with --dmenu"
+        )),
         Command::Deny { request_id } => client::respond(&request_id, false, &mut out),
         Command::Setup {
             store_key: Some(provider),

@@ -4,8 +4,10 @@
 //!
 //! Invariant: only files under `$XDG_DATA_HOME/systemd/user` and
 //! `$XDG_DATA_HOME/dbus-1/services` are written or removed, and nothing at all with
-//! `--dry-run`. A `systemctl --user` step that fails is reported and makes the exit
-//! code 1; the files are still right, so running the commands later is enough.
+//! `--dry-run`. A `systemctl --user` step that fails is reported; the exit code is 1
+//! only when nothing can start the daemon (no user manager and no session bus that
+//! activates it); the files are still right, so running the commands later is enough.
+//! It ends with the binding lines for the compositor this session runs.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -103,8 +105,70 @@ fn run_commands(commands: &[&[&str]], out: &mut Out) -> anyhow::Result<bool> {
     Ok(all_ok)
 }
 
-/// What to add to hyprland.conf: the lines the README gives, each ready to paste.
-const HYPRLAND_HINT: &str = "On Hyprland, add to ~/.config/hypr/hyprland.conf (a keybinding, and the session's\nenvironment for the daemon's desktop tools):\n  exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE WAYLAND_DISPLAY\n  bind = SUPER, A, exec, familiar ask --dmenu --notify";
+/// The compositor this session runs, from the variables each sets for its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compositor {
+    Hyprland,
+    Sway,
+    Niri,
+    Other,
+}
+
+impl Compositor {
+    fn detect(var: impl Fn(&str) -> bool) -> Compositor {
+        if var("HYPRLAND_INSTANCE_SIGNATURE") {
+            Compositor::Hyprland
+        } else if var("SWAYSOCK") {
+            Compositor::Sway
+        } else if var("NIRI_SOCKET") {
+            Compositor::Niri
+        } else {
+            Compositor::Other
+        }
+    }
+
+    /// What to add to the compositor's config: the lines the README gives, each ready
+    /// to paste.
+    fn hint(self) -> &'static str {
+        match self {
+            Compositor::Hyprland => HYPRLAND_HINT,
+            Compositor::Sway => SWAY_HINT,
+            Compositor::Niri => NIRI_HINT,
+            Compositor::Other => OTHER_HINT,
+        }
+    }
+}
+
+const HYPRLAND_HINT: &str = "On Hyprland, add to ~/.config/hypr/hyprland.conf (a key to ask, one to answer approvals,\nand the session's environment for the daemon):\n  exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE WAYLAND_DISPLAY\n  bind = SUPER, A, exec, familiar ask --dmenu --notify\n  bind = SUPER SHIFT, A, exec, familiar approve --dmenu";
+const SWAY_HINT: &str = "On sway, add to ~/.config/sway/config (a key to ask, one to answer approvals, and the\nsession's environment for the daemon):\n  exec dbus-update-activation-environment --systemd WAYLAND_DISPLAY SWAYSOCK\n  bindsym $mod+a exec familiar ask --dmenu --notify\n  bindsym $mod+Shift+a exec familiar approve --dmenu";
+const NIRI_HINT: &str = "On niri, add to the binds { } of ~/.config/niri/config.kdl:\n  Mod+A { spawn \"familiar\" \"ask\" \"--dmenu\" \"--notify\"; }\n  Mod+Shift+A { spawn \"familiar\" \"approve\" \"--dmenu\"; }";
+const OTHER_HINT: &str = "Bind a key to `familiar ask --dmenu --notify` (ask) and one to `familiar approve --dmenu`\n(answer approvals); README.md has the lines for Hyprland, sway and niri.";
+
+/// Whether the session bus can start the daemon now (it lists the name as
+/// activatable, once told to re-read its service files).
+fn activation_works() -> bool {
+    let checked = super::client::block_on(async {
+        let conn = zbus::Connection::session().await?;
+        let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
+        // A bus that started before the file was written may not have seen it yet.
+        if let Err(e) = dbus.reload_config().await {
+            tracing::debug!("ReloadConfig: {e}");
+        }
+        let names = dbus.list_activatable_names().await?;
+        Ok::<_, zbus::Error>(names.iter().any(|n| n.as_str() == crate::dbus::NAME))
+    });
+    match checked {
+        Ok(Ok(works)) => works,
+        Ok(Err(e)) => {
+            tracing::debug!("checking D-Bus activation: {e}");
+            false
+        }
+        Err(e) => {
+            tracing::debug!("checking D-Bus activation: {e}");
+            false
+        }
+    }
+}
 
 /// The line for a command that ran and failed: its exit status and what it said on
 /// stderr (systemctl's reason), else on stdout, else that it said nothing.
@@ -183,18 +247,24 @@ pub fn setup(dry_run: bool, uninstall: bool, out: &mut Out) -> anyhow::Result<Ex
         out,
         "\nThe daemon now starts on first use (`familiar ask …` activates it over D-Bus);\nstart it now with `systemctl --user start familiar`, follow it with `journalctl --user -u familiar -f`."
     )?;
-    if !manager_ok {
+    let exit = if manager_ok {
+        Exit::Completed
+    } else if activation_works() {
         writeln!(
             out,
-            "No systemd user manager answered: run the commands above once you are in your\ndesktop session (D-Bus activation works without them)."
+            "No systemd user manager answered: D-Bus activation starts the daemon without one (the\nsession bus can start dev.familiar.Agent1 now). The weekly timer needs the manager: run\nthe commands above once it runs."
         )?;
-    }
-    writeln!(out, "{HYPRLAND_HINT}")?;
-    Ok(if manager_ok {
         Exit::Completed
     } else {
+        writeln!(
+            out,
+            "No systemd user manager answered, and the session bus cannot start dev.familiar.Agent1\n(none runs here: ssh, a tty?): nothing can start the daemon now. Run the commands above\nin your desktop session, or `familiar daemon` in a terminal."
+        )?;
         Exit::Failed
-    })
+    };
+    let compositor = Compositor::detect(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
+    writeln!(out, "\n{}", compositor.hint())?;
+    Ok(exit)
 }
 
 /// `familiar setup --uninstall`: stop and disable what setup enabled, remove the files
@@ -293,19 +363,30 @@ mod tests {
 
     // Regression: the hint's `exec-once` line lacked WAYLAND_DISPLAY, unlike the README.
     #[test]
-    fn the_hyprland_lines_are_the_readme_s() {
+    fn each_compositors_lines_are_the_readme_s() {
         let readme = include_str!("../../README.md");
-        let lines: Vec<&str> = HYPRLAND_HINT
-            .lines()
-            .filter_map(|l| l.strip_prefix("  "))
-            .collect();
-        assert_eq!(lines.len(), 2, "{HYPRLAND_HINT}");
-        for line in lines {
-            assert!(
-                readme.lines().any(|l| l == line),
-                "not in the README: {line}"
-            );
+        for hint in [HYPRLAND_HINT, SWAY_HINT, NIRI_HINT] {
+            let lines: Vec<&str> = hint.lines().filter_map(|l| l.strip_prefix("  ")).collect();
+            assert!(lines.len() >= 2, "{hint}");
+            for line in lines {
+                assert!(
+                    readme.lines().any(|l| l == line),
+                    "not in the README: {line}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn the_compositor_is_the_one_whose_variable_is_set() {
+        let only = |name: &'static str| move |v: &str| v == name;
+        assert_eq!(
+            Compositor::detect(only("HYPRLAND_INSTANCE_SIGNATURE")),
+            Compositor::Hyprland
+        );
+        assert_eq!(Compositor::detect(only("SWAYSOCK")), Compositor::Sway);
+        assert_eq!(Compositor::detect(only("NIRI_SOCKET")), Compositor::Niri);
+        assert_eq!(Compositor::detect(|_| false), Compositor::Other);
     }
 
     // Regression: a failed step showed only stderr, empty when systemctl said why on

@@ -35,7 +35,7 @@ pub use providers::{
 };
 pub use types::{
     ApiKeySource, Config, ConfigToml, DaemonConfig, DaemonToml, MemoryConfig, MemoryToml,
-    ProviderConfig, ProviderKind, ProviderToml,
+    NotificationsConfig, NotificationsToml, ProviderConfig, ProviderKind, ProviderToml,
 };
 
 pub const DEFAULT_SOUL: &str = "safe_assistant";
@@ -45,6 +45,9 @@ pub const DEFAULT_MAX_CONCURRENT_TASKS: u32 = 4;
 pub const DEFAULT_QUEUE_LIMIT: u32 = 64;
 /// Long-term memory entries per scope (one soul, or every soul).
 pub const DEFAULT_MEMORY_MAX_PER_SCOPE: usize = 100;
+/// How long `ask --notify`'s result stays on screen (servers' own defaults differ:
+/// mako's is never).
+pub const DEFAULT_RESULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Config {
     /// Reads and resolves the config.
@@ -94,6 +97,8 @@ impl Config {
         let daemon = resolve_daemon(raw.daemon.unwrap_or_default()).map_err(invalid)?;
         let memory = resolve_memory(raw.memory.unwrap_or_default()).map_err(invalid)?;
         let warm = warm::resolve(raw.warm.unwrap_or_default(), &default_soul).map_err(invalid)?;
+        let notifications =
+            resolve_notifications(raw.notifications.unwrap_or_default()).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -118,6 +123,7 @@ impl Config {
             daemon,
             memory,
             warm,
+            notifications,
             providers,
             mcp,
             paths,
@@ -214,6 +220,20 @@ fn resolve_memory(raw: MemoryToml) -> Result<MemoryConfig, KeyError> {
         ));
     }
     Ok(memory)
+}
+
+fn resolve_notifications(raw: NotificationsToml) -> Result<NotificationsConfig, KeyError> {
+    let result_timeout = match raw.result_timeout {
+        None => DEFAULT_RESULT_TIMEOUT,
+        Some(s) if s.trim() == "0" => std::time::Duration::ZERO,
+        Some(s) => parse_duration(s.trim()).map_err(|e| {
+            (
+                "notifications.result_timeout".to_owned(),
+                format!("{e} (e.g. \"30s\", \"2m\"; \"0\": until dismissed)"),
+            )
+        })?,
+    };
+    Ok(NotificationsConfig { result_timeout })
 }
 
 /// The `[providers.*]` tables resolved (or, when there are none and the default is

@@ -25,6 +25,7 @@ pub struct ConfigToml {
     pub daemon: Option<DaemonToml>,
     pub memory: Option<MemoryToml>,
     pub warm: Option<super::warm::WarmToml>,
+    pub notifications: Option<NotificationsToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
     #[serde(default)]
@@ -35,6 +36,14 @@ pub struct ConfigToml {
 #[serde(deny_unknown_fields)]
 pub struct MemoryToml {
     pub max_entries_per_scope: Option<usize>,
+}
+
+/// `[notifications]`: how `familiar ask --notify` shows a task.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationsToml {
+    /// How long a result stays on screen (`"30s"`; `"0"`: until dismissed).
+    pub result_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -171,6 +180,14 @@ pub struct MemoryConfig {
     pub max_entries_per_scope: usize,
 }
 
+/// `[notifications]`, resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotificationsConfig {
+    /// How long `ask --notify`'s result stays; zero: until dismissed.
+    #[serde(with = "humantime_serde_compat")]
+    pub result_timeout: Duration,
+}
+
 /// The effective config.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
@@ -181,6 +198,7 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// `[warm]`: the prefixes sent ahead to local servers.
     pub warm: super::warm::WarmConfig,
+    pub notifications: NotificationsConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[mcp.NAME]` tool servers, by name.
     pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,

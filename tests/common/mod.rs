@@ -9,6 +9,7 @@ pub mod llama;
 pub mod llm_server;
 pub mod sandbox;
 pub mod skip;
+pub mod sway;
 
 use std::path::{Path, PathBuf};
 

@@ -7,6 +7,7 @@ mod cli_habits;
 mod cli_output;
 mod cli_souls;
 mod daemon;
+mod desktop;
 mod desktop_tools;
 mod limits;
 mod llm;

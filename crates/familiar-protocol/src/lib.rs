@@ -28,6 +28,8 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 pub const MAX_ORIGIN_CHARS: usize = 64;
 /// Longest steering message `Steer` takes, in bytes.
 pub const MAX_STEER_BYTES: usize = 16 * 1024;
+/// Longest timed grant `Grant` gives, in seconds.
+pub const MAX_GRANT_SECS: u32 = 3600;
 /// Characters of a prompt `ListTasks` shows.
 pub const LIST_PROMPT_CHARS: usize = 80;
 

@@ -28,6 +28,9 @@ pub trait Agent1 {
 
     fn respond(&self, request_id: &str, approve: bool) -> zbus::Result<()>;
 
+    /// Approves, and lets the task make further calls of the tool for `seconds`.
+    fn grant(&self, request_id: &str, seconds: u32) -> zbus::Result<()>;
+
     fn get_task(&self, task_id: &str) -> zbus::Result<String>;
 
     fn list_tasks(&self) -> zbus::Result<Vec<(String, String, String, String)>>;

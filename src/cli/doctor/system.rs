@@ -452,7 +452,7 @@ pub(super) async fn daemon_data_check(paths: &crate::config::Paths) -> Check {
         }
     };
     let local = serde_json::json!({ "data_dir": here });
-    if let Some(split) = super::super::client::data_dir_split(&local, &daemon) {
+    if let Some(split) = super::super::status::data_dir_split(&local, &daemon) {
         return Check::fail(CHECK, split, restart);
     }
     if daemon["data_dir"].is_null() {

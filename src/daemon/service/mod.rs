@@ -22,7 +22,7 @@ use super::callers::Callers;
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
-use crate::dbus::{Error, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
+use crate::dbus::{Error, MAX_GRANT_SECS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use crate::ids::{RequestId, TaskId};
 use crate::ratelimit::Scope;
 use crate::store::{Memory, MemoryError, StoreError};
@@ -267,6 +267,35 @@ impl Service {
             .map_err(|_| no_such())
     }
 
+    /// Approves a request and lets the same task make further calls of its tool without
+    /// asking for `seconds` (1 to 3600): the chooser's timed grant.
+    async fn grant(
+        &self,
+        request_id: String,
+        seconds: u32,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), Error> {
+        let caller = self.caller(&hdr, conn).await?;
+        if !(1..=MAX_GRANT_SECS).contains(&seconds) {
+            return Err(Error::InvalidArgument(format!(
+                "a grant lasts 1 to {MAX_GRANT_SECS} seconds, not {seconds}"
+            )));
+        }
+        let no_such = || {
+            Error::InvalidArgument(format!(
+                "no pending approval request `{request_id}` (already answered, timed out, or never asked)"
+            ))
+        };
+        let id = RequestId::new(request_id.clone()).map_err(|_| no_such())?;
+        let answer = Answer::ApproveFor(std::time::Duration::from_secs(u64::from(seconds)));
+        self.shared
+            .rt
+            .approvals
+            .respond(&id, answer, &format!("dbus:{caller}"))
+            .map_err(|_| no_such())
+    }
+
     /// One task as JSON: id, session_id, soul, status, prompt, plan, usage, result.
     #[zbus(out_args("task_json"))]
     async fn get_task(
@@ -480,6 +509,7 @@ impl Service {
             "data_dir": c.paths.data_dir,
             "reload_error": self.shared.loaded.error(),
             "warm": loaded.rt.warm.report(),
+            "result_timeout_ms": u64::try_from(c.notifications.result_timeout.as_millis()).unwrap_or(u64::MAX),
         });
         Ok(facts.to_string())
     }

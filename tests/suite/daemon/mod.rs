@@ -3,6 +3,7 @@
 //! clients (`busctl`, `gdbus`, the `familiar` binary). Tests wait for signals, never
 //! for time.
 
+mod bar;
 mod cli;
 mod data_dir;
 mod doctor;

@@ -133,7 +133,7 @@ async fn submit_in_workspace(f: &Fixture) -> String {
 }
 
 #[tokio::test]
-async fn the_deny_action_denies_and_the_notification_offers_three_actions() {
+async fn the_deny_action_denies_and_the_notification_offers_the_choices_and_a_click() {
     let (f, mut server) = fixture(vec![write_call(), text_reply("ok")]).await;
     let mut w = Watch::new(&f.proxy).await;
     let task = submit_in_workspace(&f).await;
@@ -142,12 +142,14 @@ async fn the_deny_action_denies_and_the_notification_offers_three_actions() {
     assert_eq!(
         actions,
         [
+            "default",
+            "Choose…",
             "approve",
             "Approve",
             "deny",
             "Deny",
             "allow-10min",
-            "Allow write_file for 10 min"
+            "Allow write_file for this task, 10 min"
         ]
     );
     FakeNotifications::action_invoked(&server.emitter().await, id, "deny")
@@ -181,17 +183,53 @@ async fn allow_for_ten_minutes_grants_the_next_call_without_asking() {
     assert_eq!(outcomes, [&json!("approved"), &json!("granted")]);
 }
 
+/// `Grant` (the chooser's timed grant) approves and covers the task's next call of
+/// the tool; a grant past an hour is refused.
 #[tokio::test]
-async fn a_closed_notification_is_not_an_approval() {
+async fn a_grant_over_the_bus_covers_the_same_tasks_next_call() {
+    let (f, _server) = fixture(vec![write_call(), write_call(), text_reply("ok")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let task = submit_in_workspace(&f).await;
+    let (request, ..) = w.approval(&task).await;
+    assert!(f.proxy.grant(&request, 3601).await.is_err());
+    f.proxy.grant(&request, 600).await.unwrap();
+    let events = w.events(&task).await;
+    let outcomes: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|(k, _)| k == "approval_resolved")
+        .map(|(_, p)| &p["outcome"]["outcome"])
+        .collect();
+    assert_eq!(outcomes, [&json!("approved"), &json!("granted")]);
+}
+
+// Regression: a dismissed approval (mako's right click) left the request waiting,
+// silently, for the policy's timeout (120 s).
+#[tokio::test]
+async fn a_dismissed_notification_is_a_denial_at_once() {
+    let (f, mut server) = fixture(vec![write_call(), text_reply("ok")]).await;
+    let mut w = Watch::new(&f.proxy).await;
+    let task = submit_in_workspace(&f).await;
+    let (id, _, _) = server.next_shown().await;
+    FakeNotifications::notification_closed(&server.emitter().await, id, 2)
+        .await
+        .unwrap();
+    let resolved = w.event(&task, "approval_resolved").await;
+    assert_eq!(resolved["approved"], false);
+    assert_eq!(resolved["outcome"]["by"], "notification dismissed");
+    assert_eq!(w.finished(&task).await.0, "completed");
+}
+
+#[tokio::test]
+async fn an_expired_notification_is_not_an_answer() {
     let (f, mut server) = fixture(vec![write_call(), text_reply("ok")]).await;
     let mut w = Watch::new(&f.proxy).await;
     let task = submit_in_workspace(&f).await;
     let (request, ..) = w.approval(&task).await;
     let (id, _, _) = server.next_shown().await;
-    FakeNotifications::notification_closed(&server.emitter().await, id, 2)
+    FakeNotifications::notification_closed(&server.emitter().await, id, 1)
         .await
         .unwrap();
-    // A later click on the dismissed notification answers nothing either.
+    // A later click on the expired notification answers nothing either.
     FakeNotifications::action_invoked(&server.emitter().await, id, "approve")
         .await
         .unwrap();
@@ -224,9 +262,19 @@ async fn ask_notify_shows_the_result_as_a_notification() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The progress, then the answer in its place, both naming the request.
+    let (_, progress, _) = server.next_shown().await;
+    assert_eq!(progress, "familiar: “how full is my disk?”");
     let (_, summary, actions) = server.next_shown().await;
-    assert_eq!(summary, "familiar: completed");
-    assert!(actions.is_empty(), "a result needs no answer: {actions:?}");
+    assert_eq!(summary, "familiar: “how full is my disk?”");
+    assert!(
+        actions.is_empty(),
+        "a short result needs no click: {actions:?}"
+    );
+    assert_eq!(
+        server.bodies.lock().unwrap().last().unwrap(),
+        "disk is 40% full"
+    );
 }
 
 // A result's markup reached a server that renders it (a link, an image that
@@ -251,7 +299,8 @@ async fn ask_notify_shows_a_results_markup_and_escapes_as_text() {
         String::from_utf8_lossy(&out.stderr)
     );
     server.next_shown().await;
-    let body = server.bodies.lock().unwrap()[0].clone();
+    server.next_shown().await;
+    let body = server.bodies.lock().unwrap().last().unwrap().clone();
     assert_eq!(
         body,
         "&lt;img src=\"file:///etc/passwd\"&gt; &amp; \\x1b[8mdone"
@@ -291,9 +340,12 @@ async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
 
     let (id, _, _) = server.next_shown().await;
     let body = server.bodies.lock().unwrap()[0].clone();
+    // What runs and why first (they fit a small notification), then every other
+    // argument.
+    assert!(body.starts_with("write_file: n.txt\nwhy: "), "{body:?}");
     assert!(
-        body.starts_with(
-            "write_file: n.txt\n  content: ok\\n\\x1b[2K\\r&lt;a href=\"http://x\"&gt;fine&lt;/a&gt; \\u{202E}txt.exe\\u{200B}\nwhy asking: "
+        body.contains(
+            "\n  content: ok\\n\\x1b[2K\\r&lt;a href=\"http://x\"&gt;fine&lt;/a&gt; \\u{202E}txt.exe\\u{200B}"
         ),
         "{body:?}"
     );

@@ -1,0 +1,119 @@
+//! The approval chooser's menu: one request's choices as the lines a launcher shows
+//! (fuzzel, wofi, rofi, bemenu), and the answer a picked line stands for. The daemon
+//! opens it when an approval notification is clicked (its `default` action); `familiar
+//! approve --dmenu` opens it from a keybinding or a bar.
+//!
+//! Invariant: the call is shown as [`super::describe_call`] made it (the summary every
+//! surface shows), each of its lines marked `│ ` so no argument can pass for a choice;
+//! only the three choice lines answer, and the first line, what Enter picks without a
+//! thought, is Deny.
+
+use std::time::Duration;
+
+use super::Answer;
+
+/// How long a timed grant lasts.
+pub const GRANT_FOR: Duration = Duration::from_secs(600);
+
+/// A choice of the chooser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    Deny,
+    Approve,
+    /// Approve, and this task's further calls of the tool for [`GRANT_FOR`].
+    GrantTask,
+}
+
+impl Choice {
+    /// The broker's answer.
+    pub fn answer(self) -> Answer {
+        match self {
+            Choice::Deny => Answer::Deny,
+            Choice::Approve => Answer::Approve,
+            Choice::GrantTask => Answer::ApproveFor(GRANT_FOR),
+        }
+    }
+}
+
+/// The timed grant's label, stating its real scope: this task only, for 10 minutes.
+pub fn grant_label(tool: &str) -> String {
+    format!("Allow {tool} for this task, 10 min")
+}
+
+const DENY: &str = "Deny";
+const APPROVE: &str = "Approve";
+
+/// The menu for one request: the choices, then the whole call and why it is asked.
+/// `tool`, `summary` and `reason` are as the broker holds them: the summary already
+/// made visible by `describe_call` (kept as it is, so it reads as on every other
+/// surface; only a control character a client was sent raw is still escaped), the
+/// tool and the reason made visible here.
+pub fn menu(tool: &str, summary: &str, reason: &str) -> Vec<String> {
+    let tool = super::visible(tool);
+    let mut lines = vec![DENY.to_owned(), APPROVE.to_owned(), grant_label(&tool)];
+    lines.extend(
+        summary
+            .lines()
+            .map(|l| format!("│ {}", super::terminal_safe(l))),
+    );
+    lines.push(format!("│ why asking: {}", super::visible(reason)));
+    lines
+}
+
+/// The choice a picked line stands for; `None` for a line of the call or anything
+/// else typed (no answer: the request still waits).
+pub fn parse(line: &str, tool: &str) -> Option<Choice> {
+    let line = line.trim();
+    if line == DENY {
+        Some(Choice::Deny)
+    } else if line == APPROVE {
+        Some(Choice::Approve)
+    } else if line == grant_label(&super::visible(tool)) {
+        Some(Choice::GrantTask)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_menu_offers_deny_first_then_the_whole_call() {
+        let menu = menu(
+            "shell",
+            "shell: du -sh ~\n  cwd: /tmp",
+            "execute tier is `ask`",
+        );
+        assert_eq!(
+            menu,
+            [
+                "Deny",
+                "Approve",
+                "Allow shell for this task, 10 min",
+                "│ shell: du -sh ~",
+                "│   cwd: /tmp",
+                "│ why asking: execute tier is `ask`",
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_choice_line_answers() {
+        assert_eq!(parse("Approve", "shell"), Some(Choice::Approve));
+        assert_eq!(parse("Deny\n", "shell"), Some(Choice::Deny));
+        assert_eq!(
+            parse("Allow shell for this task, 10 min", "shell"),
+            Some(Choice::GrantTask)
+        );
+        assert_eq!(parse("│ shell: du -sh ~", "shell"), None);
+        assert_eq!(parse("approve please", "shell"), None);
+    }
+
+    #[test]
+    fn an_argument_cannot_pass_for_a_choice() {
+        let menu = menu("shell", "shell: x\nApprove", "r");
+        assert_eq!(menu.iter().filter(|l| *l == "Approve").count(), 1);
+    }
+}

@@ -1,0 +1,328 @@
+//! `familiar bar [--plain]`: a status-bar module. One line per change: waybar's
+//! custom-module JSON (`text`, `alt`, `tooltip`, `class`, `percentage`), or with
+//! `--plain` the text alone (i3blocks, yambar, a script). States: `off` (no daemon),
+//! `idle`, `working` (how many tasks), `asking` (an approval waits), `failed` (the last
+//! task failed; until the next task starts). The tooltip lists the running tasks and
+//! what each does now.
+//!
+//! Invariant: driven by the bus only. It never polls and never starts the daemon (no
+//! method call while nothing owns the name): it wakes for the daemon's signals, of the
+//! kinds that change what it shows (no `text_delta`), and for the name's owner
+//! changing, and prints only when its line changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use futures::StreamExt;
+use futures::stream::{BoxStream, select_all};
+use zbus::Connection;
+
+use super::client::{Failure, classify};
+use super::progress::{doing, title};
+use super::{Exit, Out};
+use crate::agent::events::EventPayload;
+use crate::dbus::proxy::Agent1Proxy;
+use crate::store::{Outcome, TaskStatus};
+
+/// The event kinds that change what the bar shows.
+const KINDS: &[&str] = &[
+    "task_started",
+    "tool_call_started",
+    "tool_call_finished",
+    "approval_requested",
+    "approval_resolved",
+    "model_progress",
+    "subagent_started",
+];
+
+/// What the bar knows.
+#[derive(Debug, Default)]
+struct State {
+    up: bool,
+    /// Running or queued top-level tasks: their title and what they do now.
+    tasks: BTreeMap<String, (String, String)>,
+    /// Delegated sub-tasks (not counted: their parent is).
+    children: BTreeSet<String>,
+    /// Requests waiting for an answer.
+    asking: BTreeSet<String>,
+    /// The last task's failure, until the next task starts.
+    failed: Option<String>,
+    percentage: u64,
+}
+
+/// What a wake-up brought.
+enum Update {
+    Owner(bool),
+    Event(String, String, String),
+    Finished(String, String, String),
+}
+
+pub fn bar(plain: bool, out: &mut Out) -> anyhow::Result<Exit> {
+    super::client::block_on(async {
+        let conn = match Connection::session().await {
+            Ok(c) => c,
+            Err(e) => return Failure::unreachable(format!("no session bus: {e}")).report(),
+        };
+        match follow(&conn, plain, out).await {
+            Ok(()) => Ok(Exit::Completed),
+            Err(e) => classify(e).report(),
+        }
+    })?
+}
+
+async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<()> {
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    let proxy = Agent1Proxy::new(conn).await?;
+    let mut updates = subscribe(&dbus, &proxy).await?;
+    let mut state = State::default();
+    let name = zbus::names::BusName::try_from(crate::dbus::NAME)?;
+    if dbus.name_has_owner(name).await? {
+        load(&proxy, &mut state).await;
+    }
+    let mut last = String::new();
+    loop {
+        let line = render(&state, plain);
+        if line != last {
+            writeln!(out, "{line}").map_err(|e| zbus::Error::InputOutput(e.into()))?;
+            out.flush()
+                .map_err(|e| zbus::Error::InputOutput(e.into()))?;
+            last = line;
+        }
+        let Some(update) = updates.next().await else {
+            return Ok(());
+        };
+        match update {
+            Update::Owner(true) => load(&proxy, &mut state).await,
+            Update::Owner(false) => state = State::default(),
+            Update::Event(task, kind, payload) => event(&mut state, &task, &kind, &payload),
+            Update::Finished(task, status, result) => finished(&mut state, &task, &status, &result),
+        }
+    }
+}
+
+/// Every stream the bar wakes for, merged; subscribed before the state is read.
+async fn subscribe(
+    dbus: &zbus::fdo::DBusProxy<'_>,
+    proxy: &Agent1Proxy<'static>,
+) -> zbus::Result<BoxStream<'static, Update>> {
+    let mut streams: Vec<BoxStream<'static, Update>> = Vec::new();
+    let owner = dbus
+        .receive_name_owner_changed_with_args(&[(0, crate::dbus::NAME)])
+        .await?;
+    streams.push(
+        owner
+            .filter_map(|s| async move {
+                let a = s.args().ok()?;
+                Some(Update::Owner(a.new_owner().is_some()))
+            })
+            .boxed(),
+    );
+    for kind in KINDS {
+        let events = proxy.receive_task_event_with_args(&[(1, kind)]).await?;
+        streams.push(
+            events
+                .filter_map(|s| async move {
+                    let a = s.args().ok()?;
+                    Some(Update::Event(a.task_id, a.kind, a.payload_json))
+                })
+                .boxed(),
+        );
+    }
+    let finished = proxy.receive_task_finished().await?;
+    streams.push(
+        finished
+            .filter_map(|s| async move {
+                let a = s.args().ok()?;
+                Some(Update::Finished(a.task_id, a.status, a.result))
+            })
+            .boxed(),
+    );
+    Ok(select_all(streams).boxed())
+}
+
+/// The daemon's tasks and pending approvals now (it just appeared, or the bar started).
+async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
+    *state = State {
+        up: true,
+        ..State::default()
+    };
+    let Ok(tasks) = proxy.list_tasks().await else {
+        return;
+    };
+    for (id, _, status, prompt) in tasks {
+        if status != "running" && status != "queued" {
+            continue;
+        }
+        let Ok(json) = proxy.get_task(&id).await else {
+            continue;
+        };
+        let task: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+        if !task["parent_task"].is_null() {
+            state.children.insert(id);
+            continue;
+        }
+        for a in task["approvals"].as_array().into_iter().flatten() {
+            if let Some(r) = a["request_id"].as_str() {
+                state.asking.insert(r.to_owned());
+            }
+        }
+        let now = if status == "queued" {
+            "queued"
+        } else {
+            "thinking"
+        };
+        state.tasks.insert(id, (title(&prompt), now.to_owned()));
+    }
+}
+
+fn event(state: &mut State, task: &str, kind: &str, payload: &str) {
+    state.up = true;
+    let Ok(p) = EventPayload::from_signal(kind, payload) else {
+        return;
+    };
+    match &p {
+        EventPayload::TaskStarted { prompt, .. } if !state.children.contains(task) => {
+            state.failed = None;
+            state
+                .tasks
+                .insert(task.to_owned(), (title(prompt), "thinking".to_owned()));
+        }
+        EventPayload::SubagentStarted { child_task_id, .. } => {
+            state.children.insert(child_task_id.clone());
+        }
+        EventPayload::ApprovalRequested { request_id, .. } => {
+            state.asking.insert(request_id.clone());
+        }
+        EventPayload::ApprovalResolved { request_id, .. } => {
+            state.asking.remove(request_id);
+        }
+        EventPayload::ModelProgress {
+            processed, total, ..
+        } if *total > 0 => state.percentage = processed.saturating_mul(100) / total,
+        _ => {}
+    }
+    if let Some(now) = doing(&p)
+        && let Some(entry) = state.tasks.get_mut(task)
+    {
+        entry.1 = now;
+    }
+}
+
+fn finished(state: &mut State, task: &str, status: &str, result: &str) {
+    state.children.remove(task);
+    let Some((title, _)) = state.tasks.remove(task) else {
+        return;
+    };
+    state.percentage = 0;
+    let status: Option<TaskStatus> =
+        serde_json::from_value(serde_json::Value::String(status.to_owned())).ok();
+    let failed = status.is_some_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
+    if failed {
+        let first = result.lines().next().unwrap_or_default();
+        state.failed = Some(format!(
+            "{title}: {}",
+            crate::approval::terminal_safe(first)
+        ));
+    }
+}
+
+/// The state as one line: waybar's JSON, or the text alone.
+fn render(state: &State, plain: bool) -> String {
+    let n = state.tasks.len();
+    let (alt, text) = if !state.up {
+        ("off", "off".to_owned())
+    } else if !state.asking.is_empty() {
+        ("asking", format!("asking ({})", state.asking.len()))
+    } else if n > 0 {
+        ("working", format!("working ({n})"))
+    } else if state.failed.is_some() {
+        ("failed", "failed".to_owned())
+    } else {
+        ("idle", "idle".to_owned())
+    };
+    if plain {
+        return format!("familiar: {text}");
+    }
+    let mut tooltip: Vec<String> = state
+        .tasks
+        .iter()
+        .map(|(id, (title, now))| format!("{id} {title}: {now}"))
+        .collect();
+    if !state.asking.is_empty() {
+        tooltip.push("click to answer: familiar approve --dmenu".to_owned());
+    }
+    if let Some(f) = &state.failed {
+        tooltip.push(format!("last task failed: {f}"));
+    }
+    if tooltip.is_empty() {
+        tooltip.push(match alt {
+            "off" => "familiar is not running (it starts when asked)".to_owned(),
+            _ => "familiar: nothing running".to_owned(),
+        });
+    }
+    let percentage = if n > 0 { state.percentage } else { 0 };
+    serde_json::json!({
+        "text": text,
+        "alt": alt,
+        "tooltip": tooltip.join("\n"),
+        "class": alt,
+        "percentage": percentage,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up() -> State {
+        State {
+            up: true,
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn a_task_then_a_question_then_idle() {
+        let mut s = up();
+        assert_eq!(render(&s, true), "familiar: idle");
+        event(
+            &mut s,
+            "t-1",
+            "task_started",
+            r#"{"soul":"s","prompt":"how full is my disk","origin":"cli","model":"m","workspace":"/w","max_iterations":5,"sandbox":{}}"#,
+        );
+        let line: serde_json::Value = serde_json::from_str(&render(&s, false)).unwrap();
+        assert_eq!(line["alt"], "working");
+        assert_eq!(line["text"], "working (1)");
+        assert_eq!(
+            line["tooltip"],
+            "t-1 familiar: “how full is my disk”: thinking"
+        );
+        event(
+            &mut s,
+            "t-1",
+            "approval_requested",
+            r#"{"request_id":"r-1","call_id":"c","tool":"shell","summary":"shell: du","tier":"execute","reason":"r"}"#,
+        );
+        assert_eq!(render(&s, true), "familiar: asking (1)");
+        event(
+            &mut s,
+            "t-1",
+            "approval_resolved",
+            r#"{"request_id":"r-1","call_id":"c","approved":false,"outcome":{"outcome":"denied"}}"#,
+        );
+        finished(&mut s, "t-1", "failed", "no model\nmore");
+        let line: serde_json::Value = serde_json::from_str(&render(&s, false)).unwrap();
+        assert_eq!(line["class"], "failed");
+        assert_eq!(
+            line["tooltip"],
+            "last task failed: familiar: “how full is my disk”: no model"
+        );
+    }
+
+    #[test]
+    fn no_daemon_is_off() {
+        assert_eq!(render(&State::default(), true), "familiar: off");
+    }
+}

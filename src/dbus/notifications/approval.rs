@@ -1,0 +1,360 @@
+//! Approval requests as desktop notifications that any server can answer: buttons
+//! where the server draws them (GNOME, KDE, swaync: Approve, Deny, the task's timed
+//! grant), and on every server a `default` action, the click, that opens the choices
+//! in the user's launcher (mako, dunst and fnott draw no buttons).
+//!
+//! Invariant: only our notification's signals answer its request: an action answers
+//! as it says; a click opens the chooser and only a choice picked there answers (a
+//! chooser dismissed puts the notification back); the user dismissing the
+//! notification denies at once (fail closed, no silent wait for the timeout); a close
+//! the server or familiar made (expired, withdrawn) answers nothing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+use zbus::Connection;
+
+use super::{
+    ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal, Signals,
+    show,
+};
+use crate::approval::{
+    Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser, grant_label,
+};
+use crate::ids::RequestId;
+
+/// Action keys on approval notifications.
+pub const ACTION_APPROVE: &str = "approve";
+pub const ACTION_DENY: &str = "deny";
+/// The timed grant: this task's calls of the tool for [`GRANT_FOR`].
+pub const ACTION_ALLOW_FOR: &str = "allow-10min";
+
+/// Who answered, as the `approval_resolved` event says it.
+const BY_ACTION: &str = "notification";
+const BY_CHOOSER: &str = "notification chooser";
+const BY_DISMISS: &str = "notification dismissed";
+
+/// The answer an action key stands for.
+pub fn answer_for(action_key: &str) -> Option<Answer> {
+    match action_key {
+        ACTION_APPROVE => Some(Answer::Approve),
+        ACTION_DENY => Some(Answer::Deny),
+        ACTION_ALLOW_FOR => Some(Answer::ApproveFor(GRANT_FOR)),
+        _ => None,
+    }
+}
+
+/// Shows approval requests as notifications with actions.
+pub struct NotificationFrontend {
+    conn: Connection,
+    /// Requests on screen: withdrawing one stops its watcher, which closes it.
+    shown: Arc<Mutex<HashMap<RequestId, CancellationToken>>>,
+}
+
+impl NotificationFrontend {
+    pub fn new(conn: Connection) -> NotificationFrontend {
+        NotificationFrontend {
+            conn,
+            shown: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Frontend for NotificationFrontend {
+    fn present(&self, request: &ApprovalRequest, broker: &ApprovalBroker) -> bool {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let stop = CancellationToken::new();
+        lock(&self.shown).insert(request.request_id.clone(), stop.clone());
+        let (conn, request, broker, shown) = (
+            self.conn.clone(),
+            request.clone(),
+            broker.clone(),
+            Arc::clone(&self.shown),
+        );
+        handle.spawn(async move {
+            if let Err(e) = watch(&conn, &request, &broker, &stop).await {
+                tracing::info!(request_id = %request.request_id, "no approval notification: {e}");
+            }
+            lock(&shown).remove(&request.request_id);
+        });
+        // Whether a notification server answers is known only later; when none does,
+        // the other frontends or the timeout decide.
+        true
+    }
+
+    fn withdraw(&self, request_id: &RequestId) {
+        if let Some(stop) = lock(&self.shown).remove(request_id) {
+            stop.cancel();
+        }
+    }
+}
+
+/// Characters of the call's first line, and of the reason, in the first lines.
+const FIRST_LINE_CHARS: usize = 72;
+
+/// The notification's text. Its first lines fit mako's default box (300 × 100 px:
+/// five lines of about 36 characters, the summary included): what will run (the
+/// call's first line, cut at [`FIRST_LINE_CHARS`]), why it asks (the policy's
+/// conclusion), how to answer. Then, when cut, the whole call and reason as every
+/// approval surface shows them.
+fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String, String) {
+    let tool = crate::approval::visible(&r.tool);
+    let summary = format!("familiar: allow {tool}?");
+    let first = r.summary.lines().next().unwrap_or_default();
+    let reason = crate::approval::visible(&r.reason);
+    let how = if caps.actions {
+        "click: choose · dismiss: deny"
+    } else {
+        "familiar approve --dmenu · dismiss: deny"
+    };
+    let mut body = format!("{}\nwhy: {}\n{how}", cut(first), cut(short_reason(&reason)));
+    if let Some(note) = note {
+        body = format!("{note}\n{body}");
+    }
+    if first.chars().count() > FIRST_LINE_CHARS {
+        body.push_str(&format!(
+            "\nthe whole call ({} tier):\n{}",
+            r.tier, r.summary
+        ));
+    } else {
+        for line in r.summary.lines().skip(1) {
+            body.push('\n');
+            body.push_str(line);
+        }
+    }
+    if short_reason(&reason) != reason {
+        body.push_str(&format!("\nwhy asking: {reason}"));
+    }
+    (summary, caps.body(&body))
+}
+
+/// `s`, cut at [`FIRST_LINE_CHARS`] with `…`.
+fn cut(s: &str) -> String {
+    if s.chars().count() <= FIRST_LINE_CHARS {
+        return s.to_owned();
+    }
+    let head: String = s.chars().take(FIRST_LINE_CHARS).collect();
+    format!("{head}…")
+}
+
+/// The policy's reasons read "`write_file` is a write tool: policy `default` asks
+/// before write tools run"; the notification's first lines name the tool already, so
+/// a long one keeps its conclusion.
+fn short_reason(reason: &str) -> &str {
+    match reason.split_once(": ") {
+        Some((_, conclusion)) if reason.chars().count() > 48 && !conclusion.is_empty() => {
+            conclusion
+        }
+        _ => reason,
+    }
+}
+
+/// Shows the request (replacing `replaces` when not 0); returns the id.
+async fn present(
+    proxy: &NotificationsProxy<'_>,
+    r: &ApprovalRequest,
+    caps: Capabilities,
+    replaces: u32,
+    note: Option<&str>,
+) -> zbus::Result<u32> {
+    let (summary, body) = texts(r, caps, note);
+    let grant = grant_label(&crate::approval::visible(&r.tool));
+    let actions = [
+        ACTION_DEFAULT,
+        "Choose…",
+        ACTION_APPROVE,
+        "Approve",
+        ACTION_DENY,
+        "Deny",
+        ACTION_ALLOW_FOR,
+        grant.as_str(),
+    ];
+    let shown = Shown {
+        replaces,
+        icon: "dialog-question",
+        summary: &summary,
+        body: &body,
+        actions: &actions,
+        urgency: 2,
+        resident: true,
+        expire_ms: 0,
+    };
+    show(proxy, &shown).await
+}
+
+/// Shows one request and waits for an action, a dismissal, or `stop`.
+async fn watch(
+    conn: &Connection,
+    r: &ApprovalRequest,
+    broker: &ApprovalBroker,
+    stop: &CancellationToken,
+) -> zbus::Result<()> {
+    let proxy = NotificationsProxy::new(conn).await?;
+    // Subscribe before showing, so a fast click is not missed.
+    let mut signals = super::signals(conn).await?;
+    let caps = Capabilities::read(&proxy).await;
+    let mut id = present(&proxy, r, caps, 0, None).await?;
+    loop {
+        let signal = tokio::select! {
+            biased;
+            () = stop.cancelled() => {
+                // Answered elsewhere or timed out: take the question down.
+                close(&proxy, id).await;
+                return Ok(());
+            }
+            s = signals.recv() => match s {
+                Some(s) => s,
+                None => return Ok(()),
+            },
+        };
+        match signal {
+            Signal::Action { id: of, key } if of == id && key == ACTION_DEFAULT => {
+                // A click. mako closes the notification (as dismissed) right after
+                // this: that close is not a denial, the chooser is the answer.
+                let note = match choose(r, stop, &mut signals).await {
+                    Chosen::Answered(answer) => {
+                        respond(broker, r, answer, BY_CHOOSER);
+                        close(&proxy, id).await;
+                        return Ok(());
+                    }
+                    Chosen::Stopped => {
+                        close(&proxy, id).await;
+                        return Ok(());
+                    }
+                    Chosen::Nothing => None,
+                    Chosen::Failed(why) => Some(why),
+                };
+                // Put the question back (the server may have taken it down).
+                id = present(&proxy, r, caps, id, note.as_deref()).await?;
+            }
+            Signal::Action { id: of, key } if of == id => {
+                let Some(answer) = answer_for(&key) else {
+                    continue;
+                };
+                respond(broker, r, answer, BY_ACTION);
+                // It is `resident`: the server keeps it, buttons live, after an action;
+                // answered, it goes.
+                close(&proxy, id).await;
+                return Ok(());
+            }
+            Signal::Closed { id: of, reason } if of == id => {
+                if reason == CLOSED_DISMISSED {
+                    // Dismissed: a denial, now, rather than a silent wait.
+                    respond(broker, r, Answer::Deny, BY_DISMISS);
+                }
+                return Ok(());
+            }
+            Signal::Action { .. } | Signal::Closed { .. } => {}
+        }
+    }
+}
+
+/// What the chooser came to.
+enum Chosen {
+    Answered(Answer),
+    /// Dismissed, or a line that is no choice: the request still waits.
+    Nothing,
+    /// The request was answered elsewhere meanwhile.
+    Stopped,
+    /// No launcher could be run: what to tell the person.
+    Failed(String),
+}
+
+/// Opens the chooser for `r`; signals that arrive meanwhile are for the notification
+/// the click took down, and are dropped.
+async fn choose(r: &ApprovalRequest, stop: &CancellationToken, signals: &mut Signals) -> Chosen {
+    let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
+    let picked = tokio::select! {
+        () = stop.cancelled() => return Chosen::Stopped,
+        p = crate::launcher::pick("approve> ", &menu) => p,
+    };
+    signals.clear();
+    match picked {
+        Ok(Some(line)) => match chooser::parse(&line, &r.tool) {
+            Some(choice) => Chosen::Answered(choice.answer()),
+            None => Chosen::Nothing,
+        },
+        Ok(None) => Chosen::Nothing,
+        Err(e) => {
+            tracing::warn!(request_id = %r.request_id, "approval chooser: {e}");
+            Chosen::Failed(format!(
+                "the launcher did not open ({e}); answer with the buttons, `familiar approve --dmenu` or `familiar approve {}`",
+                r.request_id
+            ))
+        }
+    }
+}
+
+fn respond(broker: &ApprovalBroker, r: &ApprovalRequest, answer: Answer, by: &str) {
+    if let Err(e) = broker.respond(&r.request_id, answer, by) {
+        tracing::debug!("notification answer came too late: {e}");
+    }
+}
+
+async fn close(proxy: &NotificationsProxy<'_>, id: u32) {
+    if let Err(e) = proxy.close_notification(id).await {
+        tracing::debug!("closing notification {id}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Tier;
+    use crate::ids::{SessionId, SoulId, TaskId};
+
+    fn request(summary: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            request_id: RequestId::generate(),
+            task_id: TaskId::generate(),
+            session_id: SessionId::generate(),
+            soul: SoulId::new("s").unwrap(),
+            tool: "shell".into(),
+            tier: Tier::Execute,
+            args: serde_json::json!({}),
+            summary: summary.into(),
+            reason: "policy asks".into(),
+        }
+    }
+
+    const PLAIN: Capabilities = Capabilities {
+        markup: false,
+        actions: true,
+    };
+
+    #[test]
+    fn what_runs_why_and_how_come_first() {
+        let (summary, body) = texts(&request("shell: du -sh ~\n  cwd: /tmp"), PLAIN, None);
+        assert_eq!(summary, "familiar: allow shell?");
+        assert_eq!(
+            body,
+            "shell: du -sh ~\nwhy: policy asks\nclick: choose · dismiss: deny\n  cwd: /tmp"
+        );
+        let mut long = request("shell: ls");
+        long.reason =
+            "`shell` is an execute tool: policy `default` asks before execute tools run".into();
+        let (_, body) = texts(&long, PLAIN, None);
+        assert_eq!(
+            body,
+            "shell: ls\nwhy: policy `default` asks before execute tools run\nclick: choose · dismiss: deny\nwhy asking: `shell` is an execute tool: policy `default` asks before execute tools run"
+        );
+    }
+
+    #[test]
+    fn a_long_first_line_is_cut_up_front_and_shown_whole_below() {
+        let call = format!("shell: {}", "x".repeat(100));
+        let (_, body) = texts(&request(&call), PLAIN, None);
+        let lines: Vec<&str> = body.lines().collect();
+        assert_eq!(lines[0].chars().count(), FIRST_LINE_CHARS + 1, "{body}");
+        assert!(lines[0].ends_with('…'));
+        assert_eq!(lines[1], "why: policy asks");
+        assert_eq!(lines.last(), Some(&call.as_str()));
+    }
+}

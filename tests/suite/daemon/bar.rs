@@ -1,0 +1,74 @@
+//! `familiar bar`: the line it prints at each change, driven by the daemon's signals.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::super::agent::harness::{text_reply, tools_reply};
+use super::*;
+
+const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
+
+/// Waits for the bar to print `line`, skipping the lines before it.
+async fn wait_line(lines: &mut mpsc::UnboundedReceiver<String>, line: &str) {
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Some(l) = lines.recv().await {
+            if l == line {
+                return;
+            }
+            seen.push(l);
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "never printed {line:?}; printed {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bar_goes_from_idle_to_working_to_asking_and_back() {
+    let f = Fixture::with(
+        vec![
+            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+            text_reply("not written"),
+        ],
+        "",
+        ASK_WRITES,
+        Default::default(),
+    )
+    .await;
+    let mut child = f
+        .harness
+        .home
+        .familiar_process()
+        .env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address)
+        .args(["bar", "--plain"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    wait_line(&mut lines, "familiar: idle").await;
+    let mut w = Watch::new(&f.proxy).await;
+    let ws = f.workspace();
+    let opts = HashMap::from([("workspace", zbus::Variant::from(ws.to_str().unwrap()))]);
+    let task = f.proxy.submit("test", "write", opts).await.unwrap().0;
+    wait_line(&mut lines, "familiar: working (1)").await;
+    let (request, ..) = w.approval(&task).await;
+    wait_line(&mut lines, "familiar: asking (1)").await;
+    f.proxy.respond(&request, false).await.unwrap();
+    w.finished(&task).await;
+    wait_line(&mut lines, "familiar: idle").await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
