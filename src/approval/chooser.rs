@@ -41,6 +41,8 @@ pub fn grant_label(tool: &str) -> String {
 }
 
 const DENY: &str = "Deny";
+/// The call's characters per menu line: launchers cut a longer line at their width.
+const MENU_LINE_CHARS: usize = 100;
 const APPROVE: &str = "Approve";
 
 /// The menu for one request: the choices, then the whole call and why it is asked.
@@ -50,22 +52,36 @@ const APPROVE: &str = "Approve";
 /// tool and the reason made visible here.
 pub fn menu(tool: &str, summary: &str, reason: &str) -> Vec<String> {
     let tool = super::visible(tool);
-    let mut lines = vec![DENY.to_owned(), APPROVE.to_owned(), grant_label(&tool)];
-    lines.extend(
-        summary
-            .lines()
-            .map(|l| format!("│ {}", super::terminal_safe(l))),
-    );
+    // A call shown cut cannot be approved from here: what is approved must be read.
+    let mut lines = match super::render::is_cut(summary) {
+        false => vec![DENY.to_owned(), APPROVE.to_owned(), grant_label(&tool)],
+        true => vec![
+            DENY.to_owned(),
+            "│ longer than familiar shows: it can only be denied here".to_owned(),
+        ],
+    };
+    // Every character of the call, on lines a launcher shows whole.
+    for line in summary.lines() {
+        let line = super::terminal_safe(line);
+        let chars: Vec<char> = line.chars().collect();
+        for chunk in chars.chunks(MENU_LINE_CHARS) {
+            lines.push(format!("│ {}", chunk.iter().collect::<String>()));
+        }
+    }
     lines.push(format!("│ why asking: {}", super::visible(reason)));
     lines
 }
 
 /// The choice a picked line stands for; `None` for a line of the call or anything
 /// else typed (no answer: the request still waits).
-pub fn parse(line: &str, tool: &str) -> Option<Choice> {
+pub fn parse(line: &str, tool: &str, summary: &str) -> Option<Choice> {
     let line = line.trim();
+    let cut = super::render::is_cut(summary);
     if line == DENY {
         Some(Choice::Deny)
+    } else if cut {
+        // Typed into the launcher, not offered: a cut call is never approved unread.
+        None
     } else if line == APPROVE {
         Some(Choice::Approve)
     } else if line == grant_label(&super::visible(tool)) {
@@ -101,14 +117,14 @@ mod tests {
 
     #[test]
     fn only_a_choice_line_answers() {
-        assert_eq!(parse("Approve", "shell"), Some(Choice::Approve));
-        assert_eq!(parse("Deny\n", "shell"), Some(Choice::Deny));
+        assert_eq!(parse("Approve", "shell", "shell: x"), Some(Choice::Approve));
+        assert_eq!(parse("Deny\n", "shell", "shell: x"), Some(Choice::Deny));
         assert_eq!(
-            parse("Allow shell for this task, 10 min", "shell"),
+            parse("Allow shell for this task, 10 min", "shell", "shell: x"),
             Some(Choice::GrantTask)
         );
-        assert_eq!(parse("│ shell: du -sh ~", "shell"), None);
-        assert_eq!(parse("approve please", "shell"), None);
+        assert_eq!(parse("│ shell: du -sh ~", "shell", "shell: x"), None);
+        assert_eq!(parse("approve please", "shell", "shell: x"), None);
     }
 
     #[test]

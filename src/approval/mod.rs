@@ -333,6 +333,16 @@ fn prompt_tty(
     // answer, never a steering message.
     let claimed = lines.map(|open| open());
     let mut w = tty;
+    if render::is_cut(&r.summary) {
+        // Past what any surface shows whole: what would be approved is not what is read.
+        write!(w, "{}", prompt_text(r).trim_end_matches(|c| c != '\n'))?;
+        writeln!(
+            w,
+            "└ denied: the call is longer than familiar shows ({} KiB), so it cannot be approved unread",
+            render::REVIEW_MAX_BYTES / 1024
+        )?;
+        return Ok(Answer::Deny);
+    }
     write!(w, "{}", prompt_text(r))?;
     w.flush()?;
     let line = match claimed {

@@ -22,6 +22,11 @@ const HEAD_BYTES: usize = 1024;
 const TAIL_BYTES: usize = 512;
 /// Arguments shown one by one; the rest are counted.
 pub const MAX_SHOWN_ARGS: usize = 24;
+/// The longest rendering of a call an approval shows whole ([`describe_call_whole`]);
+/// past it the call is shown cut, and no surface offers to approve it.
+pub const REVIEW_MAX_BYTES: usize = 64 * 1024;
+/// What marks a value shown cut (`… [N bytes not shown of M in all] …`).
+const CUT_MARK: &str = " bytes not shown of ";
 
 /// The argument that says what a call is about, first found in this order; shown on the
 /// first line after the tool's name.
@@ -228,12 +233,36 @@ fn ceil_boundary(s: &str, mut i: usize) -> usize {
 /// [`visible`] and long ones cut to head and tail with their size. Lines are ours:
 /// every newline inside an argument is an escape.
 pub fn describe_call(tool: &str, args: &Value) -> String {
+    describe(tool, args, true)
+}
+
+/// What an approval asks about: the call as [`describe_call`] shows it but with no
+/// argument cut, so the text approved is the text run; a call whose rendering passes
+/// [`REVIEW_MAX_BYTES`] is shown cut instead, and [`is_cut`] then says so.
+pub fn describe_call_whole(tool: &str, args: &Value) -> String {
+    let whole = describe(tool, args, false);
+    if whole.len() <= REVIEW_MAX_BYTES {
+        whole
+    } else {
+        describe(tool, args, true)
+    }
+}
+
+/// Whether a rendering hides part of the call (a value cut to head and tail, or
+/// arguments counted, not shown). An argument that spells the marker itself only makes
+/// its call look cut, which asks for more care, never less.
+pub fn is_cut(summary: &str) -> bool {
+    summary.contains(CUT_MARK) || summary.contains("more arguments not shown")
+}
+
+fn describe(tool: &str, args: &Value, cap: bool) -> String {
+    let text = |v: &Value| if cap { value_text(v) } else { value_whole(v) };
     let mut out = visible(tool);
     let Some(map) = args.as_object() else {
         // Not an object: no tool takes it, but it is shown as it came.
         if !args.is_null() {
             out.push_str(": ");
-            out.push_str(&value_text(args));
+            out.push_str(&text(args));
         }
         return out;
     };
@@ -242,20 +271,29 @@ pub fn describe_call(tool: &str, args: &Value) -> String {
         && let Some(v) = map.get(key)
     {
         out.push_str(": ");
-        out.push_str(&value_text(v));
+        out.push_str(&text(v));
     }
     let rest: Vec<(&String, &Value)> = map
         .iter()
         .filter(|(k, _)| Some(k.as_str()) != primary)
         .collect();
-    for (k, v) in rest.iter().take(MAX_SHOWN_ARGS) {
-        out.push_str(&format!("\n  {}: {}", visible_capped(k), value_text(v)));
+    let shown = if cap { MAX_SHOWN_ARGS } else { rest.len() };
+    for (k, v) in rest.iter().take(shown) {
+        out.push_str(&format!("\n  {}: {}", visible_capped(k), text(v)));
     }
-    if rest.len() > MAX_SHOWN_ARGS {
+    if rest.len() > shown {
         let more = rest.len() - MAX_SHOWN_ARGS;
         out.push_str(&format!("\n  … and {more} more arguments not shown"));
     }
     out
+}
+
+/// A string as its text, anything else as compact JSON; made visible, whole.
+fn value_whole(v: &Value) -> String {
+    match v {
+        Value::String(s) => visible(s),
+        other => visible(&other.to_string()),
+    }
 }
 
 /// A string as its text, anything else as compact JSON; made visible and capped.

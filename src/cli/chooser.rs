@@ -116,7 +116,7 @@ async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::
         )
         .await;
     };
-    let Some(choice) = chooser::parse(&line, &w.tool) else {
+    let Some(choice) = chooser::parse(&line, &w.tool, &w.summary) else {
         return said(
             out,
             &format!("nothing chosen: request {} still waits", w.request_id),

@@ -361,7 +361,7 @@ impl<'t> Collector<'t> {
         let mutating = tool.as_ref().is_none_or(|t| t.is_mutating(&args));
         self.plan.start(&id, describe_call(&name, &args));
         // What the person approving sees: every argument, escapes visible.
-        let summary = crate::approval::describe_call(&name, &args);
+        let summary = crate::approval::render::describe_call_whole(&name, &args);
         let on_behalf = match self.parent {
             Some(parent) => format!("{summary} (on behalf of task {parent})"),
             None => summary,

@@ -19,6 +19,7 @@ use super::{
     ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal, Signals,
     show,
 };
+use crate::approval::render::LONG_VALUE_BYTES;
 use crate::approval::{
     Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser, grant_label,
 };
@@ -118,7 +119,12 @@ fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String
     if let Some(note) = note {
         body = format!("{note}\n{body}");
     }
-    if first.chars().count() > FIRST_LINE_CHARS {
+    if review_only(r) {
+        body.push_str(&format!(
+            "\nthe call is longer than a notification shows ({} bytes): Review opens all of it",
+            r.summary.len()
+        ));
+    } else if first.chars().count() > FIRST_LINE_CHARS {
         body.push_str(&format!(
             "\nthe whole call ({} tier):\n{}",
             r.tier, r.summary
@@ -133,6 +139,14 @@ fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String
         body.push_str(&format!("\nwhy asking: {reason}"));
     }
     (summary, caps.body(&body))
+}
+
+/// Whether the call is longer than a notification shows ([`LONG_VALUE_BYTES`], what
+/// every surface used to show of one argument), or cut even in the chooser: then the
+/// notification offers Review (the chooser, with every character) and Deny, never
+/// Approve.
+pub(super) fn review_only(r: &ApprovalRequest) -> bool {
+    r.summary.len() > LONG_VALUE_BYTES || crate::approval::render::is_cut(&r.summary)
 }
 
 /// `s`, cut at [`FIRST_LINE_CHARS`] with `…`.
@@ -166,7 +180,7 @@ async fn present(
 ) -> zbus::Result<u32> {
     let (summary, body) = texts(r, caps, note);
     let grant = grant_label(&crate::approval::visible(&r.tool));
-    let actions = [
+    let all = [
         ACTION_DEFAULT,
         "Choose…",
         ACTION_APPROVE,
@@ -176,12 +190,15 @@ async fn present(
         ACTION_ALLOW_FOR,
         grant.as_str(),
     ];
+    // What the notification cannot show whole is not approved from it.
+    let review = [ACTION_DEFAULT, "Review…", ACTION_DENY, "Deny"];
+    let actions: &[&str] = if review_only(r) { &review } else { &all };
     let shown = Shown {
         replaces,
         icon: "dialog-question",
         summary: &summary,
         body: &body,
-        actions: &actions,
+        actions,
         urgency: 2,
         resident: true,
         expire_ms: 0,
@@ -277,7 +294,7 @@ async fn choose(r: &ApprovalRequest, stop: &CancellationToken, signals: &mut Sig
     };
     signals.clear();
     match picked {
-        Ok(Some(line)) => match chooser::parse(&line, &r.tool) {
+        Ok(Some(line)) => match chooser::parse(&line, &r.tool, &r.summary) {
             Some(choice) => Chosen::Answered(choice.answer()),
             None => Chosen::Nothing,
         },
@@ -356,5 +373,52 @@ mod tests {
         assert!(lines[0].ends_with('…'));
         assert_eq!(lines[1], "why: policy asks");
         assert_eq!(lines.last(), Some(&call.as_str()));
+    }
+
+    /// Regression: a 2,245-byte command was shown as head + "[709 bytes not shown …]" +
+    /// tail on every surface, and the hidden `; touch marker ;` ran once approved. Every
+    /// surface now has the whole text, or offers no approval: the notification Review
+    /// (the chooser), the chooser and the terminal every character.
+    #[test]
+    fn a_long_call_hides_nothing_and_is_not_approved_from_a_notification() {
+        let pad = "echo harmless-looking-output-line ".repeat(30);
+        let command = format!("{pad}; touch marker ; {pad}");
+        assert_eq!(command.len(), 2_057);
+        let command = format!("{command}{}", " ".repeat(2_245 - command.len()));
+        let args = serde_json::json!({ "command": command });
+        let capped = crate::approval::describe_call("shell", &args);
+        assert!(!capped.contains("touch marker"), "the old rendering hid it");
+
+        let mut r = request(&crate::approval::render::describe_call_whole(
+            "shell", &args,
+        ));
+        r.args = args;
+        assert!(r.summary.contains("; touch marker ;"));
+        assert!(!crate::approval::render::is_cut(&r.summary));
+        // The notification: Review and Deny, never Approve.
+        assert!(review_only(&r));
+        let (_, body) = texts(&r, PLAIN, None);
+        assert!(body.contains("Review opens all of it"), "{body}");
+        // The chooser: every character, on lines a launcher shows whole.
+        let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
+        let shown: String = menu.iter().filter_map(|l| l.strip_prefix("│ ")).collect();
+        assert!(shown.contains("; touch marker ;"));
+        assert!(menu.iter().all(|l| l.chars().count() <= 102), "{menu:?}");
+        assert_eq!(
+            chooser::parse("Approve", &r.tool, &r.summary),
+            Some(chooser::Choice::Approve)
+        );
+        // The terminal: the whole text.
+        assert!(crate::approval::prompt_text(&r).contains("; touch marker ;"));
+
+        // Past what any surface shows whole: cut, and approved from none.
+        let huge = serde_json::json!({ "command": "x".repeat(crate::approval::render::REVIEW_MAX_BYTES + 1) });
+        let cut = request(&crate::approval::render::describe_call_whole(
+            "shell", &huge,
+        ));
+        assert!(crate::approval::render::is_cut(&cut.summary));
+        assert!(review_only(&cut));
+        assert_eq!(chooser::parse("Approve", &cut.tool, &cut.summary), None);
+        assert!(!chooser::menu(&cut.tool, &cut.summary, "r").contains(&"Approve".to_owned()));
     }
 }
