@@ -13,8 +13,6 @@
 //! can no longer be reached: it stops taking work, cancels what it has and exits
 //! non-zero so systemd restarts it.
 
-mod callers;
-mod options;
 mod reload;
 pub mod service;
 mod supervisor;

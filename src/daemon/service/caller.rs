@@ -14,8 +14,8 @@ use zbus::Connection;
 use zbus::message::Header;
 
 use super::Service;
+use super::recent_callers::{Caller, Refusal};
 use crate::catalog::Tier;
-use crate::daemon::callers::{Caller, Refusal};
 use crate::dbus::Error;
 use crate::ids::{SoulId, TaskId};
 use crate::sandbox::ancestry::{self, Sandboxed, Verdict};

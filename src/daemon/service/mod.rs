@@ -8,6 +8,8 @@
 //! [`caller`].
 
 mod caller;
+mod options;
+mod recent_callers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +20,6 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, interface};
 
-use super::callers::Callers;
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::Answer;
@@ -26,6 +27,7 @@ use crate::dbus::{Error, MAX_GRANT_SECS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use crate::ids::{RequestId, TaskId};
 use crate::ratelimit::Scope;
 use crate::store::{Memory, MemoryError, StoreError};
+use recent_callers::Callers;
 
 /// The served object.
 pub struct Service {
@@ -82,7 +84,7 @@ impl Service {
                 "the prompt is empty: say what the task is".to_owned(),
             ));
         }
-        let o = super::options::parse(options)?;
+        let o = options::parse(options)?;
         let choice = Choice {
             soul: Some(soul),
             session: o.session.as_ref(),
