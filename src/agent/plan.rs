@@ -107,20 +107,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 
 /// `tool: the argument that says what the call is about`.
 pub fn describe_call(tool: &str, args: &serde_json::Value) -> String {
-    let key = [
-        "command",
-        "path",
-        "target",
-        "unit",
-        "dispatcher",
-        "action",
-        "pid",
-        "summary",
-        "pattern",
-    ]
-    .iter()
-    .find_map(|k| args.get(*k))
-    .map(|v| match v {
+    let key = crate::approval::render::primary_argument(args).map(|v| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     });

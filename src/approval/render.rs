@@ -29,7 +29,8 @@ pub const REVIEW_MAX_BYTES: usize = 64 * 1024;
 const CUT_MARK: &str = " bytes not shown of ";
 
 /// The argument that says what a call is about, first found in this order; shown on the
-/// first line after the tool's name.
+/// first line after the tool's name, here and in the plan's steps
+/// ([`primary_argument`]): one list.
 const PRIMARY_KEYS: &[&str] = &[
     "command",
     "path",
@@ -195,6 +196,12 @@ pub fn neutralise_closing_tag(text: &str, tag: &str) -> String {
     }
     out.push_str(&text[copied..]);
     out
+}
+
+/// The argument that says what a call is about ([`PRIMARY_KEYS`]), if it has one.
+pub fn primary_argument(args: &Value) -> Option<&Value> {
+    let map = args.as_object()?;
+    PRIMARY_KEYS.iter().find_map(|k| map.get(*k))
 }
 
 /// `s` made [`visible`]; when longer than [`LONG_VALUE_BYTES`], its head and tail
