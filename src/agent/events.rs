@@ -12,6 +12,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+pub use familiar_protocol::events::CallDecision;
+
 use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
 use crate::store::{Plan, TaskStatus};
@@ -107,7 +109,7 @@ pub enum EventPayload {
         args: serde_json::Value,
         tier: String,
         /// `allow`, `ask` or `deny`, with the reason for the last two.
-        decision: String,
+        decision: CallDecision,
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use super::{Exit, Out};
-use crate::agent::events::{Event, EventPayload};
+use crate::agent::events::{CallDecision, Event, EventPayload};
 use crate::approval::{terminal_safe, visible};
 use crate::ids::TaskId;
 use crate::store::{Outcome, TaskStatus};
@@ -170,7 +170,7 @@ fn write_tool_line(
         } => {
             let what = tool_line(&crate::approval::describe_call(tool, args));
             match reason {
-                Some(r) if decision != "allow" => {
+                Some(r) if *decision != CallDecision::Allow => {
                     writeln!(err, "{prefix}→ {what} [{decision}: {r}]")?
                 }
                 Some(_) | None => writeln!(err, "{prefix}→ {what}")?,

@@ -502,7 +502,7 @@ mod tests {
             tool: "shell".into(),
             args: serde_json::json!({"command": "du -sh ~"}),
             tier: "execute".into(),
-            decision: "ask".into(),
+            decision: crate::agent::events::CallDecision::Ask,
             reason: None,
         };
         assert_eq!(doing(&call).as_deref(), Some("running shell: du -sh ~"));

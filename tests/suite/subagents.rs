@@ -115,7 +115,7 @@ async fn a_child_runs_under_the_stricter_rules_and_reports_under_its_own_id() {
                 decision,
                 reason,
                 ..
-            } => Some((tool.clone(), decision.clone(), reason.clone())),
+            } => Some((tool.clone(), *decision, reason.clone())),
             _ => None,
         })
         .collect();

@@ -10,6 +10,7 @@
 //! Invariant: every name, error name and shared limit used on the bus is defined here,
 //! once; this crate knows nothing of the daemon.
 
+pub mod events;
 pub mod ids;
 pub mod proxy;
 

@@ -21,7 +21,7 @@ use crate::agent::calls::gate::{CallGate, Decided, rate_limited_event};
 use crate::agent::context::record;
 use crate::agent::context::system_prompt::wrap_tool_output;
 use crate::agent::emitter::Emitter;
-use crate::agent::events::EventPayload;
+use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::hooks::ToolCallRef;
 use crate::agent::plan::{PlanTracker, describe_call};
 use crate::ids::{CallId, TaskId};
@@ -335,11 +335,11 @@ impl<'t> Collector<'t> {
             limited: _,
         } = decided;
         let (decision, reason) = match &disposition {
-            Disposition::Run => ("allow", None),
-            Disposition::Ask { reason } => ("ask", Some(reason.clone())),
+            Disposition::Run => (CallDecision::Allow, None),
+            Disposition::Ask { reason } => (CallDecision::Ask, Some(reason.clone())),
             Disposition::Refuse { reason, .. } => {
                 c.refused += 1;
-                ("deny", Some(reason.clone()))
+                (CallDecision::Deny, Some(reason.clone()))
             }
         };
         self.emitter

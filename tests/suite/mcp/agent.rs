@@ -60,7 +60,7 @@ fn decisions(
                 ..
             } => Some((
                 tool.clone(),
-                decision.clone(),
+                decision.to_string(),
                 reason.clone().unwrap_or_default(),
             )),
             _ => None,
