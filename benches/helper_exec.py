@@ -4,7 +4,8 @@
 bare `/bin/true` (what any exec costs here).
 
 Run: `cargo build --release && python3 benches/helper_exec.py [target/release]`
-(`VS=OTHER/familiar-sandbox` adds that helper's two runs, interleaved with the rest:
+(`PIDNS=0` runs the command without its own PID namespace, to measure what that
+costs; `VS=OTHER/familiar-sandbox` adds that helper's two runs, interleaved with the rest:
 another build of it, say the commit before a change, on the same machine at the same
 time)
 (as an unprivileged user, as BENCHMARKS.md says why: `setpriv --reuid=65534
@@ -49,6 +50,9 @@ def spec(work):
     return json.dumps({
         "plan": {"rules": rules}, "network": False, "scope_signals": True,
         "require_full": False,
+        # PIDNS=0: the command in the helper's own PID namespace, as before the command
+        # got one of its own (the cost of that namespace, paired on one machine).
+        "pid_namespace": os.environ.get("PIDNS", "1") != "0",
         "limits": {"timeout": 60000, "output_cap_bytes": 131072, "max_processes": 256,
                    "max_file_size": 1 << 30, "cpu_seconds": 120},
         "env": [["HOME", work], ["PATH", "/usr/bin:/bin"], ["TMPDIR", work]],
