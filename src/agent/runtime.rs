@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::agent::context::learned::Calibrations;
 use crate::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use crate::agent::metrics::Metrics;
-use crate::agent::warm::Warmth;
+use crate::agent::warm::state::Warmth;
 use crate::approval::ApprovalBroker;
 use crate::config::Config;
 use crate::llm::{LlmClient, LlmError};
