@@ -141,7 +141,7 @@ impl Compositor {
 
 const HYPRLAND_HINT: &str = "On Hyprland, add to ~/.config/hypr/hyprland.conf (a key to ask, one to answer approvals,\nand the session's environment for the daemon):\n  exec-once = dbus-update-activation-environment --systemd HYPRLAND_INSTANCE_SIGNATURE WAYLAND_DISPLAY\n  bind = SUPER, A, exec, familiar ask --dmenu --notify\n  bind = SUPER SHIFT, A, exec, familiar approve --dmenu";
 const SWAY_HINT: &str = "On sway, add to ~/.config/sway/config (a key to ask, one to answer approvals, and the\nsession's environment for the daemon):\n  exec dbus-update-activation-environment --systemd WAYLAND_DISPLAY SWAYSOCK\n  bindsym $mod+a exec familiar ask --dmenu --notify\n  bindsym $mod+Shift+a exec familiar approve --dmenu";
-const NIRI_HINT: &str = "On niri, add to the binds { } of ~/.config/niri/config.kdl:\n  Mod+A { spawn \"familiar\" \"ask\" \"--dmenu\" \"--notify\"; }\n  Mod+Shift+A { spawn \"familiar\" \"approve\" \"--dmenu\"; }";
+const NIRI_HINT: &str = "On niri, add to ~/.config/niri/config.kdl (the two keys inside binds { }):\n  spawn-at-startup \"dbus-update-activation-environment\" \"--systemd\" \"NIRI_SOCKET\" \"WAYLAND_DISPLAY\"\n  Mod+A { spawn \"familiar\" \"ask\" \"--dmenu\" \"--notify\"; }\n  Mod+Shift+A { spawn \"familiar\" \"approve\" \"--dmenu\"; }";
 const OTHER_HINT: &str = "Bind a key to `familiar ask --dmenu --notify` (ask) and one to `familiar approve --dmenu`\n(answer approvals); README.md has the lines for Hyprland, sway and niri.";
 
 /// Whether the session bus can start the daemon now (it lists the name as
@@ -370,7 +370,7 @@ mod tests {
             assert!(lines.len() >= 2, "{hint}");
             for line in lines {
                 assert!(
-                    readme.lines().any(|l| l == line),
+                    readme.lines().any(|l| l.trim() == line),
                     "not in the README: {line}"
                 );
             }
