@@ -278,26 +278,7 @@ async fn the_daemon_refuses_calls_from_a_tools_process_tree_even_through_a_grant
         .map(|(i, c)| tools_reply(&[(&format!("c{i}"), "shell", json!({ "command": c }))]))
         .collect();
     replies.push(text_reply("done"));
-    let soul = format!(
-        "id = \"granted\"\ndescription = \"d\"\nprompt = \"p\"\ntools = [\"shell\"]\n\
-         [permissions]\nexecute = \"allow\"\n[sandbox]\nread = [\"~\", \"{}\"]\nsockets = [\"{}\"]\n",
-        familiar_bin.parent().unwrap().display(),
-        bus.socket_path().display()
-    );
-    let f = Fixture::custom_on(
-        bus,
-        replies,
-        "",
-        OPEN_POLICY,
-        familiar::daemon::DaemonOptions::default(),
-        &[("granted", &soul)],
-        vec![Arc::clone(Registry::builtin().get("shell").unwrap())],
-    )
-    .await;
-    let mut w = super::daemon::Watch::new(&f.proxy).await;
-    let (task, _) = f.submit("granted", "try the bus").await.unwrap();
-    let (status, _) = w.finished(&task).await;
-    assert_eq!(status, "completed");
+    let (f, task) = granted_task(bus, replies, familiar_bin.parent().unwrap(), "try the bus").await;
 
     let requests = f.harness.server.requests();
     let last = &requests.last().unwrap().body["messages"];
@@ -384,26 +365,7 @@ async fn a_bus_connection_handed_on_by_an_exited_process_is_refused() {
         tools_reply(&[("c0", "shell", json!({ "command": command }))]),
         text_reply("done"),
     ];
-    let soul = format!(
-        "id = \"granted\"\ndescription = \"d\"\nprompt = \"p\"\ntools = [\"shell\"]\n\
-         [permissions]\nexecute = \"allow\"\n[sandbox]\nread = [\"~\", \"{}\"]\nsockets = [\"{}\"]\n",
-        home.path().display(),
-        bus.socket_path().display()
-    );
-    let f = Fixture::custom_on(
-        bus,
-        replies,
-        "",
-        OPEN_POLICY,
-        familiar::daemon::DaemonOptions::default(),
-        &[("granted", &soul)],
-        vec![Arc::clone(Registry::builtin().get("shell").unwrap())],
-    )
-    .await;
-    let mut w = super::daemon::Watch::new(&f.proxy).await;
-    let (task, _) = f.submit("granted", "hand the bus on").await.unwrap();
-    let (status, _) = w.finished(&task).await;
-    assert_eq!(status, "completed");
+    let (f, _task) = granted_task(bus, replies, home.path(), "hand the bus on").await;
     let requests = f.harness.server.requests();
     let result = requests.last().unwrap().body["messages"]
         .as_array()
@@ -422,4 +384,35 @@ async fn a_bus_connection_handed_on_by_an_exited_process_is_refused() {
         1,
         "nothing was submitted from inside: {tasks:?}"
     );
+}
+
+/// A daemon on `bus` whose soul `granted` runs `shell` (allowed), reads `~` and `read`,
+/// and is granted the bus socket; one task of it submitted and finished `completed`.
+async fn granted_task(
+    bus: TestBus,
+    replies: Vec<crate::common::llm_server::Reply>,
+    read: &Path,
+    prompt: &str,
+) -> (Fixture, String) {
+    let soul = format!(
+        "id = \"granted\"\ndescription = \"d\"\nprompt = \"p\"\ntools = [\"shell\"]\n\
+         [permissions]\nexecute = \"allow\"\n[sandbox]\nread = [\"~\", \"{}\"]\nsockets = [\"{}\"]\n",
+        read.display(),
+        bus.socket_path().display()
+    );
+    let f = Fixture::custom_on(
+        bus,
+        replies,
+        "",
+        OPEN_POLICY,
+        familiar::daemon::DaemonOptions::default(),
+        &[("granted", &soul)],
+        vec![Arc::clone(Registry::builtin().get("shell").unwrap())],
+    )
+    .await;
+    let mut w = super::daemon::Watch::new(&f.proxy).await;
+    let (task, _) = f.submit("granted", prompt).await.unwrap();
+    let (status, _) = w.finished(&task).await;
+    assert_eq!(status, "completed");
+    (f, task)
 }
