@@ -29,7 +29,7 @@ use familiar::agent::context::system_prompt::{PromptParts, system_prompt};
 use familiar::agent::events::{Delivery, EventBus};
 use familiar::agent::hooks::{AuditHook, MetricsHook};
 use familiar::agent::metrics::Metrics;
-use familiar::agent::{LlmFactory, Runtime, TaskSpec, run_task};
+use familiar::agent::{LlmFactory, Runtime, Services, Settings, TaskSpec, run_task};
 use familiar::approval::ApprovalBroker;
 use familiar::catalog::ToolInfo;
 use familiar::config::Config;
@@ -222,9 +222,7 @@ async fn whole_loop(
         let config = Arc::new(Config::from_toml("c.toml", &src, env).unwrap());
         let store = Arc::new(Store::open(&home.join(format!("data{run}"))).unwrap());
         let metrics = Arc::new(Metrics::default());
-        let rt = Arc::new(Runtime {
-            config: Arc::clone(&config),
-            policy: Arc::clone(policy),
+        let services = Services {
             store: Arc::clone(&store),
             tools: Arc::new(Registry::with(vec![Arc::new(InProcessRead)])),
             limiters: Arc::new(RateLimiters::new()),
@@ -237,16 +235,20 @@ async fn whole_loop(
                 }),
                 Arc::new(MetricsHook { metrics }),
             ],
-            llm: Arc::new(Llm(Arc::clone(&config), env.clone())),
             launcher: Arc::new(familiar::sandbox::SandboxLauncher::new(env!(
                 "CARGO_BIN_EXE_familiar-sandbox"
             ))),
             plans: familiar::sandbox::plan::PlanCache::default(),
             enforcement: familiar::sandbox::probe(),
+            warm: Default::default(),
+        };
+        let settings = Settings {
+            config: Arc::clone(&config),
+            policy: Arc::clone(policy),
             souls: Arc::new(familiar::soul::SoulSet::default()),
+            llm: Arc::new(Llm(Arc::clone(&config), env.clone())),
             memory: familiar::store::Memory::new(store.data_dir(), 100),
             calibrations: Default::default(),
-            warm: Default::default(),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &config.mcp,
                 familiar::sandbox::SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),
@@ -254,6 +256,10 @@ async fn whole_loop(
                 store.data_dir().join("mcp"),
                 home.to_owned(),
             )),
+        };
+        let rt = Arc::new(Runtime {
+            services: Arc::new(services),
+            settings: Arc::new(settings),
         });
         let spec = TaskSpec {
             task_id: TaskId::generate(),

@@ -45,6 +45,8 @@ pub mod turn;
 pub mod warm;
 
 pub use context::repair::repair_dangling;
-pub use runtime::{ConfigLlmFactory, LlmFactory, Runtime, RuntimeError};
+pub use runtime::{
+    ConfigLlmFactory, LlmFactory, Reloaded, Runtime, RuntimeError, Services, Settings,
+};
 pub use task::{TaskError, TaskOutcome, TaskSpec};
 pub use turn::{discard_if_unanswered, run_task};

@@ -229,12 +229,12 @@ fn open_session(
 /// Why a soul may not run on this kernel at all: it requires a sandbox the kernel cannot
 /// fully give.
 fn refusal(rt: &Runtime, soul: &Soul) -> Option<String> {
-    (soul.sandbox.require && rt.enforcement.status != EnforcementStatus::Full).then(|| {
+    (soul.sandbox.require && rt.services.enforcement.status != EnforcementStatus::Full).then(|| {
         format!(
             "soul `{}` requires a fully enforced sandbox (sandbox.require = true), but this kernel gives {} enforcement (missing: {})",
             soul.id,
-            rt.enforcement.status.as_str(),
-            rt.enforcement.missing.join(", ")
+            rt.services.enforcement.status.as_str(),
+            rt.services.enforcement.missing.join(", ")
         )
     })
 }
@@ -249,15 +249,15 @@ impl Place {
     ) -> Result<Place, TaskError> {
         let workspace = match &spec.workspace {
             Some(w) => w.clone(),
-            None => rt.store.ensure_workspace(session)?,
+            None => rt.services.store.ensure_workspace(session)?,
         };
         let sandbox = SandboxPolicy::new(
             &spec.soul.sandbox,
-            &rt.policy.protected_paths,
+            &rt.settings.policy.protected_paths,
             &workspace,
-            &rt.config.paths.home,
+            &rt.settings.config.paths.home,
         )?
-        .with_plans(rt.plans.clone())
+        .with_plans(rt.services.plans.clone())
         .with_owner(format!("task {} of soul {}", spec.task_id, spec.soul.id));
         let sandbox = match spec.soul.resources.is_empty() {
             true => sandbox,
@@ -329,7 +329,7 @@ impl Task {
         bus: EventBus,
         caller_cancel: CancellationToken,
     ) -> Result<(Task, Option<String>), TaskError> {
-        let store = Arc::clone(&rt.store);
+        let store = Arc::clone(&rt.services.store);
         let (ctx, lock, mut transcript) =
             crate::store::off_runtime(|| open_session(&store, &spec))?;
         let place = Place::for_task(&rt, &spec, &ctx.session_id).await?;
@@ -345,6 +345,7 @@ impl Task {
             max_iterations: task.limits.max_iterations,
             sandbox: serde_json::to_value(
                 task.rt
+                    .services
                     .enforcement
                     .for_sockets(&task.spec.soul.sandbox.sockets),
             )
@@ -375,7 +376,7 @@ impl Task {
         let emitter = Emitter::new(
             bus,
             transcript,
-            &rt.hooks,
+            &rt.services.hooks,
             spec.task_id.clone(),
             session_id.clone(),
             spec.soul.id.clone(),
@@ -390,25 +391,25 @@ impl Task {
         );
         let persona = Persona {
             soul: Arc::clone(&spec.soul),
-            policy: Arc::clone(&rt.policy),
+            policy: Arc::clone(&rt.settings.policy),
             workspace: place.workspace.clone(),
             memory: memory_notes(&rt, &spec.soul),
             delegates: delegates(&spec.soul, spec.depth()).to_vec(),
             prompt: spec.prompt.clone(),
         };
-        let provider = rt.config.provider(spec.soul.provider.as_deref());
+        let provider = rt.settings.config.provider(spec.soul.provider.as_deref());
         let provider_name = spec
             .soul
             .provider
             .clone()
-            .unwrap_or_else(|| rt.config.default_provider.clone());
+            .unwrap_or_else(|| rt.settings.config.default_provider.clone());
         let model = Model::for_soul(&rt, &spec.soul, &provider_name);
         let settings = Settings {
             provider: provider_name,
             max_output_tokens: provider.map_or(crate::config::DEFAULT_MAX_OUTPUT_TOKENS, |p| {
                 p.max_output_tokens
             }),
-            snapshotter: Arc::clone(&rt.snapshotter),
+            snapshotter: Arc::clone(&rt.services.snapshotter),
         };
         let context = ContextKeeper::new(session, model, persona, settings);
         Task {
@@ -441,7 +442,7 @@ impl Task {
     /// that cannot start is a note for the model, not the end of the task.
     pub(super) async fn offer_mcp_tools(&mut self) {
         let (mcp, notes) = McpTools::for_allowlist(
-            &self.rt.mcp,
+            &self.rt.settings.mcp,
             &self.spec.soul.grant.tools,
             &self.clock.cancel,
         )
@@ -467,7 +468,7 @@ impl Task {
         }
         ctx.touch();
         let journal = &mut session.journal;
-        let store = &self.rt.store;
+        let store = &self.rt.services.store;
         let emitter = &mut self.emitter;
         crate::store::off_runtime(|| {
             let saved = match whole {

@@ -74,7 +74,7 @@ pub async fn run_task(
         .instrument(span)
         .await?;
     if new_session {
-        discard_if_unanswered(&store_rt.store, &outcome);
+        discard_if_unanswered(&store_rt.services.store, &outcome);
     }
     Ok(outcome)
 }
@@ -208,8 +208,8 @@ impl Task {
             let report = precheck::run(
                 p,
                 &self.spec.soul.id,
-                self.rt.store.data_dir(),
-                &self.rt.snapshotter,
+                self.rt.services.store.data_dir(),
+                &self.rt.services.snapshotter,
             )
             .await;
             if report.findings.is_empty() {
@@ -384,17 +384,17 @@ impl Task {
             task_id: self.spec.task_id.clone(),
             session_id: session_id.clone(),
             soul: self.spec.soul.id.clone(),
-            approvals: self.rt.approvals.clone(),
+            approvals: self.rt.services.approvals.clone(),
             tool_ctx: ToolContext {
                 workspace: self.place.workspace.clone(),
-                home: self.rt.config.paths.home.clone(),
-                snapshotter: Arc::clone(&self.rt.snapshotter),
+                home: self.rt.settings.config.paths.home.clone(),
+                snapshotter: Arc::clone(&self.rt.services.snapshotter),
                 cancel,
                 sandbox: Arc::clone(&self.place.sandbox),
-                launcher: Arc::clone(&self.rt.launcher),
+                launcher: Arc::clone(&self.rt.services.launcher),
                 soul: self.spec.soul.id.clone(),
                 session: session_id,
-                memory: self.rt.memory.clone(),
+                memory: self.rt.settings.memory.clone(),
                 subagents: self.delegator(),
             },
             events,

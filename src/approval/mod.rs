@@ -135,7 +135,8 @@ struct Inner {
     frontends: Mutex<Vec<Arc<dyn Frontend>>>,
     pending: Mutex<HashMap<RequestId, Pending>>,
     grants: Mutex<HashMap<(TaskId, String), Instant>>,
-    timeout: Duration,
+    /// The policy's `approval_timeout` (a reload of the policy sets it anew).
+    timeout: Mutex<Duration>,
 }
 
 /// Cheap to clone; all clones share state.
@@ -151,9 +152,14 @@ impl ApprovalBroker {
                 frontends: Mutex::new(Vec::new()),
                 pending: Mutex::new(HashMap::new()),
                 grants: Mutex::new(HashMap::new()),
-                timeout,
+                timeout: Mutex::new(timeout),
             }),
         }
+    }
+
+    /// How long requests asked from now on wait for an answer.
+    pub fn set_timeout(&self, timeout: Duration) {
+        *lock(&self.inner.timeout) = timeout;
     }
 
     pub fn add_frontend(&self, frontend: Arc<dyn Frontend>) {
@@ -180,6 +186,7 @@ impl ApprovalBroker {
         for f in &frontends {
             shown |= f.present(&request, self);
         }
+        let timeout = *lock(&self.inner.timeout);
         let resolution = if !shown {
             Resolution::NobodyToAsk
         } else {
@@ -195,7 +202,7 @@ impl ApprovalBroker {
                     // The sender lives in `pending` until answered; dropped means removed.
                     Err(_) => Resolution::Cancelled,
                 },
-                () = tokio::time::sleep(self.inner.timeout) => Resolution::TimedOut,
+                () = tokio::time::sleep(timeout) => Resolution::TimedOut,
                 () = cancel.cancelled() => Resolution::Cancelled,
             }
         };

@@ -80,7 +80,7 @@ pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<
     let soul = choose(
         &souls,
         &config,
-        &rt.store,
+        &rt.services.store,
         &Choice {
             soul: args.task.soul.as_deref(),
             session: session.as_ref(),
@@ -89,7 +89,8 @@ pub fn run(config: &Option<PathBuf>, args: RunArgs, out: Out) -> anyhow::Result<
         },
     )?;
     let steering = Steering::new();
-    rt.approvals
+    rt.services
+        .approvals
         .add_frontend(Arc::new(tty_frontend(&steering, args.task.json)));
     let spec = TaskSpec {
         task_id: TaskId::generate(),
@@ -120,11 +121,17 @@ fn session_to_continue(args: &RunArgs, rt: &Runtime) -> anyhow::Result<Option<Se
     if !args.continue_latest {
         return Ok(None);
     }
-    let latest = rt.store.list_sessions()?.into_iter().next().map(|s| s.id);
+    let latest = rt
+        .services
+        .store
+        .list_sessions()?
+        .into_iter()
+        .next()
+        .map(|s| s.id);
     let latest = latest.with_context(|| {
         format!(
             "--continue: there is no session yet in {}",
-            rt.config.paths.data_dir.display()
+            rt.settings.config.paths.data_dir.display()
         )
     })?;
     Ok(Some(latest))
@@ -156,19 +163,20 @@ async fn drive(rt: Arc<Runtime>, spec: TaskSpec, out: Out, args: &RunArgs) -> an
         super::when::wait_for(when, wait, &cancel).await;
         // Ctrl-C while waiting: nothing ran, so nothing is reported as skipped.
         if cancel.is_cancelled() {
-            rt.mcp.shutdown().await;
+            rt.settings.mcp.shutdown().await;
             return Ok(Exit::Interrupted);
         }
     }
     let outcome = run_task(Arc::clone(&rt), spec, bus, cancel).await;
     // The MCP servers the task started end with the run.
-    rt.mcp.shutdown().await;
+    rt.settings.mcp.shutdown().await;
     // The bus was moved into the task and dropped with it: the printer ends.
     printer.await.context("the output printer failed")??;
     if args.ephemeral
         && let Ok(o) = &outcome
     {
-        rt.store
+        rt.services
+            .store
             .remove_session(&o.session_id)
             .with_context(|| format!("cannot remove the ephemeral session {}", o.session_id))?;
     }

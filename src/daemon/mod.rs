@@ -27,11 +27,11 @@ pub use error::DaemonError;
 pub use ops::{MAX_FINISHED, OP_BUFFER, Op, Shared, SubmitRequest};
 pub use process::mark_interrupted;
 pub(crate) use process::notify;
-pub use reload::{Loaded, ReloadError};
+pub use reload::ReloadError;
 pub use trim::tune_allocator;
 
 use bus::{SignalFrontend, bus_lost, take_name, watch_bus};
-use process::{current_uid, stop_signals, take_in_misplaced_data, wait_for_stop};
+use process::{current_uid, reload_on_hangup, stop_signals, take_in_misplaced_data, wait_for_stop};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -97,14 +97,13 @@ impl Daemon {
     /// (`builder` is a `session()` or `address(..)` builder).
     pub async fn start(
         rt: Arc<Runtime>,
-        souls: Arc<SoulSet>,
         builder: zbus::connection::Builder<'static>,
         options: DaemonOptions,
     ) -> Result<Daemon, DaemonError> {
         let (tx, rx) = mpsc::channel(OP_BUFFER);
+        let services = Arc::clone(&rt.services);
         let shared = Arc::new(Shared {
-            rt: Arc::clone(&rt),
-            loaded: reload::Reloadable::new(Arc::clone(&rt), souls),
+            runtime: reload::Reloadable::new(rt),
             active: AtomicU32::new(0),
             shutting_down: AtomicBool::new(false),
             uid: current_uid(),
@@ -121,21 +120,27 @@ impl Daemon {
             .await
             .map_err(|source| DaemonError::Bus { source })?;
         take_name(&conn).await?;
-        take_in_misplaced_data(&rt);
+        take_in_misplaced_data(&shared.runtime.get());
         let emitter = SignalEmitter::new(&conn, dbus::PATH)
             .map_err(|source| DaemonError::Bus { source })?
             .into_owned();
-        rt.approvals.add_frontend(Arc::new(SignalFrontend {
+        services.approvals.add_frontend(Arc::new(SignalFrontend {
             emitter: emitter.clone(),
         }));
         if options.notifications {
-            rt.approvals
-                .add_frontend(Arc::new(dbus::notifications::NotificationFrontend::new(
-                    conn.clone(),
-                )));
+            services.approvals.add_frontend(Arc::new(
+                dbus::notifications::NotificationFrontend::new(conn.clone()),
+            ));
         }
         let owner = tokio::spawn(supervisor::run(
-            supervisor::Supervisor::new(Arc::clone(&shared), conn.clone(), emitter, tx.clone()),
+            supervisor::Supervisor::new(
+                Arc::clone(&shared),
+                supervisor::BusEffects {
+                    conn: conn.clone(),
+                    emitter,
+                },
+                tx.clone(),
+            ),
             rx,
             options,
         ));
@@ -182,7 +187,7 @@ impl Daemon {
     /// Re-reads the policy and souls for new tasks (SIGHUP); a broken file keeps the
     /// previous version in force.
     pub fn reload(&self) -> Result<(), ReloadError> {
-        self.shared.loaded.reload()
+        self.shared.runtime.reload()
     }
 
     /// Stops accepting tasks, cancels the running ones and waits (up to
@@ -200,7 +205,7 @@ impl Daemon {
             ),
         }
         // The MCP servers tasks started live as long as the daemon.
-        self.shared.loaded.get().rt.mcp.shutdown().await;
+        self.shared.runtime.get().settings.mcp.shutdown().await;
         // Release the name before the process goes, so an activation can start anew.
         if let Err(e) = self.conn.release_name(dbus::NAME).await {
             tracing::debug!("releasing {}: {e}", dbus::NAME);
@@ -225,8 +230,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         tracing::warn!("skipping soul file: {err}");
     }
     let souls = Arc::new(souls);
-    let rt = Arc::new(Runtime::from_config(config, policy, Arc::clone(&souls))?);
-    let repaired = mark_interrupted(&rt.store);
+    let rt = Arc::new(Runtime::from_config(config, policy, souls)?);
+    let repaired = mark_interrupted(&rt.services.store);
     if repaired > 0 {
         tracing::warn!(
             "marked {repaired} task(s) left running by a previous daemon as interrupted"
@@ -234,7 +239,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
     }
     let defaults = DaemonOptions::default();
     let options = DaemonOptions {
-        submit_rate: rt.policy.submits.unwrap_or(defaults.submit_rate),
+        submit_rate: rt.settings.policy.submits.unwrap_or(defaults.submit_rate),
         watchdog: sd_notify::watchdog_enabled().map(|d| d / 2),
         sd_notify: std::env::var_os("NOTIFY_SOCKET").is_some(),
         ..defaults
@@ -253,9 +258,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         // hit the default action.
         let stop = stop_signals()?;
         // Likewise SIGHUP (reload), whose default action would end the daemon.
-        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-        let daemon =
-            Daemon::start(rt, souls, zbus::connection::Builder::session(), options).await?;
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let daemon = Daemon::start(rt, zbus::connection::Builder::session(), options).await?;
         warm::spawn(Arc::clone(&daemon.shared), daemon.connection());
         notify(
             sd,
@@ -269,35 +273,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
             dbus::NAME,
             started.elapsed().as_millis()
         );
-        let stopped = wait_for_stop(stop);
-        tokio::pin!(stopped);
-        let mut daemon = daemon;
-        let bus_gone = bus_lost(daemon.watch.take());
-        tokio::pin!(bus_gone);
-        let lost = loop {
-            tokio::select! {
-                () = &mut stopped => break None,
-                why = &mut bus_gone => break Some(why),
-                _ = hangup.recv() => {
-                    notify(sd, &[sd_notify::NotifyState::Reloading]);
-                    if let Err(e) = daemon.reload() {
-                        tracing::error!("{e}");
-                    }
-                    notify(sd, &[sd_notify::NotifyState::Ready]);
-                }
-            }
-        };
-        match &lost {
-            None => tracing::info!("stopping: cancelling running tasks"),
-            Some(why) => tracing::error!(
-                "lost the session bus ({why}): cancelling running tasks and exiting"
-            ),
-        }
-        notify(sd, &[sd_notify::NotifyState::Stopping]);
-        daemon.shutdown().await;
-        match lost {
-            None => Ok(()),
-            Some(why) => Err(DaemonError::BusLost(why)),
-        }
+        tokio::spawn(reload_on_hangup(Arc::clone(&daemon.shared), hangup, sd));
+        daemon.serve_until(wait_for_stop(stop), sd).await
     })
 }

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 use tokio::sync::oneshot;
 
 use super::{reload, supervisor};
-use crate::agent::Runtime;
 use crate::dbus::Error;
 use crate::ids::{SessionId, TaskId};
 use crate::policy::RateSpec;
@@ -21,10 +20,9 @@ pub const MAX_FINISHED: usize = 256;
 
 /// State the D-Bus object reads without asking the owner.
 pub struct Shared {
-    /// What every task shares whatever the policy (config, store, metrics, …).
-    pub rt: Arc<Runtime>,
-    /// The policy and souls new tasks get (see [`reload`]).
-    pub loaded: reload::Reloadable,
+    /// The one runtime: the services every task shares, and the settings new tasks
+    /// get (swapped by a reload, see [`reload`]).
+    pub runtime: reload::Reloadable,
     /// Queued plus running tasks (the `ActiveTasks` property).
     pub active: AtomicU32,
     pub shutting_down: AtomicBool,

@@ -1,7 +1,10 @@
 //! The daemon as a process: what a crash or an older systemd left behind (tasks still
 //! marked running, data in the config dir), its stop signals, its word to systemd
-//! (`sd_notify`, never blocking) and its uid.
+//! (`sd_notify`, never blocking), the reload at SIGHUP and its uid.
 
+use std::sync::Arc;
+
+use super::Shared;
 use crate::agent::Runtime;
 use crate::store::Store;
 
@@ -11,13 +14,13 @@ use crate::store::Store;
 /// daemon, refused, never touches the files of the one running. A failure is logged and
 /// the move retried at the next start; nothing is lost either way.
 pub(super) fn take_in_misplaced_data(rt: &Runtime) {
-    let paths = &rt.config.paths;
+    let paths = &rt.settings.config.paths;
     let (from, to) = (&paths.config_dir, &paths.data_dir);
     if from == to {
         return;
     }
-    let max = rt.config.memory.max_entries_per_scope;
-    match crate::store::off_runtime(|| rt.store.take_in(from, max)) {
+    let max = rt.settings.config.memory.max_entries_per_scope;
+    match crate::store::off_runtime(|| rt.services.store.take_in(from, max)) {
         Ok(done) if done.is_empty() => {}
         Ok(done) => tracing::warn!(
             "moved the data an earlier daemon kept in {} (systemd before 254 put it there) to {}: {done}",
@@ -46,6 +49,22 @@ pub(super) async fn wait_for_stop((mut term, mut int): StopSignals) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// Reloads at every SIGHUP (`systemctl --user reload familiar`: the unit's
+/// `ExecReload=`), telling systemd it is reloading and ready again.
+pub(super) async fn reload_on_hangup(
+    shared: Arc<Shared>,
+    mut hangup: tokio::signal::unix::Signal,
+    sd: bool,
+) {
+    while hangup.recv().await.is_some() {
+        notify(sd, &[sd_notify::NotifyState::Reloading]);
+        if let Err(e) = crate::store::off_runtime(|| shared.runtime.reload()) {
+            tracing::error!("{e}");
+        }
+        notify(sd, &[sd_notify::NotifyState::Ready]);
     }
 }
 

@@ -9,45 +9,46 @@
 //! keeps the previous policy and souls; a soul file that does not load keeps that
 //! soul's previous version (it is reported, as at start-up). Running tasks keep what
 //! they started with. What config.toml cannot change while the daemon runs: `data_dir`
-//! (the open store; a change is reported and waits for a restart); MCP servers whose
-//! table did not change keep running.
+//! (the open store; a change is reported and waits for a restart). The swap replaces
+//! only what changed (`agent::Settings::reloaded`): MCP servers whose tables and
+//! protected paths did not change keep running, unchanged providers keep their
+//! connections.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use crate::agent::{ConfigLlmFactory, Runtime};
+use crate::agent::{Runtime, Services};
 use crate::config::{Config, ProcessEnv};
 use crate::error::ConfigError;
-use crate::mcp::McpHub;
 use crate::soul::{SoulOrigin, SoulSet};
-use crate::store::Memory;
-
-/// What new tasks run under: the runtime (with the policy) and the souls.
-#[derive(Clone)]
-pub struct Loaded {
-    pub rt: Arc<Runtime>,
-    pub souls: Arc<SoulSet>,
-}
 
 /// Files whose change triggers a reload: (path, size, modified).
 type Fingerprint = Vec<(std::path::PathBuf, u64, Option<SystemTime>)>;
 
-/// The current [`Loaded`] and the fingerprint it was loaded at.
+/// The daemon's one runtime: its services, and the settings new tasks get (swapped
+/// whole by a reload) with the fingerprint they were loaded at.
 pub struct Reloadable {
-    current: RwLock<(Loaded, Fingerprint)>,
+    services: Arc<Services>,
+    current: RwLock<(Arc<Runtime>, Fingerprint)>,
     /// Why the last reload kept something previous (config.toml, the policy), until a
     /// reload succeeds.
     error: RwLock<Option<String>>,
 }
 
 impl Reloadable {
-    pub fn new(rt: Arc<Runtime>, souls: Arc<SoulSet>) -> Reloadable {
-        let fp = fingerprint(&rt);
+    pub fn new(rt: Arc<Runtime>) -> Reloadable {
+        let fp = fingerprint(&rt.settings.config);
         Reloadable {
-            current: RwLock::new((Loaded { rt, souls }, fp)),
+            services: Arc::clone(&rt.services),
+            current: RwLock::new((rt, fp)),
             error: RwLock::new(None),
         }
+    }
+
+    /// What lives as long as the daemon (never replaced by a reload).
+    pub fn services(&self) -> &Services {
+        &self.services
     }
 
     /// What the last reload could not take (a broken config.toml or policy, whose
@@ -63,19 +64,22 @@ impl Reloadable {
         *self.error.write().unwrap_or_else(PoisonError::into_inner) = error;
     }
 
-    pub fn get(&self) -> Loaded {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
-            .clone()
+    /// The runtime new tasks run under.
+    pub fn get(&self) -> Arc<Runtime> {
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .0,
+        )
     }
 
-    /// Reloads when a file changed since the last load; the souls in force either way.
-    pub fn refresh(&self) -> Loaded {
+    /// Reloads when a file changed since the last load; the runtime in force either way.
+    pub fn refresh(&self) -> Arc<Runtime> {
         let changed = {
             let cur = self.current.read().unwrap_or_else(PoisonError::into_inner);
-            fingerprint(&cur.0.rt) != cur.1
+            fingerprint(&cur.0.settings.config) != cur.1
         };
         if changed && let Err(e) = self.reload() {
             tracing::error!("{e}");
@@ -102,93 +106,58 @@ impl Reloadable {
     /// The reload; `Ok(Some(why))` when config.toml was kept and the rest reloaded.
     fn reload_all(&self) -> Result<Option<String>, ReloadError> {
         let old = self.get();
-        let rt = &old.rt;
+        let settings = &old.settings;
         // The fingerprint is taken first: a change during the load triggers another.
-        let fp = fingerprint(rt);
-        let (config, config_note) = match reload_config(&rt.config) {
+        let fp = fingerprint(&settings.config);
+        let (config, config_note) = match reload_config(&settings.config) {
             Ok((config, note)) => (config, note),
-            Err(e) => (Arc::clone(&rt.config), Some(e.to_string())),
+            Err(e) => (Arc::clone(&settings.config), Some(e.to_string())),
         };
         let keep = |e: ConfigError| {
             ReloadError(format!(
                 "reload failed, the previous policy and souls stay in force: {e}"
             ))
         };
-        let policy = Arc::new(crate::policy::load(&config.policy, &config.paths).map_err(keep)?);
+        let policy = crate::policy::load(&config.policy, &config.paths).map_err(keep)?;
         let mut souls = SoulSet::load(&config.paths, &policy).map_err(keep)?;
-        for err in &souls.errors {
-            let previous = old.souls.souls.values().find(
-                |s| matches!(&s.origin, SoulOrigin::File(p) if p.display().to_string() == err.file),
-            );
-            match previous {
-                Some(s) => {
-                    tracing::error!(
-                        "soul file changed but does not load, keeping its previous version: {err}"
-                    );
-                    souls.souls.insert(s.id.to_string(), s.clone());
-                }
-                None => tracing::error!("skipping soul file: {err}"),
-            }
+        keep_previous_souls(&mut souls, &settings.souls);
+        let (new, changed) = settings.reloaded(config, policy, souls, &self.services);
+        if changed.policy {
+            self.services
+                .approvals
+                .set_timeout(new.policy.approval_timeout);
         }
-        let souls = Arc::new(souls);
-        let same_config = Arc::ptr_eq(&config, &rt.config);
-        let rt = Arc::new(Runtime {
-            memory: if same_config {
-                rt.memory.clone()
-            } else {
-                Memory::new(rt.store.data_dir(), config.memory.max_entries_per_scope)
-            },
-            // A new factory reads the new providers; a test's own factory stays.
-            llm: if same_config {
-                Arc::clone(&rt.llm)
-            } else {
-                Arc::new(ConfigLlmFactory::new(Arc::clone(&config)))
-            },
-            // Servers whose tables did not change keep running, with the protected
-            // paths of the policy they started under until the daemon restarts
-            // (docs/mcp.md); a changed set starts afresh. The old hub's servers stop
-            // when the last task using them ends (dropping a connection stops its
-            // server).
-            mcp: if config.mcp == rt.config.mcp {
-                Arc::clone(&rt.mcp)
-            } else {
-                Arc::new(McpHub::new(
-                    &config.mcp,
-                    crate::sandbox::SandboxLauncher::clone(&rt.launcher),
-                    policy.protected_paths.clone(),
-                    config.paths.data_dir.join("mcp"),
-                    config.paths.home.clone(),
-                ))
-            },
-            // What the servers taught holds while their tables stay the same.
-            calibrations: if same_config {
-                rt.calibrations.clone()
-            } else {
-                Default::default()
-            },
-            warm: rt.warm.after_reload(),
-            policy,
-            souls: Arc::clone(&souls),
-            config,
-            store: Arc::clone(&rt.store),
-            tools: Arc::clone(&rt.tools),
-            limiters: Arc::clone(&rt.limiters),
-            approvals: rt.approvals.clone(),
-            metrics: Arc::clone(&rt.metrics),
-            snapshotter: Arc::clone(&rt.snapshotter),
-            hooks: rt.hooks.clone(),
-            launcher: Arc::clone(&rt.launcher),
-            plans: rt.plans.clone(),
-            enforcement: rt.enforcement.clone(),
-        });
+        // Warmed again even when nothing changed: a reload is also how a person says
+        // "the model server restarted" (its cache is gone; a warm request that finds
+        // the prefix cached costs little).
+        self.services.warm.after_reload();
         tracing::info!(
-            "reloaded {}policy `{}` and {} souls",
-            if same_config { "" } else { "config.toml, " },
-            rt.policy.name,
-            souls.souls.len()
+            "reloaded ({changed}): policy `{}` and {} souls in force",
+            new.policy.name,
+            new.souls.souls.len()
         );
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = (Loaded { rt, souls }, fp);
+        let rt = Arc::new(old.with_settings(Arc::new(new)));
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = (rt, fp);
         Ok(config_note)
+    }
+}
+
+/// A soul file that changed but no longer loads keeps its previous version (reported,
+/// as at start-up); one never loaded is skipped.
+fn keep_previous_souls(souls: &mut SoulSet, previous: &SoulSet) {
+    for err in &souls.errors {
+        let kept = previous.souls.values().find(
+            |s| matches!(&s.origin, SoulOrigin::File(p) if p.display().to_string() == err.file),
+        );
+        match kept {
+            Some(s) => {
+                tracing::error!(
+                    "soul file changed but does not load, keeping its previous version: {err}"
+                );
+                souls.souls.insert(s.id.to_string(), s.clone());
+            }
+            None => tracing::error!("skipping soul file: {err}"),
+        }
     }
 }
 
@@ -250,10 +219,10 @@ fn config_path(config: &Config) -> PathBuf {
 #[error("{0}")]
 pub struct ReloadError(String);
 
-fn fingerprint(rt: &Runtime) -> Fingerprint {
-    let paths = &rt.config.paths;
+fn fingerprint(config: &Config) -> Fingerprint {
+    let paths = &config.paths;
     let mut fp = Fingerprint::new();
-    let config = config_path(&rt.config);
+    let config = config_path(config);
     if let Ok(m) = std::fs::metadata(&config) {
         fp.push((config, m.len(), m.modified().ok()));
     }

@@ -52,10 +52,10 @@ async fn run(shared: Arc<Shared>, emitter: SignalEmitter<'static>) {
         while shared.active.load(Ordering::SeqCst) > 0 {
             tokio::time::sleep(BUSY_RECHECK).await;
         }
-        let loaded = shared.loaded.get();
-        let rt = &loaded.rt;
-        let warmth = rt.warm.clone();
+        let rt = shared.runtime.get();
+        let warmth = rt.services.warm.clone();
         let cold: Vec<_> = rt
+            .settings
             .config
             .warm
             .souls
@@ -63,7 +63,7 @@ async fn run(shared: Arc<Shared>, emitter: SignalEmitter<'static>) {
             .filter(|s| warmth.is_cold(s.as_str()))
             .collect();
         if !cold.is_empty() {
-            match machine_forbids(&checker, &rt.config.warm).await {
+            match machine_forbids(&checker, &rt.settings.config.warm).await {
                 None => {
                     for soul_id in cold {
                         if shared.active.load(Ordering::SeqCst) > 0 {
@@ -106,34 +106,36 @@ async fn machine_forbids(checker: &Checker, config: &WarmConfig) -> Option<Strin
 
 /// Warms one soul of the current runtime and reports it.
 async fn warm_one(shared: &Shared, emitter: &SignalEmitter<'static>, soul_id: &str) {
-    let loaded = shared.loaded.get();
-    let rt = &loaded.rt;
-    let soul = match loaded.souls.get(soul_id) {
+    let rt = shared.runtime.get();
+    let soul = match rt.settings.souls.get(soul_id) {
         Ok(s) => Arc::clone(s),
         Err(e) => {
-            rt.warm
+            rt.services
+                .warm
                 .set(soul_id, WarmState::Skipped, Some(e.to_string()));
             return;
         }
     };
     let model = rt
+        .settings
         .config
         .model_for(soul.provider.as_deref(), soul.model.as_deref())
         .map(str::to_owned)
         .unwrap_or_default();
-    let who = json!({"soul": soul_id, "provider": soul.provider.as_deref().unwrap_or(&rt.config.default_provider), "model": model});
-    let prepared = match crate::agent::warm::prepare(rt, &soul) {
+    let who = json!({"soul": soul_id, "provider": soul.provider.as_deref().unwrap_or(&rt.settings.config.default_provider), "model": model});
+    let prepared = match crate::agent::warm::prepare(&rt, &soul) {
         Ok(p) => p,
         // A soul warming does not apply to says nothing but in `familiar status`.
         Err(e) => {
-            rt.warm
+            rt.services
+                .warm
                 .set(soul_id, WarmState::Skipped, Some(e.to_string()));
             tracing::debug!(soul = soul_id, "not warming: {e}");
             return;
         }
     };
     emit(emitter, "warming", &who).await;
-    let outcome = crate::agent::warm::warm(rt, soul_id, prepared).await;
+    let outcome = crate::agent::warm::warm(&rt, soul_id, prepared).await;
     let mut done = who;
     match outcome {
         Ok(w) => {

@@ -360,7 +360,6 @@ async fn start_daemon(
         .iter()
         .map(|n| std::sync::Arc::clone(builtin.get(n).unwrap()))
         .collect();
-    let rt = harness.runtime(super::agent::harness::builtin_plus(extra));
     let mut souls = familiar::soul::SoulSet::default();
     let keeper = parse(
         "keeper.toml",
@@ -375,9 +374,9 @@ async fn start_daemon(
     souls
         .souls
         .insert("keeper".to_owned(), std::sync::Arc::new(keeper));
+    let rt = harness.runtime_with_souls(super::agent::harness::builtin_plus(extra), souls);
     familiar::daemon::Daemon::start(
         rt,
-        std::sync::Arc::new(souls),
         zbus::connection::Builder::address(bus.address.as_str()),
         familiar::daemon::DaemonOptions::default(),
     )

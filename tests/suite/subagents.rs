@@ -241,11 +241,9 @@ async fn the_daemon_lists_a_sub_task_under_its_parent_and_signals_its_events() {
     )
     .await;
     let bus = TestBus::start();
-    let set = souls(&h, BOSS);
     let rt = h.runtime_with_souls(tools(), souls(&h, BOSS));
     let daemon = familiar::daemon::Daemon::start(
         rt,
-        Arc::new(set),
         zbus::connection::Builder::address(bus.address.as_str()),
         familiar::daemon::DaemonOptions::default(),
     )

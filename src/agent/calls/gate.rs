@@ -150,14 +150,14 @@ impl CallGate {
         );
         CallGate {
             soul,
-            policy: Arc::clone(&rt.policy),
-            limiters: Arc::clone(&rt.limiters),
+            policy: Arc::clone(&rt.settings.policy),
+            limiters: Arc::clone(&rt.services.limiters),
             quota,
-            enforcement: rt.enforcement.clone(),
-            home: rt.config.paths.home.clone(),
+            enforcement: rt.services.enforcement.clone(),
+            home: rt.settings.config.paths.home.clone(),
             workspace,
-            tools: Arc::clone(&rt.tools),
-            hub: Arc::clone(&rt.mcp),
+            tools: Arc::clone(&rt.services.tools),
+            hub: Arc::clone(&rt.settings.mcp),
             mcp: McpTools::default(),
         }
     }

@@ -1,9 +1,9 @@
 //! What the servers' own counts taught earlier tasks, per provider and model: the
 //! estimator's ratio and a context size smaller than the configured one. A task starts
 //! from it, so its first request is sized by the server's tokenizer and limit, and hands
-//! back what it learned when it ends. It lives as long as the [`Runtime`]
-//! (crate::agent::Runtime) that holds it: the daemon's until it restarts or its
-//! config.toml changes.
+//! back what it learned when it ends. It lives in the runtime's settings
+//! ([`crate::agent::Settings`]): the daemon's until it restarts or a reload changes its
+//! providers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -63,17 +63,18 @@ pub(in crate::agent) struct Model {
 impl Model {
     /// The soul's model, sized by what earlier tasks learned of it (`provider`'s).
     pub(in crate::agent) fn for_soul(rt: &Runtime, soul: &Soul, provider: &str) -> Model {
-        let (client, client_error, name, mut context_window) = match rt.llm.client(soul) {
+        let (client, client_error, name, mut context_window) = match rt.settings.llm.client(soul) {
             Ok((c, m, w)) => (Some(c), None, m, w),
             Err(e) => (None, Some(e), soul.model.clone().unwrap_or_default(), 0),
         };
         let base_url = rt
+            .settings
             .config
             .provider(soul.provider.as_deref())
             .map_or("", |p| p.base_url.as_str());
         let calibration_key = learned::key(provider, base_url, &name);
         let mut estimator = Estimator::new();
-        if let Some(l) = rt.calibrations.get(&calibration_key) {
+        if let Some(l) = rt.settings.calibrations.get(&calibration_key) {
             estimator = Estimator::with_factor(l.factor);
             if l.context_window > 0 && (context_window == 0 || l.context_window < context_window) {
                 context_window = l.context_window;
@@ -91,7 +92,7 @@ impl Model {
 
     /// Hands what this task learned to the next ones.
     pub(in crate::agent) fn remember(&self, rt: &Runtime) {
-        rt.calibrations.remember(
+        rt.settings.calibrations.remember(
             self.calibration_key.clone(),
             learned::Learned {
                 factor: self.estimator.factor(),
@@ -181,7 +182,7 @@ pub(in crate::agent) fn memory_notes(rt: &Runtime, soul: &Soul) -> Vec<MemoryEnt
     if !soul.memory {
         return Vec::new();
     }
-    rt.memory.for_soul(&soul.id).unwrap_or_else(|e| {
+    rt.settings.memory.for_soul(&soul.id).unwrap_or_else(|e| {
         tracing::warn!(soul = %soul.id, "no long-term memory for this task: {e}");
         Vec::new()
     })

@@ -132,7 +132,7 @@ impl Subagents for Delegator {
                 Context::new(child_session.clone(), spec.soul.id.clone(), &spec.prompt);
             ctx_file.parent_session = Some(parent_session.clone());
             ctx_file.parent_task = Some(parent_task.clone());
-            rt.store.save_context(&mut ctx_file).map_err(|e| {
+            rt.services.store.save_context(&mut ctx_file).map_err(|e| {
                 ToolError::model(format!("cannot create the sub-task's session: {e}"))
             })?;
             let started = parent_event(EventPayload::SubagentStarted {
@@ -207,6 +207,7 @@ impl Delegator {
         }
         let target = self
             .rt
+            .settings
             .souls
             .get(&req.soul)
             .map_err(|e| ToolError::model(e.to_string()))?;
@@ -250,7 +251,7 @@ impl Delegator {
 /// `write` per entry, so it interleaves safely with the parent loop's own).
 fn record(rt: &Runtime, session: &SessionId, event: &Event) {
     let entry = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
-    match rt.store.transcript(session) {
+    match rt.services.store.transcript(session) {
         Ok(mut t) => {
             if let Err(e) = t.append(&entry) {
                 tracing::error!(session_id = %session, "cannot append to the transcript: {e}");

@@ -11,7 +11,7 @@
 //! from `max_tokens`, its `keep_alive` from the provider's table).
 //!
 //! [`Warmth`] is what the process knows of each soul's prefix (cold, warming, warm,
-//! skipped, failed), shared through the [`Runtime`] and fed by its hooks: a real
+//! skipped, failed), shared through the runtime's [`Services`](crate::agent::Services) and fed by its hooks: a real
 //! request cancels a warm request in flight (`before_llm`), and a request whose server
 //! reused much less than the warmed prefix marks the soul cold again (`after_llm`: the
 //! server restarted or evicted it). When and whether to warm is the daemon's
@@ -66,13 +66,13 @@ pub fn prefix_request(rt: &Runtime, soul: &Soul) -> Result<(LlmClient, Request),
             "its MCP tools are found when a task starts".to_owned(),
         ));
     }
-    let (client, model, _) = rt.llm.client(soul).map_err(WarmError::Client)?;
-    let tools = rt.tools.definitions(&soul.grant.tools);
+    let (client, model, _) = rt.settings.llm.client(soul).map_err(WarmError::Client)?;
+    let tools = rt.services.tools.definitions(&soul.grant.tools);
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     // A task somebody submitted is at depth 1 (`TaskSpec::depth`).
     let system = system_prompt(&PromptParts {
         soul,
-        policy: &rt.policy,
+        policy: &rt.settings.policy,
         tools: &names,
         memory: &memory_notes(rt, soul),
         delegates: delegates(soul, 1),
@@ -98,10 +98,11 @@ pub struct Prepared {
 /// ([`WarmError::Skipped`]: a hosted API without `[warm] enabled = true`, MCP tools).
 pub fn prepare(rt: &Runtime, soul: &Soul) -> Result<Prepared, WarmError> {
     let provider = rt
+        .settings
         .config
         .provider(soul.provider.as_deref())
         .map_err(|e| WarmError::Skipped(e.to_string()))?;
-    if !rt.config.warm.applies_to(&provider.base_url) {
+    if !rt.settings.config.warm.applies_to(&provider.base_url) {
         return Err(WarmError::Skipped(format!(
             "provider `{}` is not on this machine or network ([warm] enabled = true warms it)",
             provider.name
@@ -111,22 +112,29 @@ pub fn prepare(rt: &Runtime, soul: &Soul) -> Result<Prepared, WarmError> {
     Ok(Prepared { client, request })
 }
 
-/// Sends a prepared warm request of `soul` once and records the outcome in `rt.warm`.
+/// Sends a prepared warm request of `soul` once and records the outcome in `rt.services.warm`.
 /// A real request cancels it.
 pub async fn warm(rt: &Runtime, soul: &str, prepared: Prepared) -> Result<Warmed, WarmError> {
     let Prepared {
         mut client,
         request,
     } = prepared;
-    rt.warm.set(soul, WarmState::Warming, None);
-    let cancel = rt.warm.start();
+    rt.services.warm.set(soul, WarmState::Warming, None);
+    let cancel = rt.services.warm.start();
     let result = send(&mut client, &request, cancel).await;
-    rt.warm.finish();
+    rt.services.warm.finish();
     match &result {
-        Ok(done) => rt.warm.warmed(soul, done),
+        Ok(done) => rt.services.warm.warmed(soul, done),
         // The real request reads the prefix itself; the next wake-up tries again.
-        Err(e @ WarmError::Cancelled) => rt.warm.set(soul, WarmState::Cold, Some(e.to_string())),
-        Err(e) => rt.warm.set(soul, WarmState::Failed, Some(e.to_string())),
+        Err(e @ WarmError::Cancelled) => {
+            rt.services
+                .warm
+                .set(soul, WarmState::Cold, Some(e.to_string()))
+        }
+        Err(e) => rt
+            .services
+            .warm
+            .set(soul, WarmState::Failed, Some(e.to_string())),
     }
     result
 }
@@ -249,7 +257,7 @@ mod tests {
                 ms: 10,
             },
         );
-        let after = w.after_reload();
-        assert_eq!(after.report()["ask"].state, WarmState::Cold);
+        w.after_reload();
+        assert_eq!(w.report()["ask"].state, WarmState::Cold);
     }
 }

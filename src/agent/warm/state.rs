@@ -1,8 +1,8 @@
 //! What the process knows of each soul's prefix (cold, warming, warm, skipped,
-//! failed): [`Warmth`], shared through the `Runtime` and fed by its hooks: a real
+//! failed): [`Warmth`], shared through the runtime's services and fed by its hooks: a real
 //! request cancels a warm request in flight (`before_llm`), and a request whose server
 //! reused much less than the warmed prefix marks the soul cold again (`after_llm`: the
-//! server restarted or evicted it). Apart from the `Runtime` (which holds it) so that
+//! server restarted or evicted it). Apart from the runtime (whose services hold it) so that
 //! the runtime and the warm requests do not import each other.
 
 use std::collections::BTreeMap;
@@ -79,14 +79,13 @@ struct Inner {
 }
 
 impl Warmth {
-    /// The same state, every soul cold again, the warmer woken: what a reload hands the
-    /// new runtime (its prompts, tools or server may have changed).
-    pub fn after_reload(&self) -> Warmth {
+    /// Every soul cold again and the warmer woken: what a reload that changed anything
+    /// does (the prompts, tools or server may read differently now).
+    pub fn after_reload(&self) {
         self.lock().values_mut().for_each(|w| {
             *w = SoulWarmth::new(WarmState::Cold, Some("config reloaded".to_owned()));
         });
         self.0.wake.notify_one();
-        self.clone()
     }
 
     /// Waits until something asks for warming again.

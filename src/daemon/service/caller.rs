@@ -134,7 +134,7 @@ impl Service {
             reason: Some(format!("bus caller {sender}: {why}")),
             outcome: AuditOutcome::NotRun,
         };
-        if let Err(e) = self.shared.rt.store.audit(&entry) {
+        if let Err(e) = self.shared.runtime.services().store.audit(&entry) {
             tracing::error!("cannot write the audit log: {e}");
         }
     }

@@ -52,7 +52,7 @@ impl Service {
 
     /// The daemon's long-term memory (a handle on the file: cheap to clone).
     fn memory(&self) -> Memory {
-        self.shared.loaded.get().rt.memory.clone()
+        self.shared.runtime.get().settings.memory.clone()
     }
 
     /// Sends an op and waits for the owner's answer.
@@ -71,7 +71,7 @@ impl Service {
         options: HashMap<String, OwnedVariant>,
         caller: String,
     ) -> Result<SubmitRequest, Error> {
-        let loaded = self.shared.loaded.refresh();
+        let rt = self.shared.runtime.refresh();
         if prompt.len() > MAX_PROMPT_BYTES {
             return Err(Error::InvalidArgument(format!(
                 "the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}: put large inputs in a file and name it in the prompt",
@@ -91,14 +91,18 @@ impl Service {
             provider: o.provider.as_deref(),
             model: o.model.as_deref(),
         };
-        let rt = &loaded.rt;
-        let chosen = match choose(&loaded.souls, &rt.config, &rt.store, &choice) {
+        let chosen = match choose(
+            &rt.settings.souls,
+            &rt.settings.config,
+            &rt.services.store,
+            &choice,
+        ) {
             // A session whose first task is still queued has no file yet: the
             // supervisor answers SessionBusy (or UnknownSession) for it.
             Err(ChoiceError::UnknownSession(_)) => choose(
-                &loaded.souls,
-                &rt.config,
-                &rt.store,
+                &rt.settings.souls,
+                &rt.settings.config,
+                &rt.services.store,
                 &Choice {
                     session: None,
                     ..choice
@@ -188,13 +192,12 @@ impl Service {
         // Counted per user, not per connection: a client that reconnects (a new unique
         // name each time) must not get a fresh allowance.
         let key = format!("uid:{}", self.shared.uid);
-        if let Err(limited) =
-            self.shared
-                .rt
-                .limiters
-                .check(Scope::Submit, &key, self.shared.submit_rate)
-        {
-            for h in &self.shared.rt.hooks {
+        if let Err(limited) = self.shared.runtime.services().limiters.check(
+            Scope::Submit,
+            &key,
+            self.shared.submit_rate,
+        ) {
+            for h in &self.shared.runtime.services().hooks {
                 h.submit_limited(&req.caller, &limited);
             }
             return Err(Error::RateLimited(format!(
@@ -263,7 +266,8 @@ impl Service {
             Answer::Deny
         };
         self.shared
-            .rt
+            .runtime
+            .services()
             .approvals
             .respond(&id, answer, &format!("dbus:{caller}"))
             .map_err(|_| no_such())
@@ -292,7 +296,8 @@ impl Service {
         let id = RequestId::new(request_id.clone()).map_err(|_| no_such())?;
         let answer = Answer::ApproveFor(std::time::Duration::from_secs(u64::from(seconds)));
         self.shared
-            .rt
+            .runtime
+            .services()
             .approvals
             .respond(&id, answer, &format!("dbus:{caller}"))
             .map_err(|_| no_such())
@@ -330,9 +335,10 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, String, String, u32)>, Error> {
         self.caller(&hdr, conn).await?;
-        let loaded = self.shared.loaded.refresh();
-        let config = &loaded.rt.config;
-        Ok(loaded
+        let rt = self.shared.runtime.refresh();
+        let config = &rt.settings.config;
+        Ok(rt
+            .settings
             .souls
             .souls
             .values()
@@ -359,7 +365,7 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, String, String, u64)>, Error> {
         self.caller(&hdr, conn).await?;
-        let store = Arc::clone(&self.shared.rt.store);
+        let store = Arc::clone(&self.shared.runtime.services().store);
         let sessions = blocking("listing sessions", move || store.list_sessions()).await??;
         Ok(sessions
             .into_iter()
@@ -422,7 +428,7 @@ impl Service {
     ) -> Result<String, Error> {
         self.caller(&hdr, conn).await?;
         let shared = Arc::clone(&self.shared);
-        let kept = blocking("reloading", move || shared.loaded.reload()).await?;
+        let kept = blocking("reloading", move || shared.runtime.reload()).await?;
         Ok(kept.err().map(|e| e.to_string()).unwrap_or_default())
     }
 
@@ -434,7 +440,7 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, Error> {
         self.caller(&hdr, conn).await?;
-        let snapshotter = Arc::clone(&self.shared.rt.snapshotter);
+        let snapshotter = Arc::clone(&self.shared.runtime.services().snapshotter);
         let snap = blocking("taking the snapshot", move || {
             let mut s = snapshotter.lock().unwrap_or_else(|e| e.into_inner());
             serde_json::to_string(&s.take(None))
@@ -471,7 +477,14 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<HashMap<String, u64>> {
         self.property_caller(hdr, conn).await?;
-        Ok(self.shared.rt.metrics.snapshot().into_iter().collect())
+        Ok(self
+            .shared
+            .runtime
+            .services()
+            .metrics
+            .snapshot()
+            .into_iter()
+            .collect())
     }
 
     /// What the kernel enforces of the sandbox, as JSON `{"abi", "status", "missing"}`
@@ -483,7 +496,7 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
         self.property_caller(hdr, conn).await?;
-        serde_json::to_string(&self.shared.rt.enforcement)
+        serde_json::to_string(&self.shared.runtime.services().enforcement)
             .map_err(|e| zbus::fdo::Error::Failed(format!("encoding the sandbox status: {e}")))
     }
 
@@ -500,8 +513,8 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
         self.property_caller(hdr, conn).await?;
-        let loaded = self.shared.loaded.refresh();
-        let c = &loaded.rt.config;
+        let rt = self.shared.runtime.refresh();
+        let c = &rt.settings.config;
         let facts = serde_json::json!({
             "config": c.source.as_ref().map(|p| p.display().to_string()),
             "provider": c.default_provider,
@@ -509,8 +522,8 @@ impl Service {
             "default_soul": c.default_soul.to_string(),
             "policy": c.policy,
             "data_dir": c.paths.data_dir,
-            "reload_error": self.shared.loaded.error(),
-            "warm": loaded.rt.warm.report(),
+            "reload_error": self.shared.runtime.error(),
+            "warm": rt.services.warm.report(),
             "result_timeout_ms": u64::try_from(c.notifications.result_timeout.as_millis()).unwrap_or(u64::MAX),
         });
         Ok(facts.to_string())

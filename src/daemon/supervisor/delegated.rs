@@ -7,14 +7,12 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zbus::object_server::SignalEmitter;
 
-use super::{Entry, Supervisor};
+use super::{Effects, Entry, Supervisor};
 use crate::agent::TaskSpec;
 use crate::agent::events::{Event, EventPayload};
 use crate::agent::steering::Steering;
 use crate::daemon::Op;
-use crate::daemon::service::Service;
 use crate::ids::{SessionId, TaskId};
 use crate::llm::Usage;
 use crate::store::TaskStatus;
@@ -36,7 +34,7 @@ pub enum ChildNote {
     },
 }
 
-impl Supervisor {
+impl<E: Effects> Supervisor<E> {
     /// Records a sub-task next to its parent, so `ListTasks` and `GetTask` show it.
     pub(super) fn child(&mut self, note: ChildNote) {
         match note {
@@ -51,8 +49,8 @@ impl Supervisor {
                     return;
                 };
                 p.children.push(child.clone());
-                let loaded = self.shared.loaded.get();
-                let Ok(soul) = loaded.souls.get(&soul) else {
+                let rt = self.shared.runtime.get();
+                let Ok(soul) = rt.settings.souls.get(&soul) else {
                     return;
                 };
                 // Listed, never run by the owner: its parent's tool call runs it.
@@ -108,19 +106,15 @@ impl Supervisor {
 
 /// Emits every event of a task (and of its sub-tasks) as a `TaskEvent`, and tells the
 /// owner about sub-tasks starting and ending.
-pub(super) async fn forward_events(
-    emitter: SignalEmitter<'static>,
+pub(super) async fn forward_events<E: Effects>(
+    effects: E,
     mut rx: mpsc::Receiver<Arc<Event>>,
     tx: mpsc::Sender<Op>,
 ) {
     // Sub-task id → its parent's, from `subagent_started`.
     let mut parents: HashMap<TaskId, TaskId> = HashMap::new();
     while let Some(ev) = rx.recv().await {
-        if let Err(e) =
-            Service::task_event(&emitter, ev.task_id.as_str(), ev.kind(), &ev.payload_json()).await
-        {
-            tracing::warn!(task_id = %ev.task_id, "cannot emit TaskEvent: {e}");
-        }
+        effects.task_event(&ev).await;
         let note = if let EventPayload::SubagentStarted { child_task_id, .. } = &ev.payload {
             if let Ok(child) = TaskId::new(child_task_id.as_str()) {
                 parents.insert(child, ev.task_id.clone());

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::{Supervisor, send_reply, unknown_task};
+use super::control::unknown_task;
+use super::{Supervisor, send_reply};
 use crate::dbus::{Error, LIST_PROMPT_CHARS};
 use crate::ids::TaskId;
 use crate::llm::Usage;
 
-impl Supervisor {
+impl<E: super::Effects> Supervisor<E> {
     /// One row per known task, oldest first, sub-tasks after their parent.
     pub(super) fn list_tasks(&self) -> Vec<(String, String, String, String)> {
         self.order
@@ -50,8 +51,8 @@ impl Supervisor {
             // Without a notification server nothing else shows these.
             "approvals": self
                 .shared
-                .rt
-                .approvals
+                .runtime
+                .services().approvals
                 .pending_for(id)
                 .iter()
                 .map(|r| json!({
@@ -66,7 +67,7 @@ impl Supervisor {
             "parent_session": parent_session,
             "children": e.children,
         });
-        let store = Arc::clone(&self.shared.rt.store);
+        let store = Arc::clone(&self.shared.runtime.services().store);
         let (session, task) = (e.session_id.clone(), id.clone());
         // The plan lives in the session context, which the loop persists each step;
         // read it off the owner's thread.

@@ -77,7 +77,8 @@ async fn a_foot_window_is_seen_and_moved_to_workspace_2_on_a_real_sway() {
         Arc::new(DesktopDispatch { locate }),
     ];
     let rt = h.runtime(Registry::with(tools));
-    *rt.snapshotter.lock().unwrap() = Snapshotter::with_compositor(Some(compositor)).unwrap();
+    *rt.services.snapshotter.lock().unwrap() =
+        Snapshotter::with_compositor(Some(compositor)).unwrap();
     let soul = h.soul("tools = [\"desktop_state\", \"desktop_dispatch\"]\n");
     let (out, _) = h
         .run(rt, h.spec(soul, "move the terminal to workspace 2", None))

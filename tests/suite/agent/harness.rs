@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use familiar::agent::events::{Delivery, Event, EventBus, EventPayload};
 use familiar::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use familiar::agent::metrics::Metrics;
-use familiar::agent::{LlmFactory, Runtime, TaskOutcome, TaskSpec, run_task};
+use familiar::agent::{LlmFactory, Runtime, Services, Settings, TaskOutcome, TaskSpec, run_task};
 use familiar::approval::ApprovalBroker;
 use familiar::catalog::ToolInfo;
 use familiar::config::Config;
@@ -177,9 +177,7 @@ impl Harness {
             }),
         ];
         hooks.extend(extra);
-        Arc::new(Runtime {
-            config: Arc::clone(&self.config),
-            policy: Arc::clone(&self.policy),
+        let services = Services {
             store: Arc::clone(&self.store),
             tools: Arc::new(tools),
             limiters: Arc::clone(&self.limiters),
@@ -187,20 +185,24 @@ impl Harness {
             metrics: Arc::clone(&self.metrics),
             snapshotter: Arc::new(Mutex::new(Snapshotter::with_hyprland(None).unwrap())),
             hooks,
+            launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox"))),
+            plans: familiar::sandbox::plan::PlanCache::default(),
+            enforcement: familiar::sandbox::probe(),
+            warm: Default::default(),
+        };
+        let settings = Settings {
+            config: Arc::clone(&self.config),
+            policy: Arc::clone(&self.policy),
+            souls: Arc::new(souls),
             llm: Arc::new(TestLlm {
                 config: Arc::clone(&self.config),
                 env: self.env.clone(),
             }),
-            launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox"))),
-            plans: familiar::sandbox::plan::PlanCache::default(),
-            enforcement: familiar::sandbox::probe(),
-            souls: Arc::new(souls),
             memory: Memory::new(
                 self.store.data_dir(),
                 self.config.memory.max_entries_per_scope,
             ),
             calibrations: Default::default(),
-            warm: Default::default(),
             mcp: Arc::new(familiar::mcp::McpHub::new(
                 &self.config.mcp,
                 SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox")),
@@ -208,6 +210,10 @@ impl Harness {
                 self.store.data_dir().join("mcp"),
                 self.config.paths.home.clone(),
             )),
+        };
+        Arc::new(Runtime {
+            services: Arc::new(services),
+            settings: Arc::new(settings),
         })
     }
 

@@ -517,8 +517,9 @@ async fn a_soul_that_requires_the_sandbox_is_denied_on_a_partial_kernel() {
     let h = Harness::new(vec![text_reply("never asked")]).await;
     let rt = h.runtime(builtin_plus(vec![]));
     let mut rt = Arc::try_unwrap(rt).ok().unwrap();
+    let services = Arc::get_mut(&mut rt.services).unwrap();
     // As on a kernel with Landlock ABI 3: no TCP rules, no signal scoping.
-    rt.enforcement = familiar::sandbox::Enforcement::for_abi(Some(3));
+    services.enforcement = familiar::sandbox::Enforcement::for_abi(Some(3));
     let soul = h.soul("[sandbox]\nrequire = true\n");
     let (out, events) = h.run(Arc::new(rt), h.spec(soul, "go", None)).await;
     assert_eq!(out.status, TaskStatus::Denied);

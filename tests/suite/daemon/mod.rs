@@ -240,10 +240,9 @@ impl Fixture {
         let mut extra: Vec<Arc<dyn Tool>> = vec![Arc::new(WriteFile)];
         extra.extend(extra_tools);
         let tools = super::agent::harness::builtin_plus(extra);
-        let rt = harness.runtime(tools);
+        let rt = harness.runtime_with_souls(tools, souls);
         let daemon = Daemon::start(
             rt,
-            Arc::new(souls),
             zbus::connection::Builder::address(bus.address.as_str()),
             options,
         )

@@ -134,9 +134,9 @@ async fn a_soul_uses_a_servers_tools_under_landlock_with_a_stable_tool_list() {
     assert_eq!(d[0].1, "allow");
 
     // One server for the whole task (and for the next task of this runtime).
-    let views = rt.mcp.views().await;
+    let views = rt.settings.mcp.views().await;
     assert_eq!(views[0].state, familiar::mcp::ServerState::Running);
-    rt.mcp.shutdown().await;
+    rt.settings.mcp.shutdown().await;
 }
 
 #[tokio::test]
@@ -205,7 +205,7 @@ async fn mcp_calls_pass_the_allowlist_blocked_patterns_protected_paths_and_tiers
         results[0]["content"].as_str().unwrap().contains("hello"),
         "{results:?}"
     );
-    rt.mcp.shutdown().await;
+    rt.settings.mcp.shutdown().await;
 }
 
 #[tokio::test]
@@ -249,7 +249,7 @@ async fn an_mcp_tool_at_an_ask_tier_is_asked_and_a_denial_is_not_run() {
         .unwrap();
     assert!(asked.0.starts_with("files__write_file: "), "{}", asked.0);
     assert_eq!(asked.1, "write");
-    rt.mcp.shutdown().await;
+    rt.settings.mcp.shutdown().await;
 }
 
 #[tokio::test]

@@ -1,40 +1,57 @@
-//! What the tasks of one process share ([`Runtime`]), how a task gets its model client
-//! ([`LlmFactory`]), and building both from the user's configuration: the one
-//! construction shared by `familiar run` (one task in-process) and `familiar daemon`
-//! (many tasks), so the two can never drift apart in which hooks, tools or limits a task
-//! runs under.
+//! What a task runs under ([`Runtime`]), split by lifetime: the process's [`Services`]
+//! (built once, kept until it exits) and the [`Settings`] read from the user's files
+//! (config.toml, the policy, the souls: what a reload replaces). Also how a task gets
+//! its model client ([`LlmFactory`]). The one construction shared by `familiar run`
+//! (one task in-process) and `familiar daemon` (many tasks), so the two can never drift
+//! apart in which hooks, tools or limits a task runs under.
+//!
+//! Invariant: nothing in [`Services`] depends on what a reload can change; a task holds
+//! the [`Settings`] it started with to its end, whatever is reloaded meanwhile.
+
+mod settings;
+
+pub use settings::{Reloaded, Settings};
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::agent::context::learned::Calibrations;
 use crate::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use crate::agent::metrics::Metrics;
 use crate::agent::warm::state::Warmth;
 use crate::approval::ApprovalBroker;
 use crate::config::Config;
 use crate::llm::{LlmClient, LlmError};
-use crate::mcp::McpHub;
 use crate::policy::Policy;
 use crate::ratelimit::RateLimiters;
 use crate::sandbox::plan::PlanCache;
 use crate::sandbox::{Enforcement, SandboxError, SandboxLauncher};
 use crate::snapshot::{SnapshotError, Snapshotter};
 use crate::soul::{Soul, SoulSet};
-use crate::store::{Memory, Store, StoreError};
+use crate::store::{Store, StoreError};
 use crate::tools::Registry;
 
-/// What tasks of one process share.
+/// What a task runs under: the process's services and the settings in force when it
+/// started. The daemon holds one at a time and swaps its settings on a reload
+/// (`daemon::reload`); `familiar run` builds one for its task.
+#[derive(Clone)]
 pub struct Runtime {
-    pub config: Arc<Config>,
-    pub policy: Arc<Policy>,
+    pub services: Arc<Services>,
+    pub settings: Arc<Settings>,
+}
+
+/// What lives as long as the process: opened or probed once, never replaced by a
+/// reload.
+pub struct Services {
+    /// The data dir's sessions, tasks and audit log (its place is fixed at start:
+    /// a changed `data_dir` waits for a restart).
     pub store: Arc<Store>,
     pub tools: Arc<Registry>,
     pub limiters: Arc<RateLimiters>,
+    /// Asks people; its frontends are added by the caller (the TTY for `familiar run`,
+    /// D-Bus and notifications for the daemon), its timeout follows the policy.
     pub approvals: ApprovalBroker,
     pub metrics: Arc<Metrics>,
     pub snapshotter: Arc<Mutex<Snapshotter>>,
     pub hooks: Vec<Arc<dyn Hooks>>,
-    pub llm: Arc<dyn LlmFactory>,
     /// Starts the sandboxed helper for tools.
     pub launcher: Arc<SandboxLauncher>,
     /// Sandbox plans shared by tasks: a soul and workspace used again start with their
@@ -42,16 +59,6 @@ pub struct Runtime {
     pub plans: PlanCache,
     /// What the kernel enforces ([`crate::sandbox::probe`], taken once).
     pub enforcement: Enforcement,
-    /// Every soul, for `delegate` to find the one a task hands a sub-task to.
-    pub souls: Arc<SoulSet>,
-    /// Long-term memory (`data_dir/memory.json`).
-    pub memory: Memory,
-    /// The MCP servers of `config.toml`, started when a task first uses one and kept
-    /// for the process's life ([`McpHub::shutdown`] when it ends).
-    pub mcp: Arc<McpHub>,
-    /// What the model servers' counts taught earlier tasks (their token ratio and
-    /// context size), per provider and model.
-    pub calibrations: Calibrations,
     /// Where each soul's prefix stands on its model server (also one of the `hooks`:
     /// a real request cancels a warm one, a lost cache makes the soul cold).
     pub warm: Warmth,
@@ -130,32 +137,15 @@ pub enum RuntimeError {
     Sandbox(#[from] SandboxError),
 }
 
-impl Runtime {
-    /// The runtime for `config` under `policy` with `souls`: the data dir's store and
-    /// memory, the built-in tools, the audit and metrics hooks, fresh limiters and
-    /// counters, and model clients from `config.toml`'s providers. Approval frontends are
-    /// added to the returned broker by the caller (the TTY for `familiar run`, D-Bus and
-    /// notifications for the daemon).
-    pub fn from_config(
-        config: Arc<Config>,
-        policy: Arc<Policy>,
-        souls: Arc<SoulSet>,
-    ) -> Result<Runtime, RuntimeError> {
+impl Services {
+    /// The services of a process reading `config` under `policy`: the data dir's store,
+    /// the built-in tools, the audit and metrics hooks, fresh limiters and counters.
+    pub fn open(config: &Config, policy: &Policy) -> Result<Services, RuntimeError> {
         let store = Arc::new(Store::open(&config.paths.data_dir)?);
-        let memory = Memory::new(store.data_dir(), config.memory.max_entries_per_scope);
         let snapshotter = Snapshotter::new()?;
         let metrics = Arc::new(Metrics::default());
-        let launcher = Arc::new(SandboxLauncher::current()?);
-        let mcp = Arc::new(McpHub::new(
-            &config.mcp,
-            SandboxLauncher::clone(&launcher),
-            policy.protected_paths.clone(),
-            config.paths.data_dir.join("mcp"),
-            config.paths.home.clone(),
-        ));
         let warm = Warmth::default();
-        Ok(Runtime {
-            llm: Arc::new(ConfigLlmFactory::new(Arc::clone(&config))),
+        Ok(Services {
             hooks: vec![
                 Arc::new(warm.clone()),
                 Arc::new(AuditHook {
@@ -166,21 +156,61 @@ impl Runtime {
                 }),
             ],
             approvals: ApprovalBroker::new(policy.approval_timeout),
-            config,
-            policy,
             store,
             tools: Arc::new(Registry::builtin()),
             limiters: Arc::new(RateLimiters::new()),
             metrics,
             snapshotter: Arc::new(Mutex::new(snapshotter)),
-            launcher,
+            launcher: Arc::new(SandboxLauncher::current()?),
             plans: PlanCache::default(),
             enforcement: crate::sandbox::probe(),
-            souls,
-            memory,
-            mcp,
-            calibrations: Calibrations::default(),
             warm,
         })
+    }
+}
+
+impl Runtime {
+    /// The runtime for `config` under `policy` with `souls`: [`Services::open`], and
+    /// settings whose model clients come from `config.toml`'s providers. Approval
+    /// frontends are added to the services' broker by the caller.
+    pub fn from_config(
+        config: Arc<Config>,
+        policy: Arc<Policy>,
+        souls: Arc<SoulSet>,
+    ) -> Result<Runtime, RuntimeError> {
+        let services = Arc::new(Services::open(&config, &policy)?);
+        let settings = Arc::new(Settings::new(config, policy, souls, &services));
+        Ok(Runtime { services, settings })
+    }
+
+    /// The same services under other settings (a reload's).
+    pub fn with_settings(&self, settings: Arc<Settings>) -> Runtime {
+        Runtime {
+            services: Arc::clone(&self.services),
+            settings,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Services {
+    /// Services over `data_dir` for unit tests: no helper binary (a tool call cannot
+    /// start), no Hyprland, no hooks.
+    pub(crate) fn for_tests(data_dir: &std::path::Path) -> Services {
+        Services {
+            store: Arc::new(Store::open(data_dir).expect("a data dir for the test")),
+            tools: Arc::new(Registry::builtin()),
+            limiters: Arc::new(RateLimiters::new()),
+            approvals: ApprovalBroker::new(std::time::Duration::from_secs(60)),
+            metrics: Arc::default(),
+            snapshotter: Arc::new(Mutex::new(
+                Snapshotter::with_hyprland(None).expect("/proc for the test"),
+            )),
+            hooks: Vec::new(),
+            launcher: Arc::new(SandboxLauncher::new("/nonexistent/familiar-sandbox")),
+            plans: PlanCache::default(),
+            enforcement: crate::sandbox::probe(),
+            warm: Warmth::default(),
+        }
     }
 }
