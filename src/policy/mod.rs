@@ -14,7 +14,7 @@
 //! - [`file`](mod@file): the policy file schema, and what a file resolves to.
 //! - [`load`](mod@load): the built-in policies, loading by name.
 //! - [`decide`](mod@decide): the decision for one call, step by step.
-//! - [`verdict`]: the decision and its audit trail (each step, its outcome).
+//! - [`verdict`]: the decision and the steps that reached it (each step, its outcome).
 //! - [`subjects`]: what a call is judged by: its command line, the paths it names.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.

@@ -1,5 +1,7 @@
-//! A decision and the audit trail of how it was reached: the [`Verdict`] of one call,
-//! each [`Step`] with its outcome, and the rule that denied it.
+//! A decision and how it was reached: the [`Verdict`] of one call, each [`Step`] with
+//! its outcome (what a call's audit trail, `agent::trail`, is made of), and the rule
+//! that denied it. Allow, ask and deny are spelled once, by [`Mode`]: a decision says
+//! its mode, a step that applies a mode takes its outcome from it.
 
 use std::fmt;
 
@@ -66,8 +68,6 @@ pub enum StepName {
     RateLimit,
     AskPatterns,
     ShellAnalysis,
-    /// Recorded by the approval broker when it answers an ask.
-    Approval,
 }
 
 impl StepName {
@@ -80,7 +80,6 @@ impl StepName {
             StepName::RateLimit => "rate_limit",
             StepName::AskPatterns => "ask_patterns",
             StepName::ShellAnalysis => "shell_analysis",
-            StepName::Approval => "approval",
         }
     }
 }
