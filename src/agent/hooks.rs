@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::agent::events::CompactionMode;
 use crate::agent::metrics::{Metrics, bump};
+use crate::agent::trail::Trail;
 use crate::ids::{CallId, SessionId, SoulId, TaskId};
 use crate::llm::{LlmError, Request, Usage};
 use crate::policy::Tier;
@@ -40,8 +41,11 @@ pub struct ToolCallRef<'a> {
     pub tier: Tier,
     pub args: &'a serde_json::Value,
     pub decision: AuditDecision,
-    /// The policy's reason, the approval's outcome, or the verdict's steps.
+    /// Why it was refused (the policy's reason, the approval's, the quota's); `None`
+    /// when nothing refused it.
     pub reason: Option<&'a str>,
+    /// How it was decided: the audit line's `reason` ends with it.
+    pub trail: &'a Trail,
 }
 
 pub trait Hooks: Send + Sync {
@@ -71,7 +75,7 @@ impl Hooks for AuditHook {
             tier: call.tier,
             args_digest: args_digest(call.args),
             decision: call.decision,
-            reason: call.reason.map(str::to_owned),
+            reason: Some(call.trail.reason(call.reason)),
             outcome,
         };
         if let Err(e) = self.store.audit(&entry) {

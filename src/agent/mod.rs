@@ -19,7 +19,8 @@
 //! Beside them: [`events`] (what a task reports), [`plan`] (the steps a task took),
 //! [`loop_detect`] (repeated turns), [`steering`] (messages added while it runs),
 //! [`precheck`] (a soul's probes before the first call), [`choice`] (which soul and
-//! session a request runs in), [`runtime`] (what the tasks of one process share),
+//! session a request runs in), [`trail`] (how a call was decided, for its audit
+//! line), [`runtime`] (what the tasks of one process share),
 //! [`warm`] (a soul's prefix sent ahead to its local model server).
 //!
 //! Imports inside point down: `turn` → `task` → `rules` → `calls` → `context` and
@@ -41,6 +42,7 @@ mod rules;
 pub mod runtime;
 pub mod steering;
 pub mod task;
+pub mod trail;
 pub mod turn;
 pub mod warm;
 

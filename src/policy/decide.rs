@@ -246,7 +246,7 @@ impl Judge<'_> {
         let (tool, tier) = (self.call.tool, self.call.tier);
         let mode = self.grant.effective_modes(self.policy).get(tier);
         let who = self.who();
-        match mode {
+        let detail = match mode {
             Mode::Deny => {
                 let reason = format!(
                     "`{tool}` is {} {tier} tool and {who} denies {tier} tools",
@@ -254,17 +254,10 @@ impl Judge<'_> {
                 );
                 return Err(self.deny(StepName::TierMode, DenyRule::TierDenied, reason));
             }
-            Mode::Ask => self.step(
-                StepName::TierMode,
-                Outcome::Ask,
-                format!("{who} asks before {tier} tools"),
-            ),
-            Mode::Allow => self.step(
-                StepName::TierMode,
-                Outcome::Pass,
-                format!("{who} allows {tier} tools"),
-            ),
-        }
+            Mode::Ask => format!("{who} asks before {tier} tools"),
+            Mode::Allow => format!("{who} allows {tier} tools"),
+        };
+        self.step(StepName::TierMode, mode.into(), detail);
         // Rate limits come next in the contract's order; the agent loop owns the
         // limiters and applies them to a verdict that is not a deny.
         Ok(mode)

@@ -14,7 +14,7 @@
 //! - [`file`](mod@file): the policy file schema, and what a file resolves to.
 //! - [`load`](mod@load): the built-in policies, loading by name.
 //! - [`decide`](mod@decide): the decision for one call, step by step.
-//! - [`verdict`]: the decision and its audit trail (each step, its outcome).
+//! - [`verdict`]: the decision and the steps that reached it (each step, its outcome).
 //! - [`subjects`]: what a call is judged by: its command line, the paths it names.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.
@@ -59,6 +59,9 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode, loosest first.
+    pub const ALL: [Mode; 3] = [Mode::Allow, Mode::Ask, Mode::Deny];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Allow => "allow",
@@ -91,6 +94,17 @@ impl TierModes {
             Tier::Execute => self.execute,
             Tier::SystemCritical => self.system_critical,
         }
+    }
+
+    /// Sets the mode of `tier`.
+    pub fn set(&mut self, tier: Tier, mode: Mode) {
+        let slot = match tier {
+            Tier::Read => &mut self.read,
+            Tier::Write => &mut self.write,
+            Tier::Execute => &mut self.execute,
+            Tier::SystemCritical => &mut self.system_critical,
+        };
+        *slot = mode;
     }
 
     /// The stricter of the two, tier by tier.

@@ -1,9 +1,13 @@
-//! A decision and the audit trail of how it was reached: the [`Verdict`] of one call,
-//! each [`Step`] with its outcome, and the rule that denied it.
+//! A decision and how it was reached: the [`Verdict`] of one call, each [`Step`] with
+//! its outcome (what a call's audit trail, `agent::trail`, is made of), and the rule
+//! that denied it. Allow, ask and deny are spelled once, by [`Mode`]: a decision says
+//! its mode, a step that applies a mode takes its outcome from it.
 
 use std::fmt;
 
 use serde::Serialize;
+
+use super::Mode;
 
 /// What happens to the call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -18,6 +22,17 @@ pub enum Decision {
         rule: DenyRule,
         reason: String,
     },
+}
+
+impl Decision {
+    /// The decision without its reasons: what a tier's mode would have said.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Decision::Allow => Mode::Allow,
+            Decision::Ask { .. } => Mode::Ask,
+            Decision::Deny { .. } => Mode::Deny,
+        }
+    }
 }
 
 /// Which rule denied a call.
@@ -53,8 +68,6 @@ pub enum StepName {
     RateLimit,
     AskPatterns,
     ShellAnalysis,
-    /// Recorded by the approval broker when it answers an ask.
-    Approval,
 }
 
 impl StepName {
@@ -67,7 +80,6 @@ impl StepName {
             StepName::RateLimit => "rate_limit",
             StepName::AskPatterns => "ask_patterns",
             StepName::ShellAnalysis => "shell_analysis",
-            StepName::Approval => "approval",
         }
     }
 }
@@ -87,6 +99,17 @@ impl Outcome {
             Outcome::Pass => "pass",
             Outcome::Ask => "ask",
             Outcome::Deny => "deny",
+        }
+    }
+}
+
+/// A step that applies a mode: an allowing one lets the call pass on to the next step.
+impl From<Mode> for Outcome {
+    fn from(mode: Mode) -> Outcome {
+        match mode {
+            Mode::Allow => Outcome::Pass,
+            Mode::Ask => Outcome::Ask,
+            Mode::Deny => Outcome::Deny,
         }
     }
 }
@@ -119,10 +142,11 @@ impl Verdict {
 
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.mode())?;
         match self {
-            Decision::Allow => f.write_str("allow"),
-            Decision::Ask { reason } => write!(f, "ask: {reason}"),
-            Decision::Deny { rule, reason } => write!(f, "deny ({}): {reason}", rule.as_str()),
+            Decision::Allow => Ok(()),
+            Decision::Ask { reason } => write!(f, ": {reason}"),
+            Decision::Deny { rule, reason } => write!(f, " ({}): {reason}", rule.as_str()),
         }
     }
 }
@@ -169,6 +193,24 @@ mod tests {
             &json!({"path": "notes.txt"}),
         );
         insta::assert_snapshot!("verdict_read_allow_text", v.to_string());
+    }
+
+    #[test]
+    fn a_decision_reads_as_its_mode_then_why() {
+        let ask = Decision::Ask {
+            reason: "write tier".into(),
+        };
+        let deny = Decision::Deny {
+            rule: DenyRule::TierDenied,
+            reason: "no".into(),
+        };
+        assert_eq!(Decision::Allow.to_string(), "allow");
+        assert_eq!(ask.to_string(), "ask: write tier");
+        assert_eq!(deny.to_string(), "deny (tier_denied): no");
+        let modes = [&Decision::Allow, &ask, &deny].map(Decision::mode);
+        assert_eq!(modes, Mode::ALL);
+        let outcomes = Mode::ALL.map(Outcome::from);
+        assert_eq!(outcomes, [Outcome::Pass, Outcome::Ask, Outcome::Deny]);
     }
 
     #[test]

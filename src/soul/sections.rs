@@ -391,12 +391,7 @@ impl Fields<'_> {
                     ));
                 }
             }
-            match tier {
-                Tier::Read => permissions.read = *mode.get_ref(),
-                Tier::Write => permissions.write = *mode.get_ref(),
-                Tier::Execute => permissions.execute = *mode.get_ref(),
-                Tier::SystemCritical => permissions.system_critical = *mode.get_ref(),
-            }
+            permissions.set(tier, *mode.get_ref());
         }
         Ok(permissions)
     }
@@ -461,12 +456,14 @@ impl Fields<'_> {
     }
 }
 
-fn allowed_modes(ceiling: Mode) -> &'static str {
-    match ceiling {
-        Mode::Allow => "allow, ask, deny",
-        Mode::Ask => "ask, deny",
-        Mode::Deny => "deny",
-    }
+/// The modes a soul may set under a policy's `ceiling`: `ask, deny` under `ask`.
+fn allowed_modes(ceiling: Mode) -> String {
+    let allowed: Vec<&str> = Mode::ALL
+        .into_iter()
+        .filter(|m| *m >= ceiling)
+        .map(Mode::as_str)
+        .collect();
+    allowed.join(", ")
 }
 
 /// Smallest `memory_max`.
@@ -492,7 +489,14 @@ fn parse_bytes(text: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{Mode, allowed_modes, parse_bytes};
+
+    #[test]
+    fn a_soul_may_set_the_policys_mode_or_a_stricter_one() {
+        assert_eq!(allowed_modes(Mode::Allow), "allow, ask, deny");
+        assert_eq!(allowed_modes(Mode::Ask), "ask, deny");
+        assert_eq!(allowed_modes(Mode::Deny), "deny");
+    }
 
     #[test]
     fn sizes_are_powers_of_1024_as_in_systemd() {

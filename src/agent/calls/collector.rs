@@ -24,6 +24,7 @@ use crate::agent::emitter::Emitter;
 use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::hooks::ToolCallRef;
 use crate::agent::plan::{PlanTracker, describe_call};
+use crate::agent::trail::{Judgement, Trail};
 use crate::ids::{CallId, TaskId};
 use crate::llm::{
     ClientEvent, ContentBlock, ContextOverflow, FinishReason, InvalidArguments, LlmClient,
@@ -306,7 +307,7 @@ impl<'t> Collector<'t> {
             Ok(args) if self.gate.unknown(&name).is_some() => {
                 let reason = self.gate.unknown(&name).unwrap_or_default();
                 let tier = self.gate.tier(&name, &args);
-                (args, refused(tier, reason, "tool=unknown"))
+                (args, refused(tier, reason, Judgement::UnknownTool))
             }
             Ok(args) => {
                 let decided = self.gate.decide(&name, &args);
@@ -325,7 +326,7 @@ impl<'t> Collector<'t> {
                     "{invalid}. Send the call again with a JSON object that matches the tool's schema."
                 );
                 let tier = self.gate.tier(&name, &args);
-                (args, refused(tier, reason, "arguments=deny"))
+                (args, refused(tier, reason, Judgement::InvalidArguments))
             }
         };
         let Decided {
@@ -334,12 +335,12 @@ impl<'t> Collector<'t> {
             trail,
             limited: _,
         } = decided;
-        let (decision, reason) = match &disposition {
-            Disposition::Run => (CallDecision::Allow, None),
-            Disposition::Ask { reason } => (CallDecision::Ask, Some(reason.clone())),
+        let reason = match &disposition {
+            Disposition::Run => None,
+            Disposition::Ask { reason } => Some(reason.clone()),
             Disposition::Refuse { reason, .. } => {
                 c.refused += 1;
-                (CallDecision::Deny, Some(reason.clone()))
+                Some(reason.clone())
             }
         };
         self.emitter
@@ -348,7 +349,7 @@ impl<'t> Collector<'t> {
                 tool: name.clone(),
                 args: args.clone(),
                 tier: tier.to_string(),
-                decision: decision.to_owned(),
+                decision: CallDecision::from(&disposition),
                 reason,
             })
             .await;
@@ -415,17 +416,14 @@ impl<'t> Collector<'t> {
             signatures: Vec::with_capacity(calls.len()),
         };
         for (call, result) in calls {
-            let audit_reason = match &result.reason {
-                Some(r) => format!("{r} [{}]", result.trail),
-                None => format!("[{}]", result.trail),
-            };
             let cref = ToolCallRef {
                 call_id: &call.call_id,
                 tool: &call.name,
                 tier: call.tier,
                 args: &call.args,
                 decision: result.decision,
-                reason: Some(&audit_reason),
+                reason: result.reason.as_deref(),
+                trail: &result.trail,
             };
             for h in self.emitter.hooks() {
                 h.after_tool(&self.emitter.task_ref(), &cref, result.outcome);
@@ -585,15 +583,15 @@ fn call_end(err: LlmError) -> CallEnd {
     }
 }
 
-/// A call refused before the policy sees it, with `trail` for the audit log.
-fn refused(tier: crate::catalog::Tier, reason: String, trail: &str) -> Decided {
+/// A call refused before the policy sees it, for the reason `judgement` names.
+fn refused(tier: crate::catalog::Tier, reason: String, judgement: Judgement) -> Decided {
     Decided {
         tier,
         disposition: Disposition::Refuse {
             decision: AuditDecision::Denied,
             reason,
         },
-        trail: trail.to_owned(),
+        trail: Trail::from(judgement),
         limited: None,
     }
 }

@@ -22,9 +22,10 @@ use futures::future::{BoxFuture, Shared};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::Instrument;
 
-use crate::agent::events::EventPayload;
+use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use crate::agent::plan::shorten;
+use crate::agent::trail::{Approval, Judgement, Trail};
 use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution};
 use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
 use crate::policy::Tier;
@@ -48,6 +49,18 @@ pub enum Disposition {
     },
 }
 
+/// What `tool_call_started` says of a call so disposed: a refusal is a deny there,
+/// whether the policy or a quota refused it.
+impl From<&Disposition> for CallDecision {
+    fn from(disposition: &Disposition) -> CallDecision {
+        match disposition {
+            Disposition::Run => CallDecision::Allow,
+            Disposition::Ask { .. } => CallDecision::Ask,
+            Disposition::Refuse { .. } => CallDecision::Deny,
+        }
+    }
+}
+
 /// One call, decided, ready to schedule.
 pub struct CallSpec {
     pub call_id: CallId,
@@ -59,8 +72,8 @@ pub struct CallSpec {
     pub mutating: bool,
     pub disposition: Disposition,
     pub summary: String,
-    /// The decision's steps, for the audit log (`soul_tools=pass, tier_mode=ask, …`).
-    pub trail: String,
+    /// How it was decided, for the audit log; an ask's answer is added to it.
+    pub trail: Trail,
 }
 
 /// What became of a call.
@@ -75,12 +88,12 @@ pub struct CallResult {
     /// The tool reported an error the task cannot survive.
     pub fatal: bool,
     pub duration_ms: u64,
-    /// The decision's steps (see [`CallSpec::trail`]).
-    pub trail: String,
+    /// How it was decided (see [`CallSpec::trail`]).
+    pub trail: Trail,
 }
 
 impl CallResult {
-    fn refused(decision: AuditDecision, reason: String, trail: String) -> Self {
+    fn refused(decision: AuditDecision, reason: String, trail: Trail) -> Self {
         CallResult {
             ok: false,
             output: reason.clone(),
@@ -204,7 +217,7 @@ impl Dispatcher {
                     outcome: AuditOutcome::Failed,
                     fatal: false,
                     duration_ms: 0,
-                    trail: String::new(),
+                    trail: Trail::from(Judgement::Lost),
                 })
             }
             .boxed()
@@ -285,10 +298,10 @@ async fn ask(
         approved: resolution.approved(),
         outcome: serde_json::to_value(&resolution).unwrap_or_default(),
     });
-    spec.trail.push_str(if resolution.approved() {
-        ", approval=approved"
+    spec.trail.approval = Some(if resolution.approved() {
+        Approval::Approved
     } else {
-        ", approval=refused"
+        Approval::Refused
     });
     match resolution {
         Resolution::Approved { .. } | Resolution::Granted => Ok(AuditDecision::Approved),
@@ -373,14 +386,14 @@ async fn decide_and_run(
         // The semaphore is never closed, so acquiring only waits.
         env.parallel.clone().acquire_owned().await.ok()
     };
-    let reason = format!("[{}]", spec.trail);
     env.before_tool(&ToolCallRef {
         call_id: &spec.call_id,
         tool: &spec.name,
         tier: spec.tier,
         args: &spec.args,
         decision,
-        reason: Some(&reason),
+        reason: None,
+        trail: &spec.trail,
     });
     let started = Instant::now();
     let result = tokio::select! {

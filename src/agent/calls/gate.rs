@@ -5,7 +5,7 @@
 //! outside the sandbox is always asked; only a call that is not refused by then spends
 //! the tool quotas (soul and policy, per session and per tool, then the daemon-wide
 //! one), and a spent quota refuses it. The outcome is a [`Disposition`] for the
-//! dispatcher and a trail of the decision's steps for the audit log.
+//! dispatcher and a [`Trail`] of the decision's steps for the audit log.
 //!
 //! A model request waits (cancellably) for the session's LLM quota instead of failing.
 //!
@@ -25,6 +25,7 @@ use crate::agent::calls::mcp::McpTools;
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::runtime::Runtime;
+use crate::agent::trail::Trail;
 use crate::ids::SessionId;
 use crate::llm::ToolDef;
 use crate::mcp::McpHub;
@@ -77,22 +78,6 @@ pub(super) fn dispose(
     }
 }
 
-/// The decision's steps and the sandbox's enforcement, as the audit log records them:
-/// `soul_tools=pass, tier_mode=ask, sandbox=full (landlock abi 6)`.
-pub(super) fn trail(verdict: &Verdict, enforcement: &Enforcement) -> String {
-    let mut trail = verdict
-        .steps
-        .iter()
-        .map(|s| format!("{}={}", s.name.as_str(), s.outcome.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    trail.push_str(&format!(", sandbox={}", enforcement.status.as_str()));
-    if let Some(abi) = enforcement.abi {
-        trail.push_str(&format!(" (landlock abi {abi})"));
-    }
-    trail
-}
-
 /// The `rate_limited` event for a spent quota; `tool` is `None` for the LLM quota.
 pub(super) fn rate_limited_event(limited: &RateLimited, tool: Option<&str>) -> EventPayload {
     EventPayload::RateLimited {
@@ -126,8 +111,8 @@ pub(in crate::agent) struct CallGate {
 pub(in crate::agent) struct Decided {
     pub(in crate::agent) tier: Tier,
     pub(in crate::agent) disposition: Disposition,
-    /// The decision's steps for the audit log.
-    pub(in crate::agent) trail: String,
+    /// The decision's steps and the sandbox, for the audit log.
+    pub(in crate::agent) trail: Trail,
     /// The quota that refused it, if one did.
     pub(in crate::agent) limited: Option<RateLimited>,
 }
@@ -238,7 +223,7 @@ impl CallGate {
         Decided {
             tier,
             disposition,
-            trail: trail(&verdict, &self.enforcement),
+            trail: Trail::judged(&verdict, &self.enforcement),
             limited,
         }
     }
@@ -407,18 +392,5 @@ mod tests {
         });
         assert!(spent_once);
         assert!(matches!(d, Disposition::Ask { .. }));
-    }
-
-    #[test]
-    fn the_trail_names_every_step_and_the_sandbox() {
-        let mut v = verdict(Decision::Allow);
-        v.record(StepName::ShellAnalysis, Outcome::Ask, "x");
-        let enforcement = Enforcement {
-            abi: Some(6),
-            ..crate::sandbox::probe()
-        };
-        let t = trail(&v, &enforcement);
-        assert!(t.starts_with("shell_analysis=ask, sandbox="), "{t}");
-        assert!(t.ends_with(" (landlock abi 6)"), "{t}");
     }
 }
