@@ -86,11 +86,9 @@ pub async fn spawn(
         server: server.to_owned(),
         message,
     };
-    let mut p = launcher.guarding(policy);
-    // Stopped by SIGTERM, which PID 1 of a namespace ignores without a handler (most
-    // servers have none): a server stays in its helper's namespace, where the helper
-    // reaps it and what it started when it ends.
-    p.pid_namespace = false;
+    // PID 1 of its own namespace, like a tool's command: the helper stops a server
+    // without a SIGTERM handler as that signal's default action would.
+    let p = launcher.guarding(policy);
     let spec = tokio::task::spawn_blocking(move || p.helper_spec_json())
         .await
         .map_err(|e| start(format!("making the sandbox plan: {e}")))??;

@@ -308,21 +308,52 @@ async fn a_helper_killed_from_outside_takes_its_command_along() {
         .await
     });
     assert_eq!(wait_for_fifo(&h.ws("fifo")).await, "started\n");
-    let helper = processes_in(&h.workspace)
+    signal_helper_in(&h.workspace, nix::sys::signal::Signal::SIGKILL);
+    let out = task.await.unwrap();
+    assert_eq!(out.signal, Some(9), "{out:?}");
+    assert_eq!(processes_in(&h.workspace), Vec::<i32>::new());
+}
+
+/// Sends `signal` to the helper running in `workspace`.
+fn signal_helper_in(workspace: &Path, signal: nix::sys::signal::Signal) {
+    let helper = processes_in(workspace)
         .into_iter()
         .find(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.trim() == "familiar-sandbo")
         })
         .expect("the helper runs in the workspace");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(helper),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let out = task.await.unwrap();
-    assert_eq!(out.signal, Some(9), "{out:?}");
-    assert_eq!(processes_in(&h.workspace), Vec::<i32>::new());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(helper), signal).unwrap();
+}
+
+/// PID 1 of a namespace ignores the signals it has no handler for: a command that
+/// leaves SIGTERM at its default is killed by the helper as that default would (it ends
+/// by SIGTERM, not by the SIGKILL of the grace a second later); one with a handler gets
+/// the signal.
+#[tokio::test]
+async fn the_helpers_sigterm_stops_pid_1_as_its_default_action_would() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let p = h.policy(false, false);
+    mkfifo(&h.ws("fifo"));
+    for (script, ends) in [
+        // `exec`: PID 1 is sleep itself, which has no handler.
+        ("echo started > fifo; exec sleep 1000", (None, Some(15))),
+        (
+            "trap 'exit 7' TERM; sleep 1000 & echo started > fifo; wait",
+            (Some(7), None),
+        ),
+    ] {
+        let p = p.clone();
+        let task = tokio::spawn(async move { sh(&p, script).await });
+        assert_eq!(wait_for_fifo(&h.ws("fifo")).await, "started\n");
+        signal_helper_in(&h.workspace, nix::sys::signal::Signal::SIGTERM);
+        let out = task.await.unwrap();
+        assert_eq!((out.exit_code, out.signal), ends, "{script}: {out:?}");
+        assert_eq!(processes_in(&h.workspace), Vec::<i32>::new());
+    }
 }
 
 #[tokio::test]

@@ -259,7 +259,7 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     }
     match op {
         Some(kind) => fileops::main(kind),
-        None => supervise(&policy, argv),
+        None => supervise(&policy, argv, pid_namespace),
     }
 }
 

@@ -4,6 +4,12 @@
 //! is PID 1, whose exit takes everything in the namespace along), and once it exits
 //! every remaining descendant is killed and reaped. On SIGTERM the
 //! descendants get SIGTERM, then SIGKILL [`TERM_GRACE_SECS`] later.
+//!
+//! PID 1 of a namespace is spared every signal it has no handler for, so a command
+//! there (a tool, an MCP server) that leaves SIGTERM at its default would ignore the
+//! stop until the SIGKILL. The helper does what the default action would have done:
+//! a command that neither catches nor ignores SIGTERM is killed at once, and the
+//! helper ends as if by SIGTERM ([`default_action_of`]).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -21,8 +27,9 @@ pub const EXIT_SPAWN_FAILED: u8 = 127;
 /// before it SIGKILLs the helper itself, so the helper always gets to clean up.
 pub const TERM_GRACE_SECS: u32 = 1;
 
-/// Runs `argv` as our child, then kills and reaps everything it left behind.
-pub(super) fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
+/// Runs `argv` as our child, then kills and reaps everything it left behind;
+/// `pid_namespace`: the child is PID 1 of its own PID namespace.
+pub(super) fn supervise(policy: &HelperSpec, argv: &[String], pid_namespace: bool) -> ExitCode {
     let mut signals = SigSet::empty();
     for s in [
         Signal::SIGCHLD,
@@ -51,6 +58,8 @@ pub(super) fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
 
     let mut main_status = None;
     let mut terminating = false;
+    // Killed for a SIGTERM it would have died of: its end is reported as that.
+    let mut killed_for_term = false;
     loop {
         match reap_exited(main) {
             Reaped::Main(status) => main_status = Some(status),
@@ -68,13 +77,42 @@ pub(super) fn supervise(policy: &HelperSpec, argv: &[String]) -> ExitCode {
             Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP) if !terminating => {
                 terminating = true;
                 signal_descendants(Signal::SIGTERM);
+                if pid_namespace && main_status.is_none() && default_action_of(main) {
+                    killed_for_term = kill(main, Signal::SIGKILL).is_ok();
+                }
                 alarm::set(TERM_GRACE_SECS);
             }
             Ok(Signal::SIGALRM) => signal_descendants(Signal::SIGKILL),
             Ok(_) | Err(_) => {}
         }
     }
-    exit_like(main_status)
+    exit_like(match main_status {
+        Some(WaitStatus::Signaled(pid, Signal::SIGKILL, core)) if killed_for_term => {
+            Some(WaitStatus::Signaled(pid, Signal::SIGTERM, core))
+        }
+        other => other,
+    })
+}
+
+/// Whether `pid` leaves SIGTERM at its default action (it neither catches nor ignores
+/// it: `SigCgt` and `SigIgn` of `/proc/PID/status`). Unreadable: `false`, and the
+/// grace's SIGKILL stops it as before.
+fn default_action_of(pid: Pid) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let bit = 1u64 << (Signal::SIGTERM as u32 - 1);
+    let handled = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .map(|mask| mask & bit != 0)
+    };
+    matches!(
+        (handled("SigCgt:"), handled("SigIgn:")),
+        (Some(false), Some(false))
+    )
 }
 
 /// Starts `program` with `args`, the spec's environment and working directory, no

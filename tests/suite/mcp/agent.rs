@@ -367,6 +367,13 @@ async fn a_killed_run_takes_its_mcp_server_along() {
     server.wait_requests(2).await;
     let pid = std::fs::read_to_string(home.data_dir().join("mcp/files/server.pid")).unwrap();
     assert!(alive(&pid));
+    // PID 1 of a namespace of its own, like a tool's command: it cannot name its helper.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let nspid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .unwrap();
+    assert_eq!(nspid.split_whitespace().last(), Some("1"), "{nspid}");
     child.kill().unwrap();
     child.wait().unwrap();
     // The helper learns of it from the kernel (PR_SET_PDEATHSIG) and stops the server.

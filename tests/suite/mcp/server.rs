@@ -148,8 +148,10 @@ fn serve() {
             "hang" => std::future::pending::<()>().await,
             _ => {
                 // In its working directory (its state folder), for tests that check it
-                // is gone when its client is.
-                std::fs::write("server.pid", std::process::id().to_string()).unwrap();
+                // is gone when its client is: the pid outside its PID namespace (the
+                // host's `/proc` names it; `process::id` is 1 there).
+                let pid = std::fs::read_link("/proc/self").unwrap();
+                std::fs::write("server.pid", pid.display().to_string()).unwrap();
                 // The signal mask this thread started with (inherited from the exec),
                 // read here: another thread's mask in /proc/PID/status may be mid-change
                 // (glibc blocks everything while it creates a thread).
