@@ -4,7 +4,6 @@
 pub mod fake_hyprland;
 pub mod fake_niri;
 pub mod fake_secrets;
-pub mod headless_sway;
 pub mod llama;
 pub mod llm_server;
 pub mod sandbox;

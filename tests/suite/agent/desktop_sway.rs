@@ -13,32 +13,32 @@ use familiar::tools::{Registry, Tool};
 use serde_json::json;
 
 use super::harness::*;
-use crate::common::headless_sway::{HeadlessSway, window_in};
 use crate::common::skip;
+use crate::common::sway::{Desktop, Options, window_in};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foot_window_is_seen_and_moved_to_workspace_2_on_a_real_sway() {
-    let Some(mut sway) = HeadlessSway::start() else {
-        return;
-    };
     if skip::program("foot", "foot").is_none() {
         return;
     }
-    sway.run_client("foot", &["-e", "sleep", "600"]);
+    let Some(mut sway) = Desktop::start(&Options::default()) else {
+        return;
+    };
+    sway.spawn_client("foot", &["-e", "sleep", "600"]);
     let (id, workspace) = sway.wait_for_window("foot");
     assert_eq!(workspace, "1");
 
     // Found as the daemon finds it: from SWAYSOCK.
     let env: BTreeMap<String, String> = [
-        ("SWAYSOCK".to_owned(), sway.socket.display().to_string()),
+        ("SWAYSOCK".to_owned(), sway.swaysock().display().to_string()),
         (
             "XDG_RUNTIME_DIR".to_owned(),
-            sway.runtime.path().display().to_string(),
+            sway.runtime_dir().display().to_string(),
         ),
     ]
     .into();
     let compositor = Compositor::detect(&env).expect("sway is found");
-    assert_eq!(compositor, Compositor::Sway(Sway::at(&sway.socket)));
+    assert_eq!(compositor, Compositor::Sway(Sway::at(sway.swaysock())));
     let snap = Snapshotter::with_compositor(Some(compositor.clone()))
         .unwrap()
         .take(None);

@@ -1,6 +1,6 @@
 //! familiar on a real Wayland desktop: a headless sway with mako, fuzzel and wtype,
 //! the daemon started by D-Bus activation, a scripted loopback model
-//! (tests/common/sway.rs). Every step is what a person does: a key press, a prompt
+//! (tests/common/sway/). Every step is what a person does: a key press, a prompt
 //! typed into the launcher, a notification's action, a click, a dismissal.
 // The key-to-answer test prints its timings (BENCHMARKS.md).
 #![allow(clippy::print_stderr)]

@@ -7,17 +7,16 @@
 //! [`Desktop::start`] returns `None` after a skip (a program or the user missing; a
 //! failure under `FAMILIAR_TEST_STRICT=1`). A session is torn down on drop. What a
 //! test can do: run a command inside the session as its user ([`Desktop::command`]),
-//! read mako's notifications ([`Desktop::notifications`], `makoctl list`), wait for
-//! one ([`Desktop::wait_notification`]), invoke an action, click or dismiss one as
-//! mako's own bindings do, type on a virtual keyboard ([`Desktop::keyboard`]) and
-//! wait for a window to show ([`Desktop::wait_window`]). Every wait polls with a
-//! bounded deadline ([`PATIENCE`]) for the thing itself, never for a time.
+//! read mako's notifications and answer them as mako's own bindings do (`mako.rs`),
+//! start a Wayland client and find its window in sway's tree (`windows.rs`), type on a
+//! virtual keyboard ([`Desktop::keyboard`]) and wait for a window to show at the
+//! output's centre ([`Desktop::wait_window`]). Every wait polls with a bounded deadline
+//! ([`PATIENCE`]) for the thing itself, never for a time.
 //!
 //! fuzzel 1.8 exits when a new keyboard appears, so a test makes its keyboard first
 //! (one `wtype` process, reading what to type from a pipe), then opens the launcher,
 //! then types into it.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -25,6 +24,12 @@ use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::skip;
+
+mod mako;
+mod windows;
+
+pub use mako::Notification;
+pub use windows::window_in;
 
 /// The user sessions run as when the tests run as root.
 pub const TEST_USER: &str = "familiar-desktop";
@@ -92,17 +97,6 @@ pub struct Options {
     /// Programs put on the session's PATH (linked, else copied, into a directory of
     /// the session's: the tests' own build may sit where the user cannot read).
     pub programs: Vec<PathBuf>,
-}
-
-/// One notification as mako lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notification {
-    pub id: u32,
-    pub app_name: String,
-    pub summary: String,
-    pub body: String,
-    /// Action key → label.
-    pub actions: BTreeMap<String, String>,
 }
 
 /// A running session: bus, sway, mako.
@@ -250,45 +244,6 @@ impl Desktop {
             .unwrap_or_else(|e| panic!("running {program}: {e}"))
     }
 
-    /// mako's notifications now, newest first.
-    pub fn notifications(&self) -> Vec<Notification> {
-        let out = self.run("makoctl", &["list"]);
-        assert!(out.status.success(), "makoctl list: {}", text(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("makoctl's JSON");
-        let field =
-            |n: &serde_json::Value, k: &str| n[k]["data"].as_str().unwrap_or_default().to_owned();
-        v["data"][0]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|n| Notification {
-                id: n["id"]["data"].as_u64().unwrap_or_default() as u32,
-                app_name: field(n, "app-name"),
-                summary: field(n, "summary"),
-                body: field(n, "body"),
-                actions: n["actions"]["data"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })
-            .collect()
-    }
-
-    /// Waits for a notification `what` holds for, and returns it.
-    #[track_caller]
-    pub fn wait_notification(&self, what: impl Fn(&Notification) -> bool) -> Notification {
-        let mut seen = Vec::new();
-        let found = self.wait_until(|| {
-            seen = self.notifications();
-            seen.iter().find(|n| what(n)).cloned()
-        });
-        found.unwrap_or_else(|| panic!("no such notification; shown: {seen:#?}"))
-    }
-
     /// Polls `f` until it returns something, at most [`PATIENCE`].
     pub fn wait_until<T>(&self, mut f: impl FnMut() -> Option<T>) -> Option<T> {
         let deadline = Instant::now() + PATIENCE;
@@ -301,33 +256,6 @@ impl Desktop {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    /// Invokes `action` of notification `id` (`makoctl invoke`): what a button does.
-    pub fn invoke(&self, id: u32, action: &str) {
-        let out = self.run("makoctl", &["invoke", "-n", &id.to_string(), action]);
-        assert!(
-            out.status.success(),
-            "makoctl invoke: {}",
-            text(&out.stderr)
-        );
-    }
-
-    /// Dismisses notification `id` (a right click on mako, `makoctl dismiss`).
-    pub fn dismiss(&self, id: u32) {
-        let out = self.run("makoctl", &["dismiss", "-n", &id.to_string()]);
-        assert!(
-            out.status.success(),
-            "makoctl dismiss: {}",
-            text(&out.stderr)
-        );
-    }
-
-    /// A left click on notification `id` as mako does it: its `default` action, then
-    /// the notification closed as dismissed.
-    pub fn click(&self, id: u32) {
-        self.invoke(id, "default");
-        self.dismiss(id);
     }
 
     /// A virtual keyboard (one `wtype` process) that presses `keys` (wtype's
