@@ -13,6 +13,8 @@
 pub mod events;
 pub mod ids;
 pub mod proxy;
+pub mod task;
+pub mod tier;
 
 /// The well-known bus name.
 pub const NAME: &str = "dev.familiar.Agent1";
