@@ -59,7 +59,7 @@ pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exi
 }
 
 /// Every pending request of every running task, oldest task first.
-async fn pending(proxy: &Agent1Proxy<'_>) -> zbus::Result<Vec<Waiting>> {
+async fn pending(proxy: &Agent1Proxy<'_>) -> Result<Vec<Waiting>, crate::dbus::Error> {
     let mut all = Vec::new();
     for (id, _, status, _) in proxy.list_tasks().await? {
         if status != "running" {

@@ -4,21 +4,19 @@
 //! Invariant: the subscriptions exist before `Submit` is sent, so no event of the task
 //! can be missed, and each is drained from the moment it exists.
 
-use std::collections::HashMap;
 use std::io::Write;
+use std::path::PathBuf;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use zbus::Variant;
 
 use super::client::{Failure, classify};
 use super::{AskArgs, Exit};
+use crate::dbus::{Error, SubmitOptions};
 
-/// `Submit`'s options for these arguments.
-pub(super) fn submit_options(
-    args: &AskArgs,
-    workspace: Option<String>,
-) -> HashMap<&'static str, Variant<'static>> {
+/// `Submit`'s options for these arguments; a `--session` that is no session id is
+/// refused as the daemon would refuse it.
+fn submit_options(args: &AskArgs, workspace: Option<PathBuf>) -> Result<SubmitOptions, Failure> {
     let origin = if args.dmenu {
         "dmenu"
     } else if std::env::var_os("INVOCATION_ID").is_some() {
@@ -27,29 +25,19 @@ pub(super) fn submit_options(
     } else {
         "cli"
     };
-    let mut options: HashMap<&str, Variant<'static>> = HashMap::new();
-    options.insert("origin", Variant::from(origin));
-    for (key, value) in [
-        ("session", &args.task.session),
-        ("provider", &args.task.provider),
-        ("model", &args.task.model),
-    ] {
-        if let Some(v) = value {
-            options.insert(key, Variant::from(v.clone()));
-        }
-    }
-    if let Some(w) = workspace {
-        options.insert("workspace", Variant::from(w));
-    }
-    if let Some(when) = &args.task.when {
-        options.insert("when", Variant::from(when.to_string()));
-    }
-    options
-}
-
-fn is_session_busy(e: &zbus::Error) -> bool {
-    crate::dbus::proxy::method_error(e)
-        .is_some_and(|(name, _)| name == format!("{}.SessionBusy", crate::dbus::ERROR_PREFIX))
+    let session = args.task.session.as_deref();
+    Ok(SubmitOptions {
+        session: session
+            .map(SubmitOptions::session_id)
+            .transpose()
+            .map_err(classify)?,
+        origin: Some(origin.to_owned()),
+        workspace,
+        max_iterations: None,
+        provider: args.task.provider.clone(),
+        model: args.task.model.clone(),
+        when: args.task.when.as_ref().map(ToString::to_string),
+    })
 }
 
 /// Sends `message` to the task running in `session` (`ask --session` on a busy
@@ -99,17 +87,17 @@ pub(super) async fn subscribe_and_submit(
     proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
     args: &AskArgs,
     prompt: &str,
-    options: HashMap<&'static str, Variant<'static>>,
+    workspace: Option<PathBuf>,
 ) -> Result<(Subscribed, String, String), Failure> {
     let streams = async {
-        Ok::<_, zbus::Error>(Subscribed {
+        Ok::<_, Error>(Subscribed {
             events: drain(proxy.receive_task_event().await?),
             finished: drain(proxy.receive_task_finished().await?),
             approvals: drain(proxy.receive_approval_requested().await?),
         })
     };
     let subscribed = streams.await.map_err(classify)?;
-    let (task, session) = submit(proxy, args, prompt, options).await?;
+    let (task, session) = submit(proxy, args, prompt, workspace).await?;
     Ok((subscribed, task, session))
 }
 
@@ -143,12 +131,13 @@ async fn submit(
     proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
     args: &AskArgs,
     prompt: &str,
-    options: HashMap<&'static str, Variant<'static>>,
+    workspace: Option<PathBuf>,
 ) -> Result<(String, String), Failure> {
     let soul = args.task.soul.clone().unwrap_or_default();
-    match proxy.submit(&soul, prompt, options).await {
+    let options = submit_options(args, workspace)?;
+    match proxy.submit(&soul, prompt, options.to_dict()).await {
         Ok(v) => Ok(v),
-        Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
+        Err(Error::SessionBusy(_)) if args.task.session.is_some() => {
             let session = args.task.session.clone().unwrap_or_default();
             let task = steer_session(proxy, &session, prompt).await?;
             Ok((task, session))

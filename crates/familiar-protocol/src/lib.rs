@@ -13,8 +13,11 @@
 pub mod events;
 pub mod ids;
 pub mod proxy;
+pub mod submit;
 pub mod task;
 pub mod tier;
+
+pub use submit::SubmitOptions;
 
 /// The well-known bus name.
 pub const NAME: &str = "dev.familiar.Agent1";
