@@ -10,6 +10,25 @@
 //! Invariant: every name, error name and shared limit used on the bus is defined here,
 //! once; this crate knows nothing of the daemon.
 
+/// Compares an enum of the contract with the string it is serialised to, as clients
+/// that read the JSON do (`decision == "ask"`); `as_str` is that string.
+macro_rules! eq_str {
+    ($t:ty) => {
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+pub(crate) use eq_str;
+
 pub mod events;
 pub mod ids;
 pub mod proxy;

@@ -37,6 +37,8 @@ impl fmt::Display for Tier {
     }
 }
 
+crate::eq_str!(Tier);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -347,7 +347,7 @@ impl<'t> Collector<'t> {
                 call_id: id.to_string(),
                 tool: name.clone(),
                 args: args.clone(),
-                tier: tier.to_string(),
+                tier,
                 decision: decision.to_owned(),
                 reason,
             })
