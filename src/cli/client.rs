@@ -13,6 +13,7 @@ use super::output::Table;
 use super::{Exit, Out};
 use crate::dbus::Error;
 use crate::dbus::proxy::{Agent1Proxy, method_error};
+use crate::store::TaskStatus;
 
 /// What to tell a person when the daemon is not there.
 pub const HOW_TO_START: &str = "the familiar daemon is not running and D-Bus activation is not installed: run `familiar setup` once (installs the user units and the activation file), or start it now with `systemctl --user start familiar` (or `familiar daemon` in a terminal)";
@@ -88,6 +89,12 @@ fn bus_failure(e: zbus::Error) -> Failure {
             message,
         },
     }
+}
+
+/// Whether a status `ListTasks` or `GetTask` sent is a task's that has not ended (queued
+/// or running); a status this build does not know is not.
+pub(super) fn unfinished(status: &str) -> bool {
+    status.parse::<TaskStatus>().is_ok_and(|s| !s.is_finished())
 }
 
 /// The session bus and the daemon's proxy.
@@ -179,7 +186,7 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             // An older daemon sends no list.
             let pending: Vec<PendingApproval> = task
                 .as_ref()
-                .filter(|_| row.2 == "running")
+                .filter(|_| row.2.parse() == Ok(TaskStatus::Running))
                 .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
                 .unwrap_or_default();
             rows.push((row, parent, pending));
@@ -248,7 +255,7 @@ pub fn cancel(task_id: &str, out: &mut Out) -> anyhow::Result<Exit> {
         Ok(before)
     })?;
     match asked {
-        Ok(Some(status)) if !matches!(status.as_str(), "queued" | "running") => said(
+        Ok(Some(status)) if !unfinished(&status) => said(
             out,
             &format!("task {task_id} had already ended ({status}): nothing to cancel"),
         ),

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use super::client::{Failure, classify};
+use super::client::{Failure, classify, unfinished};
 use super::{AskArgs, Exit};
 use crate::dbus::{Error, SubmitOptions};
 
@@ -49,7 +49,7 @@ async fn steer_session(
 ) -> Result<String, Failure> {
     let tasks = proxy.list_tasks().await.map_err(classify)?;
     for (id, _, status, _) in tasks {
-        if status != "running" && status != "queued" {
+        if !unfinished(&status) {
             continue;
         }
         let Ok(json) = proxy.get_task(&id).await else {

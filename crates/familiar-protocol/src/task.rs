@@ -102,6 +102,23 @@ pub enum Outcome {
     Failed,
 }
 
+/// A status string this crate does not know (a newer daemon's, or no status at all).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown task status `{0}`")]
+pub struct UnknownStatus(pub String);
+
+/// Reads the strings `ListTasks`, `GetTask` and `TaskFinished` carry.
+impl std::str::FromStr for TaskStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<TaskStatus, UnknownStatus> {
+        TaskStatus::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
 impl std::fmt::Display for TaskStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -179,6 +196,17 @@ mod tests {
         for s in TaskStatus::ALL {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
+    }
+
+    #[test]
+    fn statuses_read_back_from_their_strings() {
+        for s in TaskStatus::ALL {
+            assert_eq!(s.as_str().parse(), Ok(s));
+        }
+        assert_eq!(
+            "paused".parse::<TaskStatus>(),
+            Err(UnknownStatus("paused".into()))
+        );
     }
 
     #[test]
