@@ -68,6 +68,55 @@ impl std::fmt::Display for CompactionMode {
 
 crate::eq_str!(CompactionMode);
 
+/// What a rate limit counts (the `rate_limited` event's `scope`), serialised as the
+/// phrase a person reads after the limit (`30/min tool calls per session`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RateScope {
+    /// All tool calls of one session.
+    #[serde(rename = "tool calls per session")]
+    SessionTools,
+    /// Calls of one tool in one session.
+    #[serde(rename = "calls of this tool per session")]
+    SessionTool,
+    /// LLM requests of one session.
+    #[serde(rename = "model requests per session")]
+    SessionLlm,
+    /// All tool calls of the daemon.
+    #[serde(rename = "tool calls across all sessions")]
+    GlobalTools,
+    /// `Submit` calls of one D-Bus caller.
+    #[serde(rename = "task submissions per caller")]
+    Submit,
+}
+
+impl RateScope {
+    pub const ALL: [RateScope; 5] = [
+        RateScope::SessionTools,
+        RateScope::SessionTool,
+        RateScope::SessionLlm,
+        RateScope::GlobalTools,
+        RateScope::Submit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateScope::SessionTools => "tool calls per session",
+            RateScope::SessionTool => "calls of this tool per session",
+            RateScope::SessionLlm => "model requests per session",
+            RateScope::GlobalTools => "tool calls across all sessions",
+            RateScope::Submit => "task submissions per caller",
+        }
+    }
+}
+
+impl std::fmt::Display for RateScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+crate::eq_str!(RateScope);
+
 /// One event of one task. Serialises as `{"kind": KIND, "task_id", "session_id", ...}`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
@@ -203,7 +252,7 @@ pub enum EventPayload {
         reason: String,
     },
     RateLimited {
-        scope: String,
+        scope: RateScope,
         limit: String,
         retry_after_ms: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -392,7 +441,7 @@ mod tests {
                 reason: "overloaded".into(),
             },
             EventPayload::RateLimited {
-                scope: "tool calls per session".into(),
+                scope: RateScope::SessionTools,
                 limit: "30/min".into(),
                 retry_after_ms: 2000,
                 tool: Some("shell".into()),
@@ -523,5 +572,13 @@ mod tests {
         assert!(Tier::SystemCritical == "system_critical");
         assert!(CompactionMode::Trim == "trim");
         assert!(CallDecision::Deny == "deny");
+        assert!(RateScope::Submit == "task submissions per caller");
+    }
+
+    #[test]
+    fn scopes_serialise_to_their_phrases() {
+        for s in RateScope::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
     }
 }
