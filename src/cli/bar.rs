@@ -214,9 +214,9 @@ fn finished(state: &mut State, task: &str, status: &str, result: &str) {
         return;
     };
     state.percentage = 0;
-    let status: Option<TaskStatus> =
-        serde_json::from_value(serde_json::Value::String(status.to_owned())).ok();
-    let failed = status.is_some_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
+    let failed = status
+        .parse::<TaskStatus>()
+        .is_ok_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
     if failed {
         let first = result.lines().next().unwrap_or_default();
         state.failed = Some(format!(
