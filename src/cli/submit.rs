@@ -145,3 +145,54 @@ async fn submit(
         Err(e) => Err(classify(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn ask_args(argv: &[&str]) -> AskArgs {
+        let cli = Cli::try_parse_from([&["familiar", "ask"], argv].concat()).unwrap();
+        match cli.command {
+            Command::Ask(a) => a,
+            other => panic!("not ask: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_flags_become_the_options() {
+        let args = ask_args(&[
+            "--session",
+            "s-1",
+            "--provider",
+            "p",
+            "--model",
+            "m",
+            "--when",
+            "ac",
+            "hi",
+        ]);
+        let o = submit_options(&args, Some(PathBuf::from("/w"))).unwrap();
+        assert_eq!(o.session.as_ref().map(|s| s.as_str()), Some("s-1"));
+        assert_eq!(
+            (o.provider.as_deref(), o.model.as_deref(), o.when.as_deref()),
+            (Some("p"), Some("m"), Some("ac"))
+        );
+        assert_eq!(o.workspace, Some(PathBuf::from("/w")));
+        assert_eq!(o.max_iterations, None);
+        assert!(o.origin.is_some());
+    }
+
+    #[test]
+    fn a_session_that_is_no_id_is_refused_as_the_daemon_refuses_it() {
+        let f = submit_options(&ask_args(&["--session", "../x", "hi"]), None).unwrap_err();
+        assert_eq!(f.exit, Exit::Usage);
+        assert!(
+            f.message.starts_with("option `session`: session id `../x`"),
+            "{}",
+            f.message
+        );
+    }
+}
