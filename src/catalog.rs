@@ -4,40 +4,10 @@
 //! at the bottom of the crate and imports nothing from it: the names, tiers and
 //! argument keys are part of the contract (souls and models name them), and
 //! [`CATALOG`] is the one list of them. A tool implementation (`tools::Tool`) points at
-//! its entry here.
+//! its entry here. [`Tier`] is the bus contract's (`familiar_protocol::tier`: events and
+//! approvals carry it), re-exported here under the path the product has always used.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
-/// How dangerous a tool is, lowest to highest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    Read,
-    Write,
-    Execute,
-    SystemCritical,
-}
-
-impl Tier {
-    pub const ALL: [Tier; 4] = [Tier::Read, Tier::Write, Tier::Execute, Tier::SystemCritical];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Read => "read",
-            Tier::Write => "write",
-            Tier::Execute => "execute",
-            Tier::SystemCritical => "system_critical",
-        }
-    }
-}
-
-impl fmt::Display for Tier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use familiar_protocol::tier::Tier;
 
 /// What every tool declares about itself before it is ever run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,33 +23,8 @@ use crate::policy::RateSpec;
 /// Prune idle keys after this many checks.
 pub const PRUNE_EVERY: u64 = 256;
 
-/// What a limit counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// All tool calls of one session.
-    SessionTools,
-    /// Calls of one tool in one session.
-    SessionTool,
-    /// LLM requests of one session.
-    SessionLlm,
-    /// All tool calls of the daemon.
-    GlobalTools,
-    /// `Submit` calls of one D-Bus caller.
-    Submit,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::SessionTools => "tool calls per session",
-            Scope::SessionTool => "calls of this tool per session",
-            Scope::SessionLlm => "model requests per session",
-            Scope::GlobalTools => "tool calls across all sessions",
-            Scope::Submit => "task submissions per caller",
-        }
-    }
-}
+/// What a limit counts: the bus contract's, since the `rate_limited` event names it.
+pub use familiar_protocol::events::RateScope as Scope;
 
 /// A refused check: which limit, and when the next call would pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]

@@ -15,7 +15,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zbus::Variant;
 
 use super::client::{Failure, block_on, classify, connect};
 use super::follow::{
@@ -24,7 +23,7 @@ use super::follow::{
 use super::printer::{exit_for, print_events};
 use super::progress::{self, Progress};
 use super::prompt::{read_prompt, resolve_workspace};
-use super::submit::{Subscribed, submit_options, subscribe_and_submit};
+use super::submit::{Subscribed, subscribe_and_submit};
 use super::typed::TypedLines;
 use super::{AskArgs, Exit, Out};
 use crate::agent::events::{EVENT_BUFFER, Event, EventPayload};
@@ -51,7 +50,6 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow:
             .as_deref()
             .map(resolve_workspace)
             .transpose()?;
-        let options = submit_options(&args, workspace.as_ref().map(|w| w.display().to_string()));
         if let (Some(when), Some(wait)) = (&args.task.when, args.task.wait) {
             // Waiting here holds no slot of the daemon's queue.
             let cancel = CancellationToken::new();
@@ -64,7 +62,7 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow:
                 }
             }
         }
-        submit_and_follow(args, prompt, options, out).await
+        submit_and_follow(args, prompt, workspace, out).await
     })?
 }
 
@@ -167,7 +165,7 @@ fn detached_hint(task: &str, session: &str) -> String {
 async fn submit_and_follow(
     args: AskArgs,
     prompt: String,
-    options: HashMap<&'static str, Variant<'static>>,
+    workspace: Option<PathBuf>,
     mut out: Out,
 ) -> anyhow::Result<Exit> {
     let notify = args.notify && !args.detach;
@@ -177,7 +175,7 @@ async fn submit_and_follow(
         false => None,
     };
     let (_conn, proxy, mut watch, subscribed, task, session) =
-        match submitted(&args, &prompt, options, &mut progress).await? {
+        match submitted(&args, &prompt, workspace, &mut progress).await? {
             Ok(v) => v,
             Err(exit) => return Ok(exit),
         };
@@ -281,7 +279,7 @@ type Submitted = (
 async fn submitted(
     args: &AskArgs,
     prompt: &str,
-    options: HashMap<&'static str, Variant<'static>>,
+    workspace: Option<PathBuf>,
     progress: &mut Option<Progress>,
 ) -> anyhow::Result<Result<Submitted, Exit>> {
     let submitted = async {
@@ -289,7 +287,7 @@ async fn submitted(
         // Before `Submit`, so a daemon that dies at once is still seen going.
         let watch = DaemonWatch::start(&conn).await;
         let (subscribed, task, session) =
-            subscribe_and_submit(&proxy, args, prompt, options).await?;
+            subscribe_and_submit(&proxy, args, prompt, workspace).await?;
         Ok::<_, Failure>((conn, proxy, watch, subscribed, task, session))
     };
     match submitted.await {

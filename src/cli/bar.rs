@@ -17,7 +17,7 @@ use futures::StreamExt;
 use futures::stream::{BoxStream, select_all};
 use zbus::Connection;
 
-use super::client::{Failure, classify};
+use super::client::{Failure, classify, unfinished};
 use super::progress::{doing, title};
 use super::{Exit, Out};
 use crate::agent::events::EventPayload;
@@ -150,7 +150,7 @@ async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
         return;
     };
     for (id, _, status, prompt) in tasks {
-        if status != "running" && status != "queued" {
+        if !unfinished(&status) {
             continue;
         }
         let Ok(json) = proxy.get_task(&id).await else {
@@ -166,7 +166,7 @@ async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
                 state.asking.insert(r.to_owned());
             }
         }
-        let now = if status == "queued" {
+        let now = if status.parse() == Ok(TaskStatus::Queued) {
             "queued"
         } else {
             "thinking"
@@ -214,9 +214,9 @@ fn finished(state: &mut State, task: &str, status: &str, result: &str) {
         return;
     };
     state.percentage = 0;
-    let status: Option<TaskStatus> =
-        serde_json::from_value(serde_json::Value::String(status.to_owned())).ok();
-    let failed = status.is_some_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
+    let failed = status
+        .parse::<TaskStatus>()
+        .is_ok_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
     if failed {
         let first = result.lines().next().unwrap_or_default();
         state.failed = Some(format!(

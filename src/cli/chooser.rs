@@ -13,6 +13,7 @@ use super::client::{Failure, block_on, connect};
 use super::{Exit, Out};
 use crate::approval::chooser::{self, Choice};
 use crate::dbus::proxy::Agent1Proxy;
+use crate::store::TaskStatus;
 
 /// One request waiting for an answer, as `GetTask` lists it.
 #[derive(Debug, serde::Deserialize)]
@@ -59,10 +60,10 @@ pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exi
 }
 
 /// Every pending request of every running task, oldest task first.
-async fn pending(proxy: &Agent1Proxy<'_>) -> zbus::Result<Vec<Waiting>> {
+async fn pending(proxy: &Agent1Proxy<'_>) -> Result<Vec<Waiting>, crate::dbus::Error> {
     let mut all = Vec::new();
     for (id, _, status, _) in proxy.list_tasks().await? {
-        if status != "running" {
+        if status.parse() != Ok(TaskStatus::Running) {
             continue;
         }
         // Ended between the two calls: nothing waits there.

@@ -11,7 +11,9 @@ use zbus::Connection;
 
 use super::output::Table;
 use super::{Exit, Out};
+use crate::dbus::Error;
 use crate::dbus::proxy::{Agent1Proxy, method_error};
+use crate::store::TaskStatus;
 
 /// What to tell a person when the daemon is not there.
 pub const HOW_TO_START: &str = "the familiar daemon is not running and D-Bus activation is not installed: run `familiar setup` once (installs the user units and the activation file), or start it now with `systemctl --user start familiar` (or `familiar daemon` in a terminal)";
@@ -38,42 +40,61 @@ impl Failure {
     }
 }
 
-/// Maps a failed call to its exit code and a message.
-pub fn classify(e: zbus::Error) -> Failure {
+/// Maps a failed call to its exit code and a message: the daemon's own errors by their
+/// variant, the bus's (`zbus::Error` converts) by their freedesktop name.
+pub fn classify(e: impl Into<Error>) -> Failure {
+    let e = e.into();
+    // The error's name is for programs (`--json`, gdbus); a person reads its sentence.
+    let name = zbus::DBusError::name(&e);
+    tracing::debug!(
+        "the daemon answered {}",
+        name.rsplit('.').next().unwrap_or_default()
+    );
+    let (exit, message) = match e {
+        Error::ZBus(e) => return bus_failure(e),
+        Error::ShuttingDown(m) => (Exit::Unreachable, m),
+        // An unknown task id (cancel) and an unknown request id (approve, deny) are
+        // the same mistake, and exit alike.
+        Error::InvalidArgument(m)
+        | Error::UnknownTask(m)
+        | Error::UnknownSoul(m)
+        | Error::UnknownSession(m) => (Exit::Usage, m),
+        Error::SessionBusy(m)
+        | Error::RateLimited(m)
+        | Error::TaskNotRunning(m)
+        | Error::SandboxedCaller(m) => (Exit::Failed, m),
+    };
+    Failure { exit, message }
+}
+
+/// A failure that is not one of the daemon's own errors: no daemon, a bus that could
+/// not start it, or another error reply (a newer daemon's, `AccessDenied`).
+fn bus_failure(e: zbus::Error) -> Failure {
     let Some((name, message)) = method_error(&e) else {
         return Failure::unreachable(e);
     };
-    let short = name.rsplit('.').next().unwrap_or_default().to_owned();
-    let exit = match name.as_str() {
+    match name.as_str() {
         "org.freedesktop.DBus.Error.ServiceUnknown"
         | "org.freedesktop.DBus.Error.NameHasNoOwner"
         | "org.freedesktop.DBus.Error.NoReply"
-        | "org.freedesktop.DBus.Error.Disconnected" => {
-            return Failure::unreachable(message);
-        }
-        n if n.starts_with("org.freedesktop.DBus.Error.Spawn") => {
-            return Failure {
-                exit: Exit::Unreachable,
-                message: format!(
-                    "the familiar daemon could not be started ({message}): `familiar doctor` says why (a config.toml that does not load shows there), `journalctl --user -u familiar` has its last words"
-                ),
-            };
-        }
-        n if n == format!("{}.ShuttingDown", crate::dbus::ERROR_PREFIX) => Exit::Unreachable,
-        // An unknown task id (cancel) and an unknown request id (approve, deny) are
-        // the same mistake, and exit alike.
-        n if n == format!("{}.InvalidArgument", crate::dbus::ERROR_PREFIX)
-            || n == format!("{}.UnknownTask", crate::dbus::ERROR_PREFIX)
-            || n == format!("{}.UnknownSoul", crate::dbus::ERROR_PREFIX)
-            || n == format!("{}.UnknownSession", crate::dbus::ERROR_PREFIX) =>
-        {
-            Exit::Usage
-        }
-        _ => Exit::Failed,
-    };
-    // The error's name is for programs (`--json`, gdbus); a person reads its sentence.
-    tracing::debug!("the daemon answered {short}");
-    Failure { exit, message }
+        | "org.freedesktop.DBus.Error.Disconnected" => Failure::unreachable(message),
+        n if n.starts_with("org.freedesktop.DBus.Error.Spawn") => Failure {
+            exit: Exit::Unreachable,
+            message: format!(
+                "the familiar daemon could not be started ({message}): `familiar doctor` says why (a config.toml that does not load shows there), `journalctl --user -u familiar` has its last words"
+            ),
+        },
+        _ => Failure {
+            exit: Exit::Failed,
+            message,
+        },
+    }
+}
+
+/// Whether a status `ListTasks` or `GetTask` sent is a task's that has not ended (queued
+/// or running); a status this build does not know is not.
+pub(super) fn unfinished(status: &str) -> bool {
+    status.parse::<TaskStatus>().is_ok_and(|s| !s.is_finished())
 }
 
 /// The session bus and the daemon's proxy.
@@ -98,14 +119,14 @@ pub async fn reachable() -> Result<Option<tokio::task::JoinHandle<Option<Failure
     if dbus
         .name_has_owner(name.clone())
         .await
-        .map_err(|e| classify(e.into()))?
+        .map_err(|e| classify(zbus::Error::from(e)))?
     {
         return Ok(None);
     }
     let activatable = dbus
         .list_activatable_names()
         .await
-        .map_err(|e| classify(e.into()))?;
+        .map_err(|e| classify(zbus::Error::from(e)))?;
     if !activatable.iter().any(|n| n.as_str() == crate::dbus::NAME) {
         return Err(Failure::unreachable(
             "nothing owns dev.familiar.Agent1 and the session bus has no activation file for it",
@@ -116,7 +137,7 @@ pub async fn reachable() -> Result<Option<tokio::task::JoinHandle<Option<Failure
         dbus.start_service_by_name(wellknown, 0)
             .await
             .err()
-            .map(|e| classify(e.into()))
+            .map(|e| classify(zbus::Error::from(e)))
     })))
 }
 
@@ -130,7 +151,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
 
 /// Runs `f` with a connected proxy; failures become their exit codes.
 pub(super) fn with_proxy<T>(
-    f: impl AsyncFnOnce(&Connection, &Agent1Proxy<'static>) -> Result<T, zbus::Error>,
+    f: impl AsyncFnOnce(&Connection, &Agent1Proxy<'static>) -> Result<T, Error>,
 ) -> anyhow::Result<Result<T, Failure>> {
     block_on(async move {
         let (conn, proxy) = connect().await?;
@@ -165,7 +186,7 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
             // An older daemon sends no list.
             let pending: Vec<PendingApproval> = task
                 .as_ref()
-                .filter(|_| row.2 == "running")
+                .filter(|_| row.2.parse() == Ok(TaskStatus::Running))
                 .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
                 .unwrap_or_default();
             rows.push((row, parent, pending));
@@ -234,7 +255,7 @@ pub fn cancel(task_id: &str, out: &mut Out) -> anyhow::Result<Exit> {
         Ok(before)
     })?;
     match asked {
-        Ok(Some(status)) if !matches!(status.as_str(), "queued" | "running") => said(
+        Ok(Some(status)) if !unfinished(&status) => said(
             out,
             &format!("task {task_id} had already ended ({status}): nothing to cancel"),
         ),

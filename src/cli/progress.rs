@@ -501,7 +501,7 @@ mod tests {
             call_id: "c1".into(),
             tool: "shell".into(),
             args: serde_json::json!({"command": "du -sh ~"}),
-            tier: "execute".into(),
+            tier: crate::catalog::Tier::Execute,
             decision: crate::agent::events::CallDecision::Ask,
             reason: None,
         };

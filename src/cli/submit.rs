@@ -4,21 +4,19 @@
 //! Invariant: the subscriptions exist before `Submit` is sent, so no event of the task
 //! can be missed, and each is drained from the moment it exists.
 
-use std::collections::HashMap;
 use std::io::Write;
+use std::path::PathBuf;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use zbus::Variant;
 
-use super::client::{Failure, classify};
+use super::client::{Failure, classify, unfinished};
 use super::{AskArgs, Exit};
+use crate::dbus::{Error, SubmitOptions};
 
-/// `Submit`'s options for these arguments.
-pub(super) fn submit_options(
-    args: &AskArgs,
-    workspace: Option<String>,
-) -> HashMap<&'static str, Variant<'static>> {
+/// `Submit`'s options for these arguments; a `--session` that is no session id is
+/// refused as the daemon would refuse it.
+fn submit_options(args: &AskArgs, workspace: Option<PathBuf>) -> Result<SubmitOptions, Failure> {
     let origin = if args.dmenu {
         "dmenu"
     } else if std::env::var_os("INVOCATION_ID").is_some() {
@@ -27,29 +25,19 @@ pub(super) fn submit_options(
     } else {
         "cli"
     };
-    let mut options: HashMap<&str, Variant<'static>> = HashMap::new();
-    options.insert("origin", Variant::from(origin));
-    for (key, value) in [
-        ("session", &args.task.session),
-        ("provider", &args.task.provider),
-        ("model", &args.task.model),
-    ] {
-        if let Some(v) = value {
-            options.insert(key, Variant::from(v.clone()));
-        }
-    }
-    if let Some(w) = workspace {
-        options.insert("workspace", Variant::from(w));
-    }
-    if let Some(when) = &args.task.when {
-        options.insert("when", Variant::from(when.to_string()));
-    }
-    options
-}
-
-fn is_session_busy(e: &zbus::Error) -> bool {
-    crate::dbus::proxy::method_error(e)
-        .is_some_and(|(name, _)| name == format!("{}.SessionBusy", crate::dbus::ERROR_PREFIX))
+    let session = args.task.session.as_deref();
+    Ok(SubmitOptions {
+        session: session
+            .map(SubmitOptions::session_id)
+            .transpose()
+            .map_err(classify)?,
+        origin: Some(origin.to_owned()),
+        workspace,
+        max_iterations: None,
+        provider: args.task.provider.clone(),
+        model: args.task.model.clone(),
+        when: args.task.when.as_ref().map(ToString::to_string),
+    })
 }
 
 /// Sends `message` to the task running in `session` (`ask --session` on a busy
@@ -61,7 +49,7 @@ async fn steer_session(
 ) -> Result<String, Failure> {
     let tasks = proxy.list_tasks().await.map_err(classify)?;
     for (id, _, status, _) in tasks {
-        if status != "running" && status != "queued" {
+        if !unfinished(&status) {
             continue;
         }
         let Ok(json) = proxy.get_task(&id).await else {
@@ -99,17 +87,17 @@ pub(super) async fn subscribe_and_submit(
     proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
     args: &AskArgs,
     prompt: &str,
-    options: HashMap<&'static str, Variant<'static>>,
+    workspace: Option<PathBuf>,
 ) -> Result<(Subscribed, String, String), Failure> {
     let streams = async {
-        Ok::<_, zbus::Error>(Subscribed {
+        Ok::<_, Error>(Subscribed {
             events: drain(proxy.receive_task_event().await?),
             finished: drain(proxy.receive_task_finished().await?),
             approvals: drain(proxy.receive_approval_requested().await?),
         })
     };
     let subscribed = streams.await.map_err(classify)?;
-    let (task, session) = submit(proxy, args, prompt, options).await?;
+    let (task, session) = submit(proxy, args, prompt, workspace).await?;
     Ok((subscribed, task, session))
 }
 
@@ -143,16 +131,68 @@ async fn submit(
     proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
     args: &AskArgs,
     prompt: &str,
-    options: HashMap<&'static str, Variant<'static>>,
+    workspace: Option<PathBuf>,
 ) -> Result<(String, String), Failure> {
     let soul = args.task.soul.clone().unwrap_or_default();
-    match proxy.submit(&soul, prompt, options).await {
+    let options = submit_options(args, workspace)?;
+    match proxy.submit(&soul, prompt, options.to_dict()).await {
         Ok(v) => Ok(v),
-        Err(e) if is_session_busy(&e) && args.task.session.is_some() => {
+        Err(Error::SessionBusy(_)) if args.task.session.is_some() => {
             let session = args.task.session.clone().unwrap_or_default();
             let task = steer_session(proxy, &session, prompt).await?;
             Ok((task, session))
         }
         Err(e) => Err(classify(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn ask_args(argv: &[&str]) -> AskArgs {
+        let cli = Cli::try_parse_from([&["familiar", "ask"], argv].concat()).unwrap();
+        match cli.command {
+            Command::Ask(a) => a,
+            other => panic!("not ask: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_flags_become_the_options() {
+        let args = ask_args(&[
+            "--session",
+            "s-1",
+            "--provider",
+            "p",
+            "--model",
+            "m",
+            "--when",
+            "ac",
+            "hi",
+        ]);
+        let o = submit_options(&args, Some(PathBuf::from("/w"))).unwrap();
+        assert_eq!(o.session.as_ref().map(|s| s.as_str()), Some("s-1"));
+        assert_eq!(
+            (o.provider.as_deref(), o.model.as_deref(), o.when.as_deref()),
+            (Some("p"), Some("m"), Some("ac"))
+        );
+        assert_eq!(o.workspace, Some(PathBuf::from("/w")));
+        assert_eq!(o.max_iterations, None);
+        assert!(o.origin.is_some());
+    }
+
+    #[test]
+    fn a_session_that_is_no_id_is_refused_as_the_daemon_refuses_it() {
+        let f = submit_options(&ask_args(&["--session", "../x", "hi"]), None).unwrap_err();
+        assert_eq!(f.exit, Exit::Usage);
+        assert!(
+            f.message.starts_with("option `session`: session id `../x`"),
+            "{}",
+            f.message
+        );
     }
 }

@@ -47,6 +47,7 @@ pub use client::{
     REFUSED_RETRY_DELAY,
 };
 pub use error::{ConnectError, LlmError, NoFirstToken};
+pub use familiar_protocol::task::Usage;
 pub use overflow::ContextOverflow;
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
@@ -116,30 +117,6 @@ impl Message {
             role: Role::Assistant,
             content: vec![ContentBlock::Text { text: text.into() }],
         }
-    }
-}
-
-/// Token usage as the server reports it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub cache_read_tokens: u64,
-    #[serde(default)]
-    pub cache_write_tokens: u64,
-}
-
-impl Usage {
-    pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-    }
-
-    pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
     }
 }
 

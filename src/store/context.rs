@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{SessionId, SoulId, TaskId};
 use crate::llm::{Message, Usage};
 
+pub use familiar_protocol::task::{Outcome, Plan, PlanStep, StepStatus, TaskStatus};
+
 /// The `version` this build reads and writes.
 pub const CONTEXT_VERSION: u32 = 1;
 
@@ -193,164 +195,9 @@ pub struct TaskRecord {
     pub result: Option<String>,
 }
 
-/// Where a task stands. The finish statuses are the D-Bus `TaskFinished` strings
-/// (docs/dbus.md); `interrupted` marks a task a crash left `running`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskStatus {
-    Queued,
-    Running,
-    Completed,
-    Failed,
-    Cancelled,
-    MaxIterations,
-    BudgetExceeded,
-    Timeout,
-    LoopDetected,
-    Denied,
-    Interrupted,
-    /// Never ran: the conditions it was submitted under (`--when`) did not hold.
-    Skipped,
-}
-
-impl TaskStatus {
-    pub const ALL: [TaskStatus; 12] = [
-        TaskStatus::Queued,
-        TaskStatus::Running,
-        TaskStatus::Completed,
-        TaskStatus::Failed,
-        TaskStatus::Cancelled,
-        TaskStatus::MaxIterations,
-        TaskStatus::BudgetExceeded,
-        TaskStatus::Timeout,
-        TaskStatus::LoopDetected,
-        TaskStatus::Denied,
-        TaskStatus::Interrupted,
-        TaskStatus::Skipped,
-    ];
-
-    /// The serialised spelling (`max_iterations`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Queued => "queued",
-            TaskStatus::Running => "running",
-            TaskStatus::Completed => "completed",
-            TaskStatus::Failed => "failed",
-            TaskStatus::Cancelled => "cancelled",
-            TaskStatus::MaxIterations => "max_iterations",
-            TaskStatus::BudgetExceeded => "budget_exceeded",
-            TaskStatus::Timeout => "timeout",
-            TaskStatus::LoopDetected => "loop_detected",
-            TaskStatus::Denied => "denied",
-            TaskStatus::Interrupted => "interrupted",
-            TaskStatus::Skipped => "skipped",
-        }
-    }
-
-    /// Whether the task will never run again.
-    pub fn is_finished(self) -> bool {
-        self.outcome() != Outcome::Unfinished
-    }
-
-    /// What kind of end this is: the one place that sorts the statuses, for exit
-    /// codes, metrics and a sub-task's result.
-    pub fn outcome(self) -> Outcome {
-        match self {
-            TaskStatus::Queued | TaskStatus::Running => Outcome::Unfinished,
-            TaskStatus::Completed => Outcome::Completed,
-            TaskStatus::MaxIterations | TaskStatus::BudgetExceeded | TaskStatus::Timeout => {
-                Outcome::Limit
-            }
-            // Stopped on purpose (Ctrl-C, `familiar cancel`, shutdown): not a failure.
-            TaskStatus::Cancelled => Outcome::Cancelled,
-            // Its conditions did not hold: nothing went wrong, nothing was spent.
-            TaskStatus::Skipped => Outcome::Skipped,
-            TaskStatus::Failed
-            | TaskStatus::LoopDetected
-            | TaskStatus::Denied
-            | TaskStatus::Interrupted => Outcome::Failed,
-        }
-    }
-}
-
-/// The kinds of end a [`TaskStatus`] falls in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Queued or running.
-    Unfinished,
-    Completed,
-    /// A budget ran out: iterations, tokens or wall clock.
-    Limit,
-    Cancelled,
-    /// Never ran: its `--when` conditions did not hold.
-    Skipped,
-    /// Failed, denied, stopped by loop detection, or interrupted by a crash.
-    Failed,
-}
-
-impl std::fmt::Display for TaskStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The task's plan, as the model states and updates it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plan {
-    pub goal: String,
-    pub steps: Vec<PlanStep>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanStep {
-    pub description: String,
-    pub status: StepStatus,
-    /// What the step produced, short; the full output is in the transcript.
-    pub output: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepStatus {
-    Pending,
-    InProgress,
-    Completed,
-    Failed,
-    Skipped,
-}
-
-impl StepStatus {
-    /// The serialised spelling (`in_progress`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepStatus::Pending => "pending",
-            StepStatus::InProgress => "in_progress",
-            StepStatus::Completed => "completed",
-            StepStatus::Failed => "failed",
-            StepStatus::Skipped => "skipped",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn status_spelling_matches_serde() {
-        for s in TaskStatus::ALL {
-            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
-        }
-    }
-
-    #[test]
-    fn only_queued_and_running_are_unfinished() {
-        let unfinished: Vec<_> = TaskStatus::ALL
-            .into_iter()
-            .filter(|s| !s.is_finished())
-            .collect();
-        assert_eq!(unfinished, [TaskStatus::Queued, TaskStatus::Running]);
-    }
 
     #[test]
     fn title_is_the_first_line_cut_to_80_chars() {

@@ -1,18 +1,88 @@
 //! The bus contract of familiar's daemon, `dev.familiar.Agent1` on the session bus
-//! (docs/dbus.md): its names, the typed error, the limits both sides share, the ids
-//! that cross it ([`ids`]) and a typed async client ([`proxy::Agent1Proxy`]).
+//! (docs/dbus.md): its names, the typed [`Error`], the limits both sides share, the ids
+//! that cross it ([`ids`]), `Submit`'s options ([`SubmitOptions`]), the events a task
+//! reports ([`events`], with the [`task`] and [`tier`] types they carry) and a typed
+//! async client ([`proxy::Agent1Proxy`]).
 //!
 //! This is the way to talk to familiar from Rust: a bar module, a desktop extension
-//! or a script links this crate, not the daemon (`examples/` shows a status watcher).
-//! The daemon implements the same contract (`familiar::daemon::service`), and its tests
-//! drive it through this proxy, so server and client cannot disagree.
+//! or a script links this crate, not the daemon. The client returns [`Error`], so a
+//! caller matches what the daemon said, not its error names:
 //!
-//! Invariant: every name, error name and shared limit used on the bus is defined here,
-//! once; this crate knows nothing of the daemon.
+//! ```no_run
+//! use familiar_protocol::events::EventPayload;
+//! use familiar_protocol::{Error, SubmitOptions, proxy::Agent1Proxy};
+//! use futures::StreamExt;
+//!
+//! # async fn run() -> Result<(), Error> {
+//! let connection = zbus::Connection::session().await?;
+//! let agent = Agent1Proxy::new(&connection).await?;
+//! // Subscribe before `Submit`: no event of the task can be missed.
+//! let mut events = agent.receive_task_event().await?;
+//! let options = SubmitOptions {
+//!     origin: Some("my-script".into()),
+//!     ..SubmitOptions::default()
+//! };
+//! let (task, _session) = match agent.submit("", "how full is my disk?", options.to_dict()).await {
+//!     Ok(ids) => ids,
+//!     Err(Error::SessionBusy(why) | Error::RateLimited(why)) => {
+//!         eprintln!("not now: {why}");
+//!         return Ok(());
+//!     }
+//!     Err(e) => return Err(e),
+//! };
+//! while let Some(signal) = events.next().await {
+//!     let args = signal.args()?;
+//!     if args.task_id != task {
+//!         continue;
+//!     }
+//!     // A kind this build does not know (a newer daemon's) is skipped.
+//!     if let Ok(EventPayload::TaskFinished { status, result, .. }) =
+//!         EventPayload::from_signal(&args.kind, &args.payload_json)
+//!     {
+//!         println!("{status}: {result}");
+//!         break;
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/watch.rs` is a complete status watcher. The daemon implements the same
+//! contract (`familiar::daemon::service`) and reads `Submit`'s options with
+//! [`SubmitOptions::from_dict`], and its tests drive it through this proxy, so server
+//! and client cannot disagree.
+//!
+//! Invariant: every name, error name, option and shared limit used on the bus is defined
+//! here, once, and every event field that is an enum here serialises to the string the
+//! bus has always carried; this crate knows nothing of the daemon.
+
+/// Compares an enum of the contract with the string it is serialised to, as clients
+/// that read the JSON do (`decision == "ask"`); `as_str` is that string.
+macro_rules! eq_str {
+    ($t:ty) => {
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+pub(crate) use eq_str;
 
 pub mod events;
 pub mod ids;
 pub mod proxy;
+pub mod submit;
+pub mod task;
+pub mod tier;
+
+pub use submit::SubmitOptions;
 
 /// The well-known bus name.
 pub const NAME: &str = "dev.familiar.Agent1";

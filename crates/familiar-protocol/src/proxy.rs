@@ -1,6 +1,11 @@
 //! The client side of `dev.familiar.Agent1`, for `familiar ask`, `status`, `tasks`,
 //! `cancel`, `approve`, `deny` and for tests.
 //!
+//! Methods and properties return the contract's [`Error`]: an error reply named
+//! `dev.familiar.Agent1.Error.<Variant>` arrives as that variant with the daemon's
+//! sentence (`Err(Error::SessionBusy(message))`), anything else as [`Error::ZBus`]
+//! (no daemon, a lost bus, `org.freedesktop.DBus.Error.*`). Signal streams are zbus's.
+//!
 //! Invariant: signatures match the service object's `#[interface]` in
 //! `daemon::service` exactly (a mismatch shows up in the daemon tests, which drive the
 //! daemon through this proxy).
@@ -8,6 +13,8 @@
 use std::collections::HashMap;
 
 use zbus::{Variant, proxy};
+
+use crate::Error;
 
 #[proxy(
     interface = "dev.familiar.Agent1",
@@ -20,50 +27,50 @@ pub trait Agent1 {
         soul: &str,
         prompt: &str,
         options: HashMap<&str, Variant<'_>>,
-    ) -> zbus::Result<(String, String)>;
+    ) -> Result<(String, String), Error>;
 
-    fn cancel(&self, task_id: &str) -> zbus::Result<()>;
+    fn cancel(&self, task_id: &str) -> Result<(), Error>;
 
-    fn steer(&self, task_id: &str, message: &str) -> zbus::Result<()>;
+    fn steer(&self, task_id: &str, message: &str) -> Result<(), Error>;
 
-    fn respond(&self, request_id: &str, approve: bool) -> zbus::Result<()>;
+    fn respond(&self, request_id: &str, approve: bool) -> Result<(), Error>;
 
     /// Approves, and lets the task make further calls of the tool for `seconds`.
-    fn grant(&self, request_id: &str, seconds: u32) -> zbus::Result<()>;
+    fn grant(&self, request_id: &str, seconds: u32) -> Result<(), Error>;
 
-    fn get_task(&self, task_id: &str) -> zbus::Result<String>;
+    fn get_task(&self, task_id: &str) -> Result<String, Error>;
 
-    fn list_tasks(&self) -> zbus::Result<Vec<(String, String, String, String)>>;
+    fn list_tasks(&self) -> Result<Vec<(String, String, String, String)>, Error>;
 
-    fn list_souls(&self) -> zbus::Result<Vec<(String, String, String, u32)>>;
+    fn list_souls(&self) -> Result<Vec<(String, String, String, u32)>, Error>;
 
-    fn list_sessions(&self) -> zbus::Result<Vec<(String, String, String, u64)>>;
+    fn list_sessions(&self) -> Result<Vec<(String, String, String, u64)>, Error>;
 
-    fn snapshot(&self) -> zbus::Result<String>;
+    fn snapshot(&self) -> Result<String, Error>;
 
     /// Re-reads config.toml, souls and policies; what was kept ("" when nothing).
-    fn reload(&self) -> zbus::Result<String>;
+    fn reload(&self) -> Result<String, Error>;
 
     /// Long-term memory: id, soul (`*`: every soul), text, created (RFC 3339).
-    fn list_memory(&self) -> zbus::Result<Vec<(String, String, String, String)>>;
+    fn list_memory(&self) -> Result<Vec<(String, String, String, String)>, Error>;
 
-    fn forget(&self, id: &str) -> zbus::Result<()>;
-
-    #[zbus(property)]
-    fn version(&self) -> zbus::Result<String>;
+    fn forget(&self, id: &str) -> Result<(), Error>;
 
     #[zbus(property)]
-    fn active_tasks(&self) -> zbus::Result<u32>;
+    fn version(&self) -> Result<String, Error>;
 
     #[zbus(property)]
-    fn metrics(&self) -> zbus::Result<HashMap<String, u64>>;
+    fn active_tasks(&self) -> Result<u32, Error>;
+
+    #[zbus(property)]
+    fn metrics(&self) -> Result<HashMap<String, u64>, Error>;
 
     /// JSON of what the kernel enforces for tools (docs/dbus.md: `Sandbox`).
     #[zbus(property)]
-    fn sandbox(&self) -> zbus::Result<String>;
+    fn sandbox(&self) -> Result<String, Error>;
 
     #[zbus(property)]
-    fn configuration(&self) -> zbus::Result<String>;
+    fn configuration(&self) -> Result<String, Error>;
 
     #[zbus(signal)]
     fn task_event(&self, task_id: String, kind: String, payload_json: String) -> zbus::Result<()>;

@@ -348,7 +348,7 @@ impl<'t> Collector<'t> {
                 call_id: id.to_string(),
                 tool: name.clone(),
                 args: args.clone(),
-                tier: tier.to_string(),
+                tier,
                 decision: CallDecision::from(&disposition),
                 reason,
             })

@@ -288,7 +288,7 @@ async fn ask(
         call_id: spec.call_id.to_string(),
         tool: spec.name.clone(),
         summary: spec.summary.clone(),
-        tier: spec.tier.to_string(),
+        tier: spec.tier,
         reason,
     });
     let resolution = env.approvals.ask(request, &env.tool_ctx.cancel).await;

@@ -81,7 +81,7 @@ pub(super) fn dispose(
 /// The `rate_limited` event for a spent quota; `tool` is `None` for the LLM quota.
 pub(super) fn rate_limited_event(limited: &RateLimited, tool: Option<&str>) -> EventPayload {
     EventPayload::RateLimited {
-        scope: limited.scope.as_str().to_owned(),
+        scope: limited.scope,
         limit: limited.spec.to_string(),
         retry_after_ms: limited.retry_after.as_millis() as u64,
         tool: tool.map(str::to_owned),

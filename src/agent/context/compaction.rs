@@ -255,7 +255,7 @@ impl ContextKeeper {
         compacted(emitter, CompactionMode::Micro);
         emitter
             .emit(EventPayload::Compaction {
-                mode: CompactionMode::Micro.as_str().into(),
+                mode: CompactionMode::Micro,
                 tokens_before,
                 tokens_after,
                 messages_before: messages,
@@ -321,7 +321,7 @@ impl ContextKeeper {
         ));
         emitter
             .emit(EventPayload::Compaction {
-                mode: CompactionMode::Full.as_str().into(),
+                mode: CompactionMode::Full,
                 tokens_before,
                 tokens_after,
                 messages_before,

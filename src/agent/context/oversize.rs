@@ -138,7 +138,7 @@ impl ContextKeeper {
         }
         emitter
             .emit(EventPayload::Compaction {
-                mode: CompactionMode::Trim.as_str().into(),
+                mode: CompactionMode::Trim,
                 tokens_before: room.estimate,
                 tokens_after: after,
                 messages_before: messages,

@@ -485,7 +485,11 @@ async fn daemon_configuration() -> Result<Option<serde_json::Value>, zbus::Error
         return Ok(None);
     }
     let proxy = crate::dbus::proxy::Agent1Proxy::new(&conn).await?;
-    let text = proxy.configuration().await?;
+    // A property read fails only as the bus does; the daemon's own errors are for methods.
+    let text = proxy.configuration().await.map_err(|e| match e {
+        crate::dbus::Error::ZBus(e) => e,
+        ours => zbus::Error::Failure(ours.to_string()),
+    })?;
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| zbus::Error::Failure(format!("the daemon's Configuration is not JSON: {e}")))

@@ -264,7 +264,11 @@ impl Fixture {
         }
     }
 
-    pub async fn submit(&self, soul: &str, prompt: &str) -> zbus::Result<(String, String)> {
+    pub async fn submit(
+        &self,
+        soul: &str,
+        prompt: &str,
+    ) -> Result<(String, String), familiar::dbus::Error> {
         self.proxy.submit(soul, prompt, Default::default()).await
     }
 
@@ -363,11 +367,15 @@ impl Watch {
 }
 
 /// The D-Bus error name of a failed call.
-pub fn error_name(r: zbus::Result<impl std::fmt::Debug>) -> String {
-    let e = r.expect_err("the call should fail");
-    familiar::dbus::proxy::method_error(&e)
-        .unwrap_or_else(|| panic!("not an error reply: {e:?}"))
-        .0
+pub fn error_name(r: Result<impl std::fmt::Debug, familiar::dbus::Error>) -> String {
+    match r.expect_err("the call should fail") {
+        familiar::dbus::Error::ZBus(e) => {
+            familiar::dbus::proxy::method_error(&e)
+                .unwrap_or_else(|| panic!("not an error reply: {e:?}"))
+                .0
+        }
+        ours => zbus::DBusError::name(&ours).to_string(),
+    }
 }
 
 /// `write_file` for the tests (a write-tier tool, so policies can ask about it).

@@ -241,9 +241,7 @@ async fn an_mcp_tool_at_an_ask_tier_is_asked_and_a_denial_is_not_run() {
     let asked = events
         .iter()
         .find_map(|e| match &e.payload {
-            EventPayload::ApprovalRequested { summary, tier, .. } => {
-                Some((summary.clone(), tier.clone()))
-            }
+            EventPayload::ApprovalRequested { summary, tier, .. } => Some((summary.clone(), *tier)),
             _ => None,
         })
         .unwrap();
