@@ -38,8 +38,10 @@ pub use subjects::Call;
 pub use verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
 
 /// The tiers live with the tool catalog (plain data at the bottom of the crate);
-/// policies give them modes.
+/// policies give them modes, which the bus contract spells (allow, ask, deny: one
+/// vocabulary for policy files, decisions, events and the audit log).
 pub use crate::catalog::Tier;
+pub use familiar_protocol::tier::Mode;
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -47,35 +49,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-/// What happens to a call of a tier. Ordered by strictness: `Allow < Ask < Deny`, so the
-/// effective mode of a soul under a policy is the `max` of the two.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    Allow,
-    Ask,
-    Deny,
-}
-
-impl Mode {
-    /// Every mode, loosest first.
-    pub const ALL: [Mode; 3] = [Mode::Allow, Mode::Ask, Mode::Deny];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Allow => "allow",
-            Mode::Ask => "ask",
-            Mode::Deny => "deny",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One mode per tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

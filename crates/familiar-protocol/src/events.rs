@@ -10,35 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{SessionId, TaskId};
 use crate::task::{Plan, TaskStatus, Usage};
-use crate::tier::Tier;
+use crate::tier::{Mode, Tier};
 
-/// What the policy decided for a call as it starts (`tool_call_started`'s `decision`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CallDecision {
-    Allow,
-    /// A person is asked first.
-    Ask,
-    Deny,
-}
-
-impl CallDecision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallDecision::Allow => "allow",
-            CallDecision::Ask => "ask",
-            CallDecision::Deny => "deny",
-        }
-    }
-}
-
-impl std::fmt::Display for CallDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-crate::eq_str!(CallDecision);
+/// What the policy decided for a call as it starts (`tool_call_started`'s `decision`):
+/// the [`Mode`] the call got, `allow`, `ask` or `deny`.
+pub type CallDecision = Mode;
 
 /// Which compaction ran (the `compaction` event's `mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
