@@ -98,7 +98,10 @@ mod tests {
         );
         for m in Mode::ALL {
             assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
-            assert_eq!(serde_json::from_value::<Mode>(m.as_str().into()).unwrap(), m);
+            assert_eq!(
+                serde_json::from_value::<Mode>(m.as_str().into()).unwrap(),
+                m
+            );
         }
         assert!(Mode::Allow < Mode::Ask && Mode::Ask < Mode::Deny);
     }
