@@ -6,30 +6,27 @@
 //! keybinding (`--notify`, stdout not a terminal) it writes only warnings and errors:
 //! what a person needs to see is in the task's notification ([`super::progress`]).
 
-use std::collections::HashMap;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Failure, block_on, classify, connect};
-use super::follow::{
-    DaemonWatch, Gone, cancel_on_ctrl_c, daemon_gone, parse_status, say_why_cancelled,
-};
-use super::printer::{exit_for, print_events};
+mod signals;
+
+use super::client::{Failure, block_on, connect};
+use super::follow::{DaemonWatch, daemon_gone, parse_status, say_why_cancelled};
+use super::printer::exit_for;
 use super::progress::{self, Progress};
 use super::prompt::{read_prompt, resolve_workspace};
 use super::submit::{Subscribed, subscribe_and_submit};
-use super::typed::TypedLines;
 use super::{AskArgs, Exit, Out};
-use crate::agent::events::{EVENT_BUFFER, Event, EventPayload};
+use crate::agent::events::EVENT_BUFFER;
 use crate::ids::{SessionId, TaskId};
-use crate::llm::Usage;
 use crate::store::TaskStatus;
+use signals::{Follow, Followed, Inputs, output, typed_steering};
 
 pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow::Result<Exit> {
     warn_config_flag(config)?;
@@ -174,12 +171,12 @@ async fn submit_and_follow(
         true => Progress::start(&prompt).await,
         false => None,
     };
-    let (_conn, proxy, mut watch, subscribed, task, session) =
+    let (_conn, proxy, watch, subscribed, task, session) =
         match submitted(&args, &prompt, workspace, &mut progress).await? {
             Ok(v) => v,
             Err(exit) => return Ok(exit),
         };
-    let mut signals = subscribed;
+    let signals = subscribed;
     let facts = daemon_facts(&proxy, args.notify).await?;
     if args.detach {
         return print_detached(&mut out, args.task.json, &task, &session);
@@ -192,8 +189,8 @@ async fn submit_and_follow(
     let interactive = std::io::stdin().is_terminal() && !json;
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let printer = tokio::spawn(output(rx, out, json, quiet));
-    let (answers_tx, mut answers) = mpsc::channel::<(String, bool)>(8);
-    let (typed, mut steers) = typed_steering(interactive);
+    let (answers_tx, answers) = mpsc::channel::<(String, bool)>(8);
+    let (typed, steers) = typed_steering(interactive);
     let mut follow = Follow {
         task_id: task_id.clone(),
         followed: [(task.clone(), session_id.clone())].into(),
@@ -207,45 +204,23 @@ async fn submit_and_follow(
         answers: answers_tx,
         progress: progress.take(),
     };
-    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     let mut cancelled = false;
-    let (status, result) = loop {
-        tokio::select! {
-            // Events before the finish: one reader feeds both streams in bus
-            // order, so draining events first keeps task_finished last.
-            biased;
-            Some(sig) = signals.events.recv() => follow.on_event(&sig).await,
-            Some(sig) = signals.finished.recv() => {
-                let Ok(a) = sig.args() else { continue };
-                if a.task_id == task {
-                    break (a.status.clone(), a.result.clone());
-                }
-            }
-            Some(sig) = signals.approvals.recv() => follow.on_approval(&sig)?,
-            () = progress::until(follow.progress.as_ref().and_then(Progress::due)) => {
-                if let Some(p) = &mut follow.progress {
-                    p.flush().await;
-                }
-            }
-            Some(line) = steers.recv() => steer_typed(&proxy, &task, &line).await?,
-            Some((request, approve)) = answers.recv() => {
-                if let Err(e) = proxy.respond(&request, approve).await {
-                    // Answered elsewhere first (a notification, `familiar approve`).
-                    tracing::debug!("approval answer not taken: {e}");
-                }
-            }
-            r = &mut ctrl_c, if !cancelled => {
-                cancelled = true;
-                if r.is_ok() && !cancel_on_ctrl_c(&proxy, &task).await? {
-                    return Ok(Exit::Interrupted);
-                }
-            }
-            gone = DaemonWatch::gone(watch.as_mut()) => {
-                drop(follow);
-                printer.await.context("the output printer failed")??;
-                return daemon_gone(gone, &task, &session, cancelled).report();
-            }
-            else => return daemon_gone(Gone::BusLost, &task, &session, cancelled).report(),
+    let inputs = Inputs {
+        signals,
+        steers,
+        answers,
+        watch,
+    };
+    let (status, result) = match follow
+        .until_finished(&proxy, &task, inputs, &mut cancelled)
+        .await?
+    {
+        Followed::Finished { status, result } => (status, result),
+        Followed::Left => return Ok(Exit::Interrupted),
+        Followed::Gone(gone) => {
+            drop(follow);
+            printer.await.context("the output printer failed")??;
+            return daemon_gone(gone, &task, &session, cancelled).report();
         }
     };
     let status = parse_status(&status)?;
@@ -352,225 +327,4 @@ impl Notice {
         }
         Ok(())
     }
-}
-
-/// Lines typed while the task runs steer it (an approval prompt takes its own): the
-/// reader, when stdin is a terminal, and the lines it reads.
-fn typed_steering(interactive: bool) -> (Option<TypedLines>, mpsc::Receiver<String>) {
-    let (steer_tx, steers) = mpsc::channel::<String>(8);
-    let typed = if interactive {
-        TypedLines::start(move |line| {
-            if steer_tx.blocking_send(line).is_err() {
-                tracing::debug!("the task ended before the message was sent");
-            }
-        })
-    } else {
-        None
-    };
-    (typed, steers)
-}
-
-/// Sends a typed line to the task and says whether it was taken.
-async fn steer_typed(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
-    task: &str,
-    line: &str,
-) -> std::io::Result<()> {
-    let said = match proxy.steer(task, line).await {
-        Ok(()) => "  ↳ noted: your message joins the task at its next step".to_owned(),
-        Err(e) => format!("  ↳ not sent: {}", classify(e).message),
-    };
-    writeln!(std::io::stderr().lock(), "{said}")
-}
-
-/// What `ask` follows of a submitted task: its events and those of its delegated
-/// sub-tasks, passed to the printer, and its approval requests.
-struct Follow {
-    task_id: TaskId,
-    /// The task and its delegated sub-tasks (learned from `subagent_started`), with
-    /// their sessions.
-    followed: HashMap<String, SessionId>,
-    /// Whether the task's own `task_finished` event was seen.
-    saw_finish: bool,
-    /// Whether the task started a new session (no `--session`).
-    new_session: bool,
-    tx: mpsc::Sender<Arc<Event>>,
-    json: bool,
-    interactive: bool,
-    typed: Option<TypedLines>,
-    answers: mpsc::Sender<(String, bool)>,
-    /// `--notify`: the task's notification.
-    progress: Option<Progress>,
-}
-
-/// Prints the events, or under a keybinding (`quiet`) takes them and prints nothing.
-async fn output(
-    mut rx: mpsc::Receiver<Arc<Event>>,
-    out: Out,
-    json: bool,
-    quiet: bool,
-) -> anyhow::Result<()> {
-    if !quiet {
-        return print_events(rx, out, json, false).await;
-    }
-    while rx.recv().await.is_some() {}
-    Ok(())
-}
-
-impl Follow {
-    async fn on_event(&mut self, sig: &crate::dbus::proxy::TaskEvent) {
-        let Ok(a) = sig.args() else { return };
-        let Some(session) = self.followed.get(a.task_id.as_str()).cloned() else {
-            return;
-        };
-        let Ok(event_task) = TaskId::new(a.task_id.as_str()) else {
-            return;
-        };
-        let payload = match EventPayload::from_signal(&a.kind, &a.payload_json) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!(
-                    "skipping an event this client does not know ({}): {e}",
-                    a.kind
-                );
-                return;
-            }
-        };
-        if let EventPayload::SubagentStarted {
-            child_task_id,
-            child_session_id,
-            ..
-        } = &payload
-            && let Ok(child_session) = SessionId::new(child_session_id.as_str())
-        {
-            self.followed.insert(child_task_id.clone(), child_session);
-        }
-        self.saw_finish |=
-            event_task == self.task_id && matches!(payload, EventPayload::TaskFinished { .. });
-        if let Some(p) = &mut self.progress
-            && let Some(text) = progress::doing(&payload)
-        {
-            p.update(text).await;
-        }
-        let event = Arc::new(Event {
-            payload,
-            task_id: event_task,
-            session_id: session,
-        });
-        if self.tx.send(event).await.is_err() {
-            // The printer stopped (closed stdout): keep following for the exit code.
-            tracing::debug!("the output printer stopped");
-        }
-    }
-
-    fn on_approval(&self, sig: &crate::dbus::proxy::ApprovalRequested) -> std::io::Result<()> {
-        let Ok(a) = sig.args() else { return Ok(()) };
-        if !self.followed.contains_key(a.task_id.as_str()) {
-            return Ok(());
-        }
-        if !self.json {
-            // Without a notification server this line is the only place the request
-            // shows.
-            let how = if self.interactive {
-                "answer below, or run"
-            } else {
-                "run"
-            };
-            writeln!(
-                std::io::stderr().lock(),
-                "  waiting for approval {}: {how} `familiar approve {}` or `familiar deny {}`",
-                a.request_id,
-                a.request_id,
-                a.request_id
-            )?;
-        }
-        if self.interactive {
-            ask_on_tty(
-                a.request_id.clone(),
-                a.tool.clone(),
-                a.summary.clone(),
-                a.tier.clone(),
-                self.typed.clone(),
-                self.answers.clone(),
-            );
-        }
-        Ok(())
-    }
-
-    /// Ends the printed events with the task's finish: when our event subscription fell
-    /// behind and was dropped, the finish signal still says how it ended.
-    async fn finish(self, status: TaskStatus, result: &str, session_id: SessionId) {
-        if self.saw_finish {
-            return;
-        }
-        let payload = EventPayload::TaskFinished {
-            status,
-            result: result.to_owned(),
-            usage: Usage::default(),
-            iterations: 0,
-            pending_steering: 0,
-            // Without the task's own event, the kept session is guessed: a new session
-            // whose task failed or was skipped is the one the daemon may have removed.
-            session_kept: !(self.new_session
-                && matches!(status, TaskStatus::Failed | TaskStatus::Skipped)),
-        };
-        let event = Arc::new(Event {
-            payload,
-            task_id: self.task_id,
-            session_id,
-        });
-        if self.tx.send(event).await.is_err() {
-            tracing::debug!("the output printer stopped");
-        }
-    }
-}
-
-/// Asks on the terminal from a thread of its own (a blocking read that may never
-/// finish when the request is answered elsewhere; the process does not wait for it).
-fn ask_on_tty(
-    request: String,
-    tool: String,
-    summary: String,
-    tier: String,
-    typed: Option<TypedLines>,
-    answers: mpsc::Sender<(String, bool)>,
-) {
-    std::thread::spawn(move || {
-        let Ok(tty) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")
-        else {
-            return;
-        };
-        // Claimed before the prompt shows, so the answer never steers the task.
-        let question = typed.as_ref().map(TypedLines::open);
-        let mut w = &tty;
-        // The daemon made the summary visible; a signal is still not trusted to have.
-        let tool = crate::approval::visible(&tool);
-        let summary = crate::approval::terminal_safe(&summary).replace('\n', "\n│ ");
-        let tier = crate::approval::visible(&tier);
-        let asked = write!(
-            w,
-            "\n┌ familiar asks to run {tool} ({tier} tier)\n│ {summary}\n└ allow? [y]es / [N]o: "
-        )
-        .and_then(|()| w.flush());
-        if asked.is_err() {
-            return;
-        }
-        let line = match question {
-            Some(question) => question.answer().unwrap_or_default(),
-            None => {
-                let mut line = String::new();
-                if std::io::BufReader::new(&tty).read_line(&mut line).is_err() {
-                    return;
-                }
-                line
-            }
-        };
-        let approve = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
-        if answers.blocking_send((request, approve)).is_err() {
-            tracing::debug!("the task ended before the answer");
-        }
-    });
 }
