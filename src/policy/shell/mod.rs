@@ -109,7 +109,31 @@ impl State {
     /// followed.
     fn simple(&mut self, words: Vec<String>, seg: &Segment, depth: usize) {
         let (mut argv, redirects) = split_redirects(words);
-        for (op, target) in &redirects {
+        self.redirects(&redirects);
+        let reads_stdin = seg.piped_in
+            || !seg.heredocs.is_empty()
+            || redirects.iter().any(|(op, _)| op.starts_with('<'));
+
+        for w in &argv {
+            self.path_word(&self.operand(w));
+        }
+        self.strip_front(&mut argv);
+        let Some(first) = argv.first() else { return };
+        let program = program_name(first);
+
+        if program.starts_with('$') || program.contains("$(") || program.contains('`') {
+            self.out
+                .opaque("the program to run is computed at run time (`$VAR` or `$(...)`)");
+        }
+        self.out.subject(self.canonical(&argv));
+        self.cd_joined(&program, &argv);
+        self.program(&program, &argv, reads_stdin, seg, depth);
+    }
+
+    /// The files a command's redirections name, as subjects (`> FILE`, `< FILE`);
+    /// here-documents and descriptor copies name none.
+    fn redirects(&mut self, redirects: &[(String, String)]) {
+        for (op, target) in redirects {
             if matches!(op.as_str(), "<<" | "<<-" | "<<<") {
                 continue;
             }
@@ -125,14 +149,11 @@ impl State {
             };
             self.out.subject(format!("{shown} {target}"));
         }
-        let reads_stdin = seg.piped_in
-            || !seg.heredocs.is_empty()
-            || redirects.iter().any(|(op, _)| op.starts_with('<'));
+    }
 
-        for w in &argv {
-            self.path_word(&self.operand(w));
-        }
-
+    /// Drops what stands in front of the program: reserved words, assignments (each
+    /// checked), and wrappers that run another command (each recorded as a subject).
+    fn strip_front(&mut self, argv: &mut Vec<String>) {
         // Reserved words and assignments in front of the command.
         loop {
             let Some(first) = argv.first() else { return };
@@ -148,7 +169,7 @@ impl State {
 
         // Wrappers that run another command.
         while let Some(w) = argv.first().and_then(|a| wrapper(&program_name(a))) {
-            let start = w.skip(&argv, self);
+            let start = w.skip(argv, self);
             let wrapper_words = argv[..start.min(argv.len())].to_vec();
             self.out.subject(self.canonical(&wrapper_words));
             argv.drain(..start.min(argv.len()));
@@ -157,28 +178,31 @@ impl State {
                 self.check_assignment(&a);
             }
         }
-        let Some(first) = argv.first() else { return };
-        let program = program_name(first);
+    }
 
-        if program.starts_with('$') || program.contains("$(") || program.contains('`') {
-            self.out
-                .opaque("the program to run is computed at run time (`$VAR` or `$(...)`)");
-        }
-        self.out.subject(self.canonical(&argv));
-        self.cd_joined(&program, &argv);
-
-        match program.as_str() {
+    /// What the program itself runs or hides: a shell's or interpreter's payload, a
+    /// command other programs run (`su -c`, `watch`, `find -exec`, terminals), `eval`
+    /// and `source`, `cd`, git's hooks, decoded content piped on.
+    fn program(
+        &mut self,
+        program: &str,
+        argv: &[String],
+        reads_stdin: bool,
+        seg: &Segment,
+        depth: usize,
+    ) {
+        match program {
             "eval" => self.out.opaque("`eval` runs text built at run time"),
             "source" | "." => self
                 .out
                 .opaque("`source` runs a script's commands in this shell"),
-            "cd" | "pushd" => self.track_cd(&argv),
-            _ if SHELLS.contains(&program.as_str()) => {
-                self.shell_payload(&argv, reads_stdin, seg, depth);
+            "cd" | "pushd" => self.track_cd(argv),
+            _ if SHELLS.contains(&program) => {
+                self.shell_payload(argv, reads_stdin, seg, depth);
             }
-            _ if is_interpreter(&program) => self.interpreter(&program, &argv, reads_stdin),
+            _ if is_interpreter(program) => self.interpreter(program, argv, reads_stdin),
             "su" | "runuser" => {
-                if let Some(payload) = option_value(&argv, &["-c", "--command"]) {
+                if let Some(payload) = option_value(argv, &["-c", "--command"]) {
                     self.line(&payload, depth + 1);
                 }
             }
@@ -189,9 +213,9 @@ impl State {
                     self.line(cmd, depth + 1);
                 }
             }
-            "find" => self.find(&argv, depth),
-            _ if TERMINALS.contains(&program.as_str()) => self.terminal(&program, &argv, depth),
-            "git" => self.git(&argv),
+            "find" => self.find(argv, depth),
+            _ if TERMINALS.contains(&program) => self.terminal(program, argv, depth),
+            "git" => self.git(argv),
             "base64" | "base32" | "basenc" | "xxd" | "uudecode" | "openssl" | "gpg" => {
                 let decodes = argv[1..].iter().any(|a| {
                     matches!(a.as_str(), "-d" | "--decode" | "-D" | "-r" | "--decrypt")
