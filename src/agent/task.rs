@@ -337,7 +337,7 @@ impl Task {
         let refusal = refusal(&rt, &spec.soul);
         let mut task = Task::assemble(rt, spec, bus, &caller_cancel, session, transcript, place);
         let started = EventPayload::TaskStarted {
-            soul: task.spec.soul.id.to_string(),
+            soul: task.spec.soul.id.clone(),
             prompt: task.spec.prompt.clone(),
             origin: task.spec.origin.clone(),
             model: task.context.model.name.clone(),

@@ -188,13 +188,13 @@ fn event(state: &mut State, task: &str, kind: &str, payload: &str) {
                 .insert(task.to_owned(), (title(prompt), "thinking".to_owned()));
         }
         EventPayload::SubagentStarted { child_task_id, .. } => {
-            state.children.insert(child_task_id.clone());
+            state.children.insert(child_task_id.to_string());
         }
         EventPayload::ApprovalRequested { request_id, .. } => {
-            state.asking.insert(request_id.clone());
+            state.asking.insert(request_id.to_string());
         }
         EventPayload::ApprovalResolved { request_id, .. } => {
-            state.asking.remove(request_id);
+            state.asking.remove(request_id.as_str());
         }
         EventPayload::ModelProgress {
             processed, total, ..

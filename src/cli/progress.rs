@@ -98,7 +98,7 @@ pub(super) fn doing(payload: &EventPayload) -> Option<String> {
         }
         EventPayload::SubagentStarted { soul, .. } => Some(format!(
             "handing a part to {}",
-            crate::approval::visible(soul)
+            crate::approval::visible(soul.as_str())
         )),
         EventPayload::ModelProgress { .. }
         | EventPayload::PlanUpdated { .. }
@@ -498,7 +498,7 @@ mod tests {
         };
         assert_eq!(doing(&progress).as_deref(), Some("reading the prompt 40 %"));
         let call = EventPayload::ToolCallStarted {
-            call_id: "c1".into(),
+            call_id: crate::ids::CallId::new("c1").unwrap(),
             tool: "shell".into(),
             args: serde_json::json!({"command": "du -sh ~"}),
             tier: crate::catalog::Tier::Execute,

@@ -241,7 +241,7 @@ async fn a_burst_of_calls_past_the_rate_limit_is_refused_call_by_call() {
                 ..
             } = &e.payload
             {
-                Some((call_id.clone(), decision.to_string(), reason.clone()))
+                Some((call_id.to_string(), decision.to_string(), reason.clone()))
             } else {
                 None
             }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
 use crate::task::{Plan, TaskStatus, Usage};
 use crate::tier::{Mode, Tier};
 
@@ -137,7 +137,7 @@ impl EventPayload {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventPayload {
     TaskStarted {
-        soul: String,
+        soul: SoulId,
         prompt: String,
         origin: String,
         model: String,
@@ -157,7 +157,7 @@ pub enum EventPayload {
         text: String,
     },
     ToolCallStarted {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         args: serde_json::Value,
         tier: Tier,
@@ -167,21 +167,21 @@ pub enum EventPayload {
         reason: Option<String>,
     },
     ApprovalRequested {
-        request_id: String,
-        call_id: String,
+        request_id: RequestId,
+        call_id: CallId,
         tool: String,
         summary: String,
         tier: Tier,
         reason: String,
     },
     ApprovalResolved {
-        request_id: String,
-        call_id: String,
+        request_id: RequestId,
+        call_id: CallId,
         approved: bool,
         outcome: serde_json::Value,
     },
     ToolCallFinished {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         ok: bool,
         /// The first lines of the output (the transcript has all of it).
@@ -239,17 +239,17 @@ pub enum EventPayload {
     },
     /// A `delegate` call started a sub-task; its own events follow under its task id.
     SubagentStarted {
-        child_task_id: String,
-        child_session_id: String,
-        soul: String,
+        child_task_id: TaskId,
+        child_session_id: SessionId,
+        soul: SoulId,
         prompt: String,
         max_iterations: u32,
     },
     /// The sub-task ended; its answer is the `delegate` call's result.
     SubagentFinished {
-        child_task_id: String,
-        child_session_id: String,
-        soul: String,
+        child_task_id: TaskId,
+        child_session_id: SessionId,
+        soul: SoulId,
         status: TaskStatus,
         usage: Usage,
         iterations: u32,
@@ -361,7 +361,7 @@ mod tests {
         use serde_json::json;
         let mut all = vec![
             EventPayload::TaskStarted {
-                soul: "safe_assistant".into(),
+                soul: crate::ids::SoulId::new("safe_assistant").unwrap(),
                 prompt: "hi".into(),
                 origin: "cli".into(),
                 model: "qwen".into(),
@@ -424,16 +424,16 @@ mod tests {
             },
             EventPayload::LoopWarning { note: "n".into() },
             EventPayload::SubagentStarted {
-                child_task_id: "t-2".into(),
-                child_session_id: "s-2".into(),
-                soul: "research_agent".into(),
+                child_task_id: crate::ids::TaskId::new("t-2").unwrap(),
+                child_session_id: crate::ids::SessionId::new("s-2").unwrap(),
+                soul: crate::ids::SoulId::new("research_agent").unwrap(),
                 prompt: "p".into(),
                 max_iterations: 5,
             },
             EventPayload::SubagentFinished {
-                child_task_id: "t-2".into(),
-                child_session_id: "s-2".into(),
-                soul: "research_agent".into(),
+                child_task_id: crate::ids::TaskId::new("t-2").unwrap(),
+                child_session_id: crate::ids::SessionId::new("s-2").unwrap(),
+                soul: crate::ids::SoulId::new("research_agent").unwrap(),
                 status: TaskStatus::MaxIterations,
                 usage: USAGE,
                 iterations: 5,
@@ -457,7 +457,7 @@ mod tests {
     fn calls() -> [EventPayload; 4] {
         [
             EventPayload::ToolCallStarted {
-                call_id: "c1".into(),
+                call_id: crate::ids::CallId::new("c1").unwrap(),
                 tool: "shell".into(),
                 args: serde_json::json!({"command": "ls"}),
                 tier: Tier::Execute,
@@ -465,21 +465,21 @@ mod tests {
                 reason: Some("policy asks".into()),
             },
             EventPayload::ApprovalRequested {
-                request_id: "r-1".into(),
-                call_id: "c1".into(),
+                request_id: crate::ids::RequestId::new("r-1").unwrap(),
+                call_id: crate::ids::CallId::new("c1").unwrap(),
                 tool: "shell".into(),
                 summary: "shell: ls".into(),
                 tier: Tier::SystemCritical,
                 reason: "policy asks".into(),
             },
             EventPayload::ApprovalResolved {
-                request_id: "r-1".into(),
-                call_id: "c1".into(),
+                request_id: crate::ids::RequestId::new("r-1").unwrap(),
+                call_id: crate::ids::CallId::new("c1").unwrap(),
                 approved: true,
                 outcome: serde_json::json!("approved"),
             },
             EventPayload::ToolCallFinished {
-                call_id: "c1".into(),
+                call_id: crate::ids::CallId::new("c1").unwrap(),
                 tool: "shell".into(),
                 ok: true,
                 preview: "a\nb".into(),

@@ -233,7 +233,7 @@ impl<'t> Collector<'t> {
         };
         self.emitter
             .emit(EventPayload::ToolCallStarted {
-                call_id: id.to_string(),
+                call_id: id.clone(),
                 tool: name.clone(),
                 args: args.clone(),
                 tier,

@@ -284,8 +284,8 @@ async fn ask(
     };
     let request_id = request.request_id.clone();
     env.send(EventPayload::ApprovalRequested {
-        request_id: request_id.to_string(),
-        call_id: spec.call_id.to_string(),
+        request_id: request_id.clone(),
+        call_id: spec.call_id.clone(),
         tool: spec.name.clone(),
         summary: spec.summary.clone(),
         tier: spec.tier,
@@ -293,8 +293,8 @@ async fn ask(
     });
     let resolution = env.approvals.ask(request, &env.tool_ctx.cancel).await;
     env.send(EventPayload::ApprovalResolved {
-        request_id: request_id.to_string(),
-        call_id: spec.call_id.to_string(),
+        request_id: request_id.clone(),
+        call_id: spec.call_id.clone(),
         approved: resolution.approved(),
         outcome: serde_json::to_value(&resolution).unwrap_or_default(),
     });
@@ -316,7 +316,7 @@ async fn ask(
 /// `tool_call_finished`, whether it ran, was refused, timed out waiting for approval or
 /// named a tool this build lacks.
 async fn run_call(env: &CallEnv, spec: CallSpec) -> CallResult {
-    let (call_id, tool) = (spec.call_id.to_string(), spec.name.clone());
+    let (call_id, tool) = (spec.call_id.clone(), spec.name.clone());
     // The person's time to answer is not the tool's: reported apart.
     let mut approval_wait = None;
     let result = decide_and_run(env, spec, &mut approval_wait).await;

@@ -118,7 +118,7 @@ impl Subagents for Delegator {
                 () = cancel.cancelled() => return Err(ToolError::model("cancelled: the task was stopped")),
             };
             let child = spec.task_id.clone();
-            let soul = spec.soul.id.to_string();
+            let soul = spec.soul.id.clone();
             let parent_event = |payload| {
                 Arc::new(Event {
                     payload,
@@ -136,8 +136,8 @@ impl Subagents for Delegator {
                 ToolError::model(format!("cannot create the sub-task's session: {e}"))
             })?;
             let started = parent_event(EventPayload::SubagentStarted {
-                child_task_id: child.to_string(),
-                child_session_id: child_session.to_string(),
+                child_task_id: child.clone(),
+                child_session_id: child_session.clone(),
                 soul: soul.clone(),
                 prompt: spec.prompt.clone(),
                 max_iterations: spec.soul.max_iterations,
@@ -151,8 +151,8 @@ impl Subagents for Delegator {
                 iterations,
             } = run(Arc::clone(&rt), spec, child_bus, cancel).await;
             let finished = parent_event(EventPayload::SubagentFinished {
-                child_task_id: child.to_string(),
-                child_session_id: child_session.to_string(),
+                child_task_id: child.clone(),
+                child_session_id: child_session.clone(),
                 soul: soul.clone(),
                 status,
                 usage,

@@ -110,9 +110,9 @@ impl Follow {
             child_session_id,
             ..
         } = &payload
-            && let Ok(child_session) = SessionId::new(child_session_id.as_str())
         {
-            self.followed.insert(child_task_id.clone(), child_session);
+            self.followed
+                .insert(child_task_id.to_string(), child_session_id.clone());
         }
         self.saw_finish |=
             event_task == self.task_id && matches!(payload, EventPayload::TaskFinished { .. });

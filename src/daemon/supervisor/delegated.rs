@@ -13,7 +13,7 @@ use crate::agent::TaskSpec;
 use crate::agent::events::{Event, EventPayload};
 use crate::agent::steering::Steering;
 use crate::daemon::Op;
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{SessionId, SoulId, TaskId};
 use crate::llm::Usage;
 use crate::store::TaskStatus;
 
@@ -23,7 +23,7 @@ pub enum ChildNote {
         child: TaskId,
         parent: TaskId,
         session_id: SessionId,
-        soul: String,
+        soul: SoulId,
         prompt: String,
     },
     Finished {
@@ -50,7 +50,7 @@ impl<E: Effects> Supervisor<E> {
                 };
                 p.children.push(child.clone());
                 let rt = self.shared.runtime.get();
-                let Ok(soul) = rt.settings.souls.get(&soul) else {
+                let Ok(soul) = rt.settings.souls.get(soul.as_str()) else {
                     return;
                 };
                 // Listed, never run by the owner: its parent's tool call runs it.
@@ -116,9 +116,7 @@ pub(super) async fn forward_events<E: Effects>(
     while let Some(ev) = rx.recv().await {
         effects.task_event(&ev).await;
         let note = if let EventPayload::SubagentStarted { child_task_id, .. } = &ev.payload {
-            if let Ok(child) = TaskId::new(child_task_id.as_str()) {
-                parents.insert(child, ev.task_id.clone());
-            }
+            parents.insert(child_task_id.clone(), ev.task_id.clone());
             None
         } else if let EventPayload::TaskStarted { soul, prompt, .. } = &ev.payload {
             parents.get(&ev.task_id).map(|parent| ChildNote::Started {
