@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use crate::agent::calls::ending::{DEGENERATE_MARKER, Turn};
+use crate::agent::calls::collector::DEGENERATE_MARKER;
+use crate::agent::calls::ending::Turn;
 use crate::agent::calls::failure::model_failure;
 use crate::agent::loop_detect::{LoopDetector, LoopVerdict, signature};
 use crate::llm::{FinishReason, LlmError, Usage};

@@ -29,9 +29,9 @@ use futures::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::calls::collector::Collector;
+use crate::agent::calls::collector::{Collected, Collector};
 use crate::agent::calls::dispatch::{CallEnv, MAX_PARALLEL};
-use crate::agent::calls::ending::{CallEnd, Collected};
+use crate::agent::calls::ending::CallEnd;
 use crate::agent::context::Boundary;
 use crate::agent::context::reminder::Budget;
 use crate::agent::events::{EventBus, EventPayload};

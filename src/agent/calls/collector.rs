@@ -1,6 +1,7 @@
 //! Collecting one model call: the stream loop that passes each complete tool call
 //! through the gate and submits it to the dispatcher while the model is still writing,
-//! and drains the calls' events until every call has finished. What the call then
+//! and drains the calls' events until every call has finished: what is left is the
+//! [`Collected`]. What the call then
 //! becomes (the results folded in call order, the [`Turn`](super::ending::Turn) or a
 //! failure) is [`ending`](super::ending).
 //!
@@ -15,15 +16,84 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::calls::dispatch::{
     CallEnv, CallResult, CallSpec, Dispatcher, Disposition, Submitted,
 };
-use crate::agent::calls::ending::{Collected, DEGENERATE_MARKER};
 use crate::agent::calls::gate::{CallGate, Decided, rate_limited_event};
 use crate::agent::emitter::Emitter;
 use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::plan::{PlanTracker, describe_call};
 use crate::agent::trail::{Judgement, Trail};
 use crate::ids::{CallId, TaskId};
-use crate::llm::{ClientEvent, ContentBlock, InvalidArguments, LlmClient, Request, StreamEvent};
+use crate::llm::{
+    ClientEvent, ContentBlock, ContextOverflow, FinishReason, InvalidArguments, LlmClient,
+    LlmError, Request, StreamEvent, Usage,
+};
 use crate::store::{AuditDecision, Context};
+
+/// What one model call left behind once every call it made has finished.
+#[derive(Default)]
+pub(in crate::agent) struct Collected {
+    /// The assistant's content so far (text before a call, thinking, calls).
+    pub(super) blocks: Vec<ContentBlock>,
+    /// Text after the last block.
+    pub(super) text: String,
+    pub(super) finish: Option<FinishReason>,
+    pub(super) usage: Usage,
+    /// Calls the gate refused.
+    pub(super) refused: usize,
+    pub(in crate::agent) error: Option<LlmError>,
+    pub(super) calls: Vec<(Submitted, CallResult)>,
+}
+
+impl Collected {
+    pub(in crate::agent) fn usage(&self) -> &Usage {
+        &self.usage
+    }
+
+    /// The answer's text that streamed before the task was stopped (cancelled, its wall
+    /// clock or budget out), which the session keeps; `None` when not stopped or no
+    /// text came.
+    pub(in crate::agent) fn cut_text(&self) -> Option<String> {
+        if !matches!(self.error, Some(LlmError::Cancelled)) {
+            return None;
+        }
+        let text = streamed_text(&self.blocks, &self.text);
+        (!text.trim().is_empty()).then_some(text)
+    }
+}
+
+/// The text blocks of an answer, then the text after the last block.
+pub(super) fn streamed_text(blocks: &[ContentBlock], tail: &str) -> String {
+    let mut text: String = blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            ContentBlock::Thinking { .. }
+            | ContentBlock::Reminder { .. }
+            | ContentBlock::ToolUse { .. }
+            | ContentBlock::ToolResult { .. } => None,
+        })
+        .collect();
+    text.push_str(tail);
+    text
+}
+
+impl Collected {
+    /// The overflow the call failed with, when nothing else came of it (no output, no
+    /// tool call): sending it again after compaction loses nothing.
+    pub(in crate::agent) fn bare_overflow(&self) -> Option<ContextOverflow> {
+        match &self.error {
+            Some(LlmError::ContextOverflow(o))
+                if self.blocks.is_empty() && self.text.is_empty() && self.calls.is_empty() =>
+            {
+                Some(o.clone())
+            }
+            Some(_) | None => None,
+        }
+    }
+}
+
+/// Closes an answer cut for repeating itself (`… {repeats} times]` follows), so the
+/// model reads on the next turn what happened to its answer.
+pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the same text repeated";
 
 /// The events of one turn's calls, as they run.
 pub(in crate::agent) type CallEvents = mpsc::UnboundedReceiver<EventPayload>;

@@ -1,5 +1,5 @@
-//! How one model call ends: what it left once every call it made finished
-//! ([`Collected`]), the calls' results folded into the conversation in call order, the
+//! How one model call ends: from what the stream and its calls left ([`Collected`],
+//! the collector's), the calls' results folded into the conversation in call order, the
 //! answer recorded (cut, empty or whole), and what the task does next ([`CallEnd`]:
 //! the [`Turn`] for the state machine, a retry, an overflow for the context keeper, or
 //! the task's end in [`failure`](super::failure)'s words). The stream loop that fills
@@ -7,14 +7,14 @@
 
 use serde_json::json;
 
-use crate::agent::calls::collector::Collector;
+use crate::agent::calls::collector::{Collected, Collector, streamed_text};
 use crate::agent::calls::dispatch::{CallResult, Submitted};
 use crate::agent::calls::failure;
 use crate::agent::context::record;
 use crate::agent::context::system_prompt::wrap_tool_output;
 use crate::agent::events::EventPayload;
 use crate::agent::hooks::ToolCallRef;
-use crate::llm::{ContentBlock, ContextOverflow, FinishReason, LlmError, Message, Role, Usage};
+use crate::llm::{ContentBlock, ContextOverflow, FinishReason, LlmError, Message, Role};
 use crate::store::TaskStatus;
 
 /// What one model call and its tools produced.
@@ -41,79 +41,12 @@ pub(in crate::agent) enum CallEnd {
     Finish(TaskStatus, String),
 }
 
-/// What one model call left behind once every call it made has finished.
-#[derive(Default)]
-pub(in crate::agent) struct Collected {
-    /// The assistant's content so far (text before a call, thinking, calls).
-    pub(super) blocks: Vec<ContentBlock>,
-    /// Text after the last block.
-    pub(super) text: String,
-    pub(super) finish: Option<FinishReason>,
-    pub(super) usage: Usage,
-    /// Calls the gate refused.
-    pub(super) refused: usize,
-    pub(in crate::agent) error: Option<LlmError>,
-    pub(super) calls: Vec<(Submitted, CallResult)>,
-}
-
-impl Collected {
-    pub(in crate::agent) fn usage(&self) -> &Usage {
-        &self.usage
-    }
-
-    /// The answer's text that streamed before the task was stopped (cancelled, its wall
-    /// clock or budget out), which the session keeps; `None` when not stopped or no
-    /// text came.
-    pub(in crate::agent) fn cut_text(&self) -> Option<String> {
-        if !matches!(self.error, Some(LlmError::Cancelled)) {
-            return None;
-        }
-        let text = streamed_text(&self.blocks, &self.text);
-        (!text.trim().is_empty()).then_some(text)
-    }
-}
-
-/// The text blocks of an answer, then the text after the last block.
-fn streamed_text(blocks: &[ContentBlock], tail: &str) -> String {
-    let mut text: String = blocks
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            ContentBlock::Thinking { .. }
-            | ContentBlock::Reminder { .. }
-            | ContentBlock::ToolUse { .. }
-            | ContentBlock::ToolResult { .. } => None,
-        })
-        .collect();
-    text.push_str(tail);
-    text
-}
-
-impl Collected {
-    /// The overflow the call failed with, when nothing else came of it (no output, no
-    /// tool call): sending it again after compaction loses nothing.
-    pub(in crate::agent) fn bare_overflow(&self) -> Option<ContextOverflow> {
-        match &self.error {
-            Some(LlmError::ContextOverflow(o))
-                if self.blocks.is_empty() && self.text.is_empty() && self.calls.is_empty() =>
-            {
-                Some(o.clone())
-            }
-            Some(_) | None => None,
-        }
-    }
-}
-
 /// The calls' results folded into the conversation.
 struct Folded {
     results: Vec<ContentBlock>,
     fatal: Option<String>,
     signatures: Vec<(String, serde_json::Value)>,
 }
-
-/// Closes an answer cut for repeating itself (`… {repeats} times]` follows), so the
-/// model reads on the next turn what happened to its answer.
-pub const DEGENERATE_MARKER: &str = "\n\n[familiar cut this answer here: the same text repeated";
 
 /// Closes an answer the task's stop cut (Ctrl-C, `cancel`, the wall clock, a daemon stop).
 pub const CUT_MARKER: &str =
