@@ -68,44 +68,17 @@ mod secs {
     }
 }
 
-/// How a request ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Resolution {
-    Approved {
-        by: String,
-    },
-    /// An earlier "allow for N minutes" covered it.
-    Granted,
-    Denied {
-        by: String,
-    },
-    TimedOut,
-    /// Nothing could show the question to a person.
-    NobodyToAsk,
-    Cancelled,
-}
+/// How a request ended: the bus contract's type (`approval_resolved`'s `outcome`).
+pub use familiar_protocol::events::Resolution;
 
-impl Resolution {
-    pub fn approved(&self) -> bool {
-        match self {
-            Resolution::Approved { .. } | Resolution::Granted => true,
-            Resolution::Denied { .. }
-            | Resolution::TimedOut
-            | Resolution::NobodyToAsk
-            | Resolution::Cancelled => false,
-        }
-    }
-
-    /// A sentence for the model when the call does not run.
-    pub fn denial_reason(&self) -> String {
-        match self {
-            Resolution::Approved { .. } | Resolution::Granted => String::new(),
-            Resolution::Denied { by } => format!("the user denied this call ({by})"),
-            Resolution::TimedOut => "nobody answered the approval request in time; it was denied".into(),
-            Resolution::NobodyToAsk => "this call needs the user's approval and nobody could be asked (no terminal, no desktop session); it was denied".into(),
-            Resolution::Cancelled => "the task was cancelled while waiting for approval".into(),
-        }
+/// A sentence for the model when the call does not run (`""` when it does).
+pub fn denial_reason(resolution: &Resolution) -> String {
+    match resolution {
+        Resolution::Approved { .. } | Resolution::Granted => String::new(),
+        Resolution::Denied { by } => format!("the user denied this call ({by})"),
+        Resolution::TimedOut => "nobody answered the approval request in time; it was denied".into(),
+        Resolution::NobodyToAsk => "this call needs the user's approval and nobody could be asked (no terminal, no desktop session); it was denied".into(),
+        Resolution::Cancelled => "the task was cancelled while waiting for approval".into(),
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use zbus::Connection;
 
 use crate::agent::events::EventPayload;
+use crate::approval::Resolution;
 use crate::dbus::notifications::{
     ACTION_DEFAULT, Capabilities, NotificationsProxy, Shown, Signal, Signals, show,
 };
@@ -84,14 +85,12 @@ pub(super) fn doing(payload: &EventPayload) -> Option<String> {
             let first = summary.lines().next().unwrap_or_default();
             Some(format!("waiting for your answer: {}", shorten(first, 120)))
         }
-        EventPayload::ApprovalResolved {
-            approved, outcome, ..
-        } => Some(match (approved, outcome["by"].as_str()) {
-            (true, _) => "approved; running it".to_owned(),
-            (false, Some(by)) if by.contains("dismissed") => {
+        EventPayload::ApprovalResolved { outcome, .. } => Some(match outcome {
+            Resolution::Approved { .. } | Resolution::Granted => "approved; running it".to_owned(),
+            Resolution::Denied { by } if by.contains("dismissed") => {
                 "you dismissed the question: the call was denied".to_owned()
             }
-            (false, _) => "denied; thinking again".to_owned(),
+            _ => "denied; thinking again".to_owned(),
         }),
         EventPayload::Retry { .. } | EventPayload::RateLimited { .. } => {
             Some("the model is busy; trying again".to_owned())

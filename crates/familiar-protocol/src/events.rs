@@ -16,6 +16,42 @@ use crate::tier::{Mode, Tier};
 /// the [`Mode`] the call got, `allow`, `ask` or `deny`.
 pub type CallDecision = Mode;
 
+/// How an approval request ended (`approval_resolved`'s `outcome`, an object whose own
+/// `outcome` names the variant: `{"outcome": "denied", "by": "dbus:1.42"}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Resolution {
+    /// A person approved; `by` says where (`dbus:…`, `tty`, `notification`; empty when
+    /// a sender left it out).
+    Approved {
+        #[serde(default)]
+        by: String,
+    },
+    /// An earlier "allow for N minutes" covered it.
+    Granted,
+    Denied {
+        #[serde(default)]
+        by: String,
+    },
+    TimedOut,
+    /// Nothing could show the question to a person.
+    NobodyToAsk,
+    Cancelled,
+}
+
+impl Resolution {
+    /// Whether the call runs.
+    pub fn approved(&self) -> bool {
+        match self {
+            Resolution::Approved { .. } | Resolution::Granted => true,
+            Resolution::Denied { .. }
+            | Resolution::TimedOut
+            | Resolution::NobodyToAsk
+            | Resolution::Cancelled => false,
+        }
+    }
+}
+
 /// Which compaction ran (the `compaction` event's `mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -178,7 +214,7 @@ pub enum EventPayload {
         request_id: RequestId,
         call_id: CallId,
         approved: bool,
-        outcome: serde_json::Value,
+        outcome: Resolution,
     },
     ToolCallFinished {
         call_id: CallId,
@@ -475,8 +511,10 @@ mod tests {
             EventPayload::ApprovalResolved {
                 request_id: crate::ids::RequestId::new("r-1").unwrap(),
                 call_id: crate::ids::CallId::new("c1").unwrap(),
-                approved: true,
-                outcome: serde_json::json!("approved"),
+                approved: false,
+                outcome: Resolution::Denied {
+                    by: "dbus::1.42".into(),
+                },
             },
             EventPayload::ToolCallFinished {
                 call_id: crate::ids::CallId::new("c1").unwrap(),
@@ -498,7 +536,7 @@ mod tests {
         r#"{"kind":"text_delta","text":"hi","task_id":"t-1","session_id":"s-1"}"#,
         r#"{"kind":"tool_call_started","call_id":"c1","tool":"shell","args":{"command":"ls"},"tier":"execute","decision":"ask","reason":"policy asks","task_id":"t-1","session_id":"s-1"}"#,
         r#"{"kind":"approval_requested","request_id":"r-1","call_id":"c1","tool":"shell","summary":"shell: ls","tier":"system_critical","reason":"policy asks","task_id":"t-1","session_id":"s-1"}"#,
-        r#"{"kind":"approval_resolved","request_id":"r-1","call_id":"c1","approved":true,"outcome":"approved","task_id":"t-1","session_id":"s-1"}"#,
+        r#"{"kind":"approval_resolved","request_id":"r-1","call_id":"c1","approved":false,"outcome":{"outcome":"denied","by":"dbus::1.42"},"task_id":"t-1","session_id":"s-1"}"#,
         r#"{"kind":"tool_call_finished","call_id":"c1","tool":"shell","ok":true,"preview":"a\nb","duration_ms":12,"approval_wait_ms":1500,"task_id":"t-1","session_id":"s-1"}"#,
         r#"{"kind":"plan_updated","plan":{"goal":"g","steps":[{"description":"d","status":"in_progress","output":null}]},"progress":0.5,"task_id":"t-1","session_id":"s-1"}"#,
         r#"{"kind":"compaction","mode":"full","tokens_before":9000,"tokens_after":1200,"messages_before":61,"messages_after":4,"task_id":"t-1","session_id":"s-1"}"#,

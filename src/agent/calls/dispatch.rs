@@ -26,7 +26,7 @@ use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use crate::agent::plan::shorten;
 use crate::agent::trail::{Approval, Judgement, Trail};
-use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution};
+use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution, denial_reason};
 use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
 use crate::policy::Tier;
 use crate::store::{AuditDecision, AuditOutcome};
@@ -296,7 +296,7 @@ async fn ask(
         request_id: request_id.clone(),
         call_id: spec.call_id.clone(),
         approved: resolution.approved(),
-        outcome: serde_json::to_value(&resolution).unwrap_or_default(),
+        outcome: resolution.clone(),
     });
     spec.trail.approval = Some(if resolution.approved() {
         Approval::Approved
@@ -305,9 +305,9 @@ async fn ask(
     });
     match resolution {
         Resolution::Approved { .. } | Resolution::Granted => Ok(AuditDecision::Approved),
-        Resolution::TimedOut => Err((AuditDecision::ApprovalTimeout, resolution.denial_reason())),
+        Resolution::TimedOut => Err((AuditDecision::ApprovalTimeout, denial_reason(&resolution))),
         Resolution::Denied { .. } | Resolution::NobodyToAsk | Resolution::Cancelled => {
-            Err((AuditDecision::Denied, resolution.denial_reason()))
+            Err((AuditDecision::Denied, denial_reason(&resolution)))
         }
     }
 }
