@@ -185,16 +185,7 @@ impl<'t> Collector<'t> {
             });
         }
         if cut || !results.is_empty() {
-            self.record(Message {
-                role: Role::Assistant,
-                content: blocks,
-            });
-        }
-        if !results.is_empty() {
-            self.record(Message {
-                role: Role::User,
-                content: results,
-            });
+            self.record_turn(blocks, results);
         }
         call_end(err)
     }
