@@ -180,6 +180,15 @@ fn show_soul(l: &Loaded, soul: &Soul, out: &mut Out) -> anyhow::Result<()> {
         "  sandbox write: {} + the task workspace",
         list(&soul.sandbox.write)
     )?;
+    if !soul.sandbox.startup.is_empty() {
+        writeln!(out, "  named closed:  {}", list(&soul.sandbox.startup))?;
+    }
+    let closed = crate::policy::closed::Closed::from_env(&l.config.paths.home);
+    writeln!(
+        out,
+        "  closed:        {}: never written unless named in [sandbox] startup",
+        closed.describe()
+    )?;
     writeln!(
         out,
         "  network:       {}{}",
@@ -247,15 +256,43 @@ pub fn policy_check(
         args: &args,
     };
     let verdict = policy::decide(&soul.id, &soul.grant, &l.policy, &call, &ctx);
+    let closed = closed_refusal(&l.config.paths.home, &cwd, soul, tier, &args);
     if json {
         out.json_pretty(&verdict)?;
     } else {
         writeln!(out, "{verdict}")?;
+        if let Some(refusal) = &closed {
+            writeln!(out, "{refusal}")?;
+        }
+    }
+    if closed.is_some() {
+        return Ok(Exit::Failed);
     }
     Ok(match verdict.decision {
         Decision::Allow => Exit::Completed,
         Decision::Ask { .. } | Decision::Deny { .. } => Exit::Failed,
     })
+}
+
+/// Why the sandbox refuses a write-tier call's `path` however the policy decides: it
+/// lies in a closed place the soul does not name (`policy::closed`).
+fn closed_refusal(
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+    soul: &Soul,
+    tier: crate::catalog::Tier,
+    args: &serde_json::Value,
+) -> Option<String> {
+    if tier != crate::catalog::Tier::Write {
+        return None;
+    }
+    let path = crate::config::expand_home(std::path::Path::new(args.get("path")?.as_str()?), home);
+    let path = cwd.join(path);
+    crate::policy::closed::Closed::from_env(home).refuses_write(
+        &path,
+        &soul.sandbox.write,
+        &soul.sandbox.startup,
+    )
 }
 
 pub fn snapshot(config: &Option<PathBuf>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {

@@ -20,6 +20,7 @@
 //! - [`paths`]: path normalisation and the protected-path test.
 //! - [`pattern`]: a rule's regex, and when it is compiled.
 
+pub mod closed;
 pub mod decide;
 pub mod file;
 pub mod load;

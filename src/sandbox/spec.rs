@@ -27,9 +27,14 @@
 //!   `stat` of other processes stay visible, as they are to `ps`.
 //! - `/sys/devices/system/cpu`: `nproc` and thread pools sizing themselves.
 //!
-//! Writable: the soul's `write` trees, the task workspace (created here, because
-//! Landlock rules need an inode and `path_beneath_rules` silently skips a missing path)
-//! and `/dev/null`. `TMPDIR` points into the workspace, since `/tmp` is not writable.
+//! Writable: the soul's `write` trees and `[sandbox] startup` paths, the task workspace
+//! (created here, because Landlock rules need an inode and `path_beneath_rules`
+//! silently skips a missing path) and `/dev/null`, minus the closed places
+//! ([`crate::policy::closed`]: hidden entries of the home, `$XDG_CONFIG_HOME`, the
+//! user's program directories, …) carved out of every tree that is not inside one. A
+//! soul's tree inside a closed place is granted only when the soul names it exactly in
+//! `startup` (or it is a data directory of its own); the workspace always is. `TMPDIR`
+//! points into the workspace, since `/tmp` is not writable.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,7 +49,7 @@ pub use familiar_sandbox::spec::{
 use super::SandboxError;
 use super::plan::PlanCache;
 use super::resources::TaskResources;
-use crate::policy::startup;
+use crate::policy::closed::Closed;
 
 /// What a soul's tools may touch, as the soul's `[sandbox]` table says it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,8 +65,9 @@ pub struct SandboxSpec {
     pub udp: bool,
     /// Refuse to run unless Landlock is fully enforced.
     pub require: bool,
-    /// Startup files the tools may write (`[sandbox] startup`): exact entries of
-    /// `policy::startup`, each otherwise carved out of every writable tree.
+    /// Paths in the closed places the tools may write (`[sandbox] startup`), each named
+    /// exactly: writable trees of their own, otherwise carved out of every tree
+    /// ([`crate::policy::closed`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup: Vec<PathBuf>,
     /// Unix sockets the tools may connect to (`[sandbox] sockets`); none by default,
@@ -117,10 +123,13 @@ pub struct SandboxPolicy {
     pub write: Vec<PathBuf>,
     /// Carved out of every tree above, whatever it is named as.
     pub protected: Vec<PathBuf>,
-    /// Carved out of the writable trees only: familiar's own binaries and the
-    /// directories that say what the user manager and the bus start unconfined
-    /// ([`write_protected`]).
+    /// Carved out of the writable trees only: familiar's own binaries (added by the
+    /// launcher, [`super::SandboxLauncher`]).
     pub write_protected: Vec<PathBuf>,
+    /// Carved out of each writable tree that does not lie inside it: the closed places
+    /// and the named start-up entries ([`Closed::carved`]). The trees inside one are
+    /// only those [`Closed::admits`] and the workspace.
+    pub closed: Vec<PathBuf>,
     /// TCP connect and bind allowed.
     pub network: bool,
     /// UDP sockets as well (with `network` only).
@@ -174,17 +183,19 @@ impl SandboxPolicy {
             .map(PathBuf::from)
             .chain(spec.read.iter().cloned())
             .collect();
+        let closed = Closed::from_env(home);
         let write = BASELINE_WRITE
             .iter()
             .map(PathBuf::from)
-            .chain(spec.write.iter().cloned())
+            .chain(writable_trees(spec, &closed))
             .chain([workspace.to_owned()])
             .collect();
         Ok(SandboxPolicy {
             read,
             write,
             protected: protected.to_vec(),
-            write_protected: write_protected(home, &spec.startup),
+            write_protected: Vec::new(),
+            closed: closed.carved(),
             network: spec.network,
             udp: spec.network && spec.udp,
             pid_namespace: true,
@@ -234,6 +245,7 @@ impl SandboxPolicy {
             &self.write,
             &self.protected,
             &self.write_protected,
+            &self.closed,
         );
         serde_json::to_vec(&HelperSpecRef {
             plan: &plan,
@@ -251,18 +263,24 @@ impl SandboxPolicy {
     }
 }
 
-/// What no tool may write, whatever its soul's `write` trees: the places that decide
-/// what runs outside any sandbox later (`policy::startup`: user units, D-Bus
-/// activation files, shell and login startup files, git's configuration, …), but
-/// those the soul names in `granted`. The launcher adds familiar's own binaries and
-/// the helper it runs as it starts each call. A workspace repository's `.git/hooks`
-/// is not carved here: carving it would close the workspace's root to new files
-/// (Landlock can only allow), so writes there are asked instead (`policy::decide`).
-pub fn write_protected(home: &Path, granted: &[PathBuf]) -> Vec<PathBuf> {
-    startup::paths(home)
-        .into_iter()
-        .filter(|p| !granted.contains(p))
-        .collect()
+/// The soul's writable trees the closed places admit ([`Closed::admits_really`]), then its
+/// `startup` paths. A tree inside a closed place that the soul did not name exactly is
+/// left out (a soul file saying so is refused at load, but the daemon's `XDG_*` may
+/// differ from the loader's).
+pub fn writable_trees(spec: &SandboxSpec, closed: &Closed) -> Vec<PathBuf> {
+    let mut out = Vec::with_capacity(spec.write.len() + spec.startup.len());
+    for root in &spec.write {
+        if closed.admits_really(root, &spec.startup) {
+            out.push(root.clone());
+        } else {
+            tracing::warn!(
+                "writable tree {} left out: it is in a place familiar keeps closed (name the exact path in [sandbox] startup)",
+                root.display()
+            );
+        }
+    }
+    out.extend(spec.startup.iter().cloned());
+    out
 }
 
 /// The command's environment: the allowlisted variables of `vars`, `HOME` set to

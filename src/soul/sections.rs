@@ -16,6 +16,7 @@ use crate::catalog::{self, Tier};
 use crate::config::{expand_home, parse_duration};
 use crate::error::FileError;
 use crate::ids::SoulId;
+use crate::policy::closed::Closed;
 use crate::policy::{Mode, Policy, RateLimits, TierModes};
 use crate::sandbox::{Resources, SandboxSpec};
 
@@ -398,31 +399,60 @@ impl Fields<'_> {
 
     /// `[sandbox]`: absolute paths (`~/` expanded); reads the home by default.
     pub(super) fn sandbox(&self, sb: SandboxToml) -> Result<SandboxSpec, FileError> {
+        let closed = Closed::from_env(self.home);
+        let startup = self.startup(sb.startup, &closed)?;
         Ok(SandboxSpec {
             read: self.paths(sb.read, &["~"])?,
-            write: self.paths(sb.write, &[])?,
+            write: self.write(sb.write, &closed, &startup)?,
             network: sb.network.unwrap_or(false),
             udp: sb.udp.unwrap_or(false),
             require: sb.require.unwrap_or(false),
-            startup: self.startup(sb.startup)?,
+            startup,
             sockets: self.paths(sb.sockets, &[])?,
         })
     }
 
-    /// `[sandbox] startup`: each an exact startup entry (`policy::startup`), which the
-    /// soul's tools may then write, asked each time.
-    fn startup(&self, list: Option<Vec<Spanned<String>>>) -> Result<Vec<PathBuf>, FileError> {
+    /// `[sandbox] write`: none inside a closed place (`policy::closed`) but a data
+    /// directory beneath `$XDG_DATA_HOME`; those are named in `startup`, exactly.
+    fn write(
+        &self,
+        list: Option<Vec<Spanned<String>>>,
+        closed: &Closed,
+        startup: &[PathBuf],
+    ) -> Result<Vec<PathBuf>, FileError> {
         let spans: Vec<_> = list.iter().flatten().map(|p| p.span()).collect();
         let paths = self.paths(list, &[])?;
         for (path, span) in paths.iter().zip(spans) {
-            if !crate::policy::startup::paths(self.home).contains(path) {
-                return Err(self.at(
-                    span,
-                    format!(
-                        "`{}` is not a startup file familiar keeps closed (docs/souls.md lists them)",
-                        path.display()
-                    ),
-                ));
+            if closed.admits_really(path, startup) {
+                continue;
+            }
+            let why = closed
+                .place_of(path)
+                .map_or("it holds start-up files", |p| p.why.words());
+            return Err(self.at(
+                span,
+                format!(
+                    "`{}` is closed ({why}): a tool could plant something there that runs outside the sandbox later; name the exact files or directories the soul needs in `[sandbox] startup`",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(paths)
+    }
+
+    /// `[sandbox] startup`: each a path inside a closed place (`policy::closed`), never
+    /// a place whole, which the soul's tools may then write (a start-up file's writes
+    /// still asked each time).
+    fn startup(
+        &self,
+        list: Option<Vec<Spanned<String>>>,
+        closed: &Closed,
+    ) -> Result<Vec<PathBuf>, FileError> {
+        let spans: Vec<_> = list.iter().flatten().map(|p| p.span()).collect();
+        let paths = self.paths(list, &[])?;
+        for (path, span) in paths.iter().zip(spans) {
+            if let Some(why) = closed.refuses_as_startup(path) {
+                return Err(self.at(span, why));
             }
         }
         Ok(paths)

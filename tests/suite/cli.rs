@@ -57,6 +57,38 @@ fn souls_show_prints_tools_with_modes_in_force() {
 }
 
 #[test]
+fn souls_show_says_what_is_closed() {
+    let home = TestHome::new();
+    home.familiar()
+        .args(["souls", "show", "system_admin"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("closed:"))
+        .stdout(predicate::str::contains("~/.* (every hidden entry)"))
+        .stdout(predicate::str::contains("~/.local/bin"));
+}
+
+/// The policy may allow a write the sandbox refuses: `policy check` says so.
+#[test]
+fn policy_check_says_the_sandbox_refuses_a_closed_write() {
+    let home = TestHome::new();
+    home.familiar()
+        .args([
+            "policy",
+            "check",
+            "--soul",
+            "system_admin",
+            "--",
+            "write_file",
+        ])
+        .arg(r#"{"path": "~/.vimrc", "content": "x"}"#)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("the sandbox refuses this write"))
+        .stdout(predicate::str::contains("[sandbox] startup"));
+}
+
+#[test]
 fn unknown_soul_is_a_usage_error_naming_the_known_ones() {
     let home = TestHome::new();
     home.familiar()

@@ -21,7 +21,8 @@ use crate::common::sandbox::{SandboxHome, landlock_available, launcher, sh};
 const EACCES: i32 = 13;
 const FACT: &str = "the backup disk is /mnt/backup";
 
-/// A soul that reads all of `$HOME` and writes the data dir, under the
+/// A soul that reads all of `$HOME` and writes the data dir (a closed place: it names
+/// it in `[sandbox] startup`), under the
 /// shipped default policy with familiar's own paths protected (as `policy::load` does
 /// for every task).
 fn sandbox_for(h: &SandboxHome, data_dir: &std::path::Path) -> SandboxPolicy {
@@ -32,7 +33,7 @@ fn sandbox_for(h: &SandboxHome, data_dir: &std::path::Path) -> SandboxPolicy {
     };
     let policy = familiar::policy::load("default", &paths).unwrap();
     let src = format!(
-        "prompt = \"t\"\n[sandbox]\nread = [\"~\"]\nwrite = [\"{}\"]\n",
+        "prompt = \"t\"\n[sandbox]\nread = [\"~\"]\nstartup = [\"{}\"]\n",
         data_dir.display()
     );
     let soul = parse(

@@ -11,6 +11,7 @@ struct Cached {
     write: Vec<PathBuf>,
     protected: Vec<PathBuf>,
     write_protected: Vec<PathBuf>,
+    closed: Vec<PathBuf>,
     plan: Arc<Plan>,
     witnesses: Witnesses,
 }
@@ -48,6 +49,7 @@ impl PlanCache {
         write: &[PathBuf],
         protected: &[PathBuf],
         write_protected: &[PathBuf],
+        closed: &[PathBuf],
     ) -> Arc<Plan> {
         // One caller computes, the others wait and reuse.
         let mut entries = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -56,6 +58,7 @@ impl PlanCache {
                 && c.write == write
                 && c.protected == protected
                 && c.write_protected == write_protected
+                && c.closed == closed
         });
         if let Some(i) = found {
             let c = entries.remove(i);
@@ -70,7 +73,7 @@ impl PlanCache {
                 }
             }
         }
-        let (plan, witnesses) = compute_guarded(read, write, protected, write_protected);
+        let (plan, witnesses) = compute_guarded(read, write, protected, write_protected, closed);
         let plan = Arc::new(plan);
         if let Some(path) = witnesses.racy_path() {
             tracing::debug!(
@@ -86,6 +89,7 @@ impl PlanCache {
                 write: write.to_vec(),
                 protected: protected.to_vec(),
                 write_protected: write_protected.to_vec(),
+                closed: closed.to_vec(),
                 plan: plan.clone(),
                 witnesses,
             });
@@ -107,13 +111,16 @@ mod tests {
         // No carved directory: nothing whose change time matters, so nothing racy.
         let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
         let cache = PlanCache::default();
-        let first = cache.get(&read, &[], &protected, &[]);
-        assert!(Arc::ptr_eq(&first, &cache.get(&read, &[], &protected, &[])));
+        let first = cache.get(&read, &[], &protected, &[], &[]);
+        assert!(Arc::ptr_eq(
+            &first,
+            &cache.get(&read, &[], &protected, &[], &[])
+        ));
         assert_eq!(grants(&first, &h.join("src")), Some(Grant::Read));
         // Different inputs never see another's plan.
-        assert!(!Arc::ptr_eq(&first, &cache.get(&read, &[], &[], &[])));
+        assert!(!Arc::ptr_eq(&first, &cache.get(&read, &[], &[], &[], &[])));
         std::os::unix::fs::symlink(h.join("src"), h.join(".aws")).unwrap();
-        let after = cache.get(&read, &[], &protected, &[]);
+        let after = cache.get(&read, &[], &protected, &[], &[]);
         assert_eq!(grants(&after, &h.join("src")), None);
     }
 
@@ -124,24 +131,24 @@ mod tests {
         let protected = vec![h.join(".aws")];
         let cache = PlanCache::default();
         let first_read = vec![h.join("src")];
-        let first = cache.get(&first_read, &[], &protected, &[]);
+        let first = cache.get(&first_read, &[], &protected, &[], &[]);
         // Another task's sandbox in between does not push the first one out.
-        let other = cache.get(&[h.join("docs")], &[], &protected, &[]);
+        let other = cache.get(&[h.join("docs")], &[], &protected, &[], &[]);
         assert!(!Arc::ptr_eq(&first, &other));
         assert!(Arc::ptr_eq(
             &first,
-            &cache.get(&first_read, &[], &protected, &[])
+            &cache.get(&first_read, &[], &protected, &[], &[])
         ));
         // A clone (a policy of another task sharing the daemon's cache) sees it too.
         assert!(Arc::ptr_eq(
             &first,
-            &cache.clone().get(&first_read, &[], &protected, &[])
+            &cache.clone().get(&first_read, &[], &protected, &[], &[])
         ));
         // PLAN_CACHE_ENTRIES other sandboxes later, it has been dropped and is made again.
         for i in 0..PLAN_CACHE_ENTRIES {
-            cache.get(&[h.join(format!("missing-{i}"))], &[], &protected, &[]);
+            cache.get(&[h.join(format!("missing-{i}"))], &[], &protected, &[], &[]);
         }
-        let again = cache.get(&first_read, &[], &protected, &[]);
+        let again = cache.get(&first_read, &[], &protected, &[], &[]);
         assert!(!Arc::ptr_eq(&first, &again));
         assert_eq!(*first, *again);
     }
@@ -152,10 +159,10 @@ mod tests {
         let h = t.path().canonicalize().unwrap();
         let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
         let cache = PlanCache::default();
-        let first = cache.get(&read, &[], &protected, &[]);
+        let first = cache.get(&read, &[], &protected, &[], &[]);
         // Cleared through a clone: the daemon's tasks and its supervisor share one cache.
         cache.clone().clear();
-        let again = cache.get(&read, &[], &protected, &[]);
+        let again = cache.get(&read, &[], &protected, &[], &[]);
         assert!(!Arc::ptr_eq(&first, &again));
         assert_eq!(*first, *again);
     }

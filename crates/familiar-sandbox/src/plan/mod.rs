@@ -81,35 +81,48 @@ pub struct Expansion {
 
 /// The plan for `read` and `write` trees minus `protected`, and what it depends on.
 pub fn compute(read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> (Plan, Witnesses) {
-    compute_guarded(read, write, protected, &[])
+    compute_guarded(read, write, protected, &[], &[])
 }
 
 /// [`compute`], with `write_protected` also carved out of the writable trees only
 /// (familiar's own binaries: readable and runnable where a soul reads, never
-/// writable, and their directory gets no new entries).
+/// writable, and their directory gets no new entries), and `closed` carved out of each
+/// writable tree that does not lie inside it (the places where code is planted that
+/// runs later; a tree inside one was named on purpose, and the caller vouches for it).
 pub fn compute_guarded(
     read: &[PathBuf],
     write: &[PathBuf],
     protected: &[PathBuf],
     write_protected: &[PathBuf],
+    closed: &[PathBuf],
 ) -> (Plan, Witnesses) {
     let mut w = Witnesses::new();
     let resolved = resolve_all(protected, &mut w);
     let mut resolved_for_write = resolved.clone();
     resolved_for_write.extend(resolve_all(write_protected, &mut w));
+    let resolved_closed = resolve_all(closed, &mut w);
     let mut rules = Vec::new();
-    for (trees, grant, resolved) in [
-        (read, Grant::Read, &resolved),
-        (write, Grant::Write, &resolved_for_write),
-    ] {
+    for (trees, grant) in [(read, Grant::Read), (write, Grant::Write)] {
         for root in trees {
             w.prefixes(root);
             let Ok(real) = root.canonicalize() else {
                 continue;
             };
             w.prefixes(&real);
+            let carved: Vec<PathBuf> = match grant {
+                Grant::Write => resolved_for_write
+                    .iter()
+                    .chain(
+                        resolved_closed
+                            .iter()
+                            .filter(|c| !is_under(root, c) && !is_under(&real, c)),
+                    )
+                    .cloned()
+                    .collect(),
+                Grant::Read | Grant::ListDir => resolved.clone(),
+            };
             let mut e = Expansion::default();
-            expand_into(&real, resolved, &mut e);
+            expand_into(&real, &carved, &mut e);
             for dir in e.list_only {
                 w.push(&dir, true);
                 push_rule(&mut rules, dir, Grant::ListDir);
@@ -358,6 +371,7 @@ mod tests {
             std::slice::from_ref(&h),
             &[],
             &[bin.join("familiar-sandbox")],
+            &[],
         );
         // The home is writable, except the helper and its directory's own entries: the
         // directory is only listable for writes, its other files writable, and the whole
@@ -381,5 +395,28 @@ mod tests {
                 .any(|r| bin.starts_with(&r.path) && r.grant == Grant::Write),
             "no write rule on the directory or above it: {plan:?}"
         );
+    }
+
+    #[test]
+    fn closed_places_are_carved_from_trees_outside_them_only() {
+        let t = tree();
+        let h = t.path().canonicalize().unwrap();
+        let named = h.join(".config/nvim");
+        let closed = [h.join(".*"), h.join(".config")];
+        let (plan, _) = compute_guarded(&[], &[h.clone(), named.clone()], &[], &[], &closed);
+        // The home: its visible entries writable, no hidden one, and the home itself
+        // only listable, so no new entry (hidden or not) can be made in it.
+        assert_eq!(grants(&plan, &h.join("src")), Some(Grant::Write));
+        assert_eq!(grants(&plan, &h), Some(Grant::ListDir));
+        for hidden in [".bashrc", ".netrc", ".ssh", ".config", ".config/familiar"] {
+            assert!(
+                !plan.rules.iter().any(|r| r.path.starts_with(h.join(hidden))
+                    && r.grant == Grant::Write
+                    && !r.path.starts_with(&named)),
+                "{hidden}: {plan:?}"
+            );
+        }
+        // A tree inside a closed place, named on purpose, is granted whole.
+        assert_eq!(grants(&plan, &named), Some(Grant::Write));
     }
 }
