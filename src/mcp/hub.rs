@@ -254,6 +254,7 @@ impl McpHub {
             require: false,
             // Nor a startup file: nothing it writes runs later.
             startup: vec![],
+            destroy: Vec::new(),
             // A server gets no unix socket: it starts before any approval.
             sockets: vec![],
         };

@@ -245,6 +245,13 @@ impl SandboxLauncher {
         let kind = serde_json::to_value(op.kind()).map_err(SandboxError::Spec)?;
         let kind = kind.as_str().unwrap_or_default().to_owned();
         let request = serde_json::to_vec(op).map_err(SandboxError::Spec)?;
+        let brokered;
+        let policy = if op.kind().is_brokered() {
+            brokered = policy.brokered();
+            &brokered
+        } else {
+            policy
+        };
         let out = self
             .execute(policy, vec!["--op".to_owned(), kind], Some(request), cancel)
             .await?;
@@ -467,6 +474,7 @@ mod tests {
             udp: false,
             require: false,
             startup: Vec::new(),
+            destroy: Vec::new(),
             sockets: vec![],
         };
         SandboxPolicy::new(&spec, &[], &dir.join("ws"), dir).unwrap()

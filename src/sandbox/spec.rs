@@ -47,7 +47,7 @@ pub use familiar_sandbox::spec::{
 };
 
 use super::SandboxError;
-use super::plan::PlanCache;
+use super::plan::{PlanCache, Trees};
 use super::resources::TaskResources;
 use crate::policy::closed::Closed;
 
@@ -70,6 +70,10 @@ pub struct SandboxSpec {
     /// ([`crate::policy::closed`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup: Vec<PathBuf>,
+    /// Trees where the tools may delete and truncate for good (`[sandbox] destroy`),
+    /// each inside a writable tree; elsewhere only the task's workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destroy: Vec<PathBuf>,
     /// Unix sockets the tools may connect to (`[sandbox] sockets`); none by default,
     /// and then no unix socket can be opened at all ([`super::seccomp`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,8 +123,14 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub struct SandboxPolicy {
     /// Readable trees (absolute). Missing ones are skipped.
     pub read: Vec<PathBuf>,
-    /// Readable and writable trees (absolute).
+    /// Readable and writable trees (absolute): files may be made and written, not
+    /// removed or truncated, except in `destroy`.
     pub write: Vec<PathBuf>,
+    /// Of `write`, where removing and truncating are granted too: the workspace and
+    /// the soul's `[sandbox] destroy` trees.
+    pub destroy: Vec<PathBuf>,
+    /// A brokered file operation's sandbox ([`SandboxPolicy::brokered`]).
+    pub brokered: bool,
     /// Carved out of every tree above, whatever it is named as.
     pub protected: Vec<PathBuf>,
     /// Carved out of the writable trees only: familiar's own binaries (added by the
@@ -184,15 +194,27 @@ impl SandboxPolicy {
             .chain(spec.read.iter().cloned())
             .collect();
         let closed = Closed::from_env(home);
+        let writable = writable_trees(spec, &closed);
+        // Destroy trees are rules of their own (a tree inside a writable one gets more
+        // rights than its surroundings), only inside what is writable here.
+        let destroy: Vec<PathBuf> = spec
+            .destroy
+            .iter()
+            .filter(|d| writable.iter().any(|w| d.starts_with(w)))
+            .cloned()
+            .chain([workspace.to_owned()])
+            .collect();
         let write = BASELINE_WRITE
             .iter()
             .map(PathBuf::from)
-            .chain(writable_trees(spec, &closed))
-            .chain([workspace.to_owned()])
+            .chain(writable)
+            .chain(destroy.iter().cloned())
             .collect();
         Ok(SandboxPolicy {
             read,
             write,
+            destroy,
+            brokered: false,
             protected: protected.to_vec(),
             write_protected: Vec::new(),
             closed: closed.carved(),
@@ -230,6 +252,17 @@ impl SandboxPolicy {
         self
     }
 
+    /// This policy for a file operation the daemon brokers (`write_file`, `edit_file`):
+    /// every writable tree may also remove and truncate, since the operation replaces
+    /// one named file and the daemon kept what it replaces. The helper refuses it for a
+    /// command.
+    pub fn brokered(&self) -> SandboxPolicy {
+        SandboxPolicy {
+            brokered: true,
+            ..self.clone()
+        }
+    }
+
     /// Keeps this policy's plan in `plans`, a cache shared with other policies.
     pub fn with_plans(mut self, plans: PlanCache) -> SandboxPolicy {
         self.plan = plans;
@@ -240,13 +273,14 @@ impl SandboxPolicy {
     /// again when something it depends on changed) and the rest of this policy, in the
     /// shape of [`HelperSpec`]. Blocking.
     pub fn helper_spec_json(&self) -> Result<Vec<u8>, SandboxError> {
-        let plan = self.plan.get(
-            &self.read,
-            &self.write,
-            &self.protected,
-            &self.write_protected,
-            &self.closed,
-        );
+        let plan = self.plan.get(&Trees {
+            read: &self.read,
+            write: &self.write,
+            destroy: &self.destroy,
+            protected: &self.protected,
+            write_protected: &self.write_protected,
+            closed: &self.closed,
+        });
         serde_json::to_vec(&HelperSpecRef {
             plan: &plan,
             network: self.network,
@@ -258,6 +292,7 @@ impl SandboxPolicy {
             limits: &self.limits,
             env: &self.env,
             cwd: &self.cwd,
+            brokered: self.brokered,
         })
         .map_err(SandboxError::Spec)
     }
@@ -349,6 +384,7 @@ mod tests {
             udp: false,
             require: true,
             startup: Vec::new(),
+            destroy: Vec::new(),
             sockets: vec![],
         };
         let ws = t.path().join("w");

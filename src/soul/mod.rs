@@ -124,6 +124,7 @@ impl Soul {
                     .filter(|s| parent.sandbox.startup.contains(s))
                     .cloned()
                     .collect(),
+                destroy: intersect_trees(&self.sandbox.destroy, &parent.sandbox.destroy),
                 sockets: self
                     .sandbox
                     .sockets

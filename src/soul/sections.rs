@@ -85,6 +85,7 @@ pub(super) struct SandboxToml {
     pub(super) network: Option<bool>,
     pub(super) udp: Option<bool>,
     pub(super) startup: Option<Vec<Spanned<String>>>,
+    pub(super) destroy: Option<Vec<Spanned<String>>>,
     pub(super) require: Option<bool>,
     pub(super) sockets: Option<Vec<Spanned<String>>>,
 }
@@ -401,15 +402,42 @@ impl Fields<'_> {
     pub(super) fn sandbox(&self, sb: SandboxToml) -> Result<SandboxSpec, FileError> {
         let closed = Closed::from_env(self.home);
         let startup = self.startup(sb.startup, &closed)?;
+        let write = self.write(sb.write, &closed, &startup)?;
         Ok(SandboxSpec {
             read: self.paths(sb.read, &["~"])?,
-            write: self.write(sb.write, &closed, &startup)?,
+
             network: sb.network.unwrap_or(false),
             udp: sb.udp.unwrap_or(false),
             require: sb.require.unwrap_or(false),
+            destroy: self.destroy(sb.destroy, &write, &startup)?,
+            write,
             startup,
             sockets: self.paths(sb.sockets, &[])?,
         })
+    }
+
+    /// `[sandbox] destroy`: trees where the tools may delete and truncate for good,
+    /// each inside a writable tree (`write` or `startup`).
+    fn destroy(
+        &self,
+        list: Option<Vec<Spanned<String>>>,
+        write: &[PathBuf],
+        startup: &[PathBuf],
+    ) -> Result<Vec<PathBuf>, FileError> {
+        let spans: Vec<_> = list.iter().flatten().map(|p| p.span()).collect();
+        let paths = self.paths(list, &[])?;
+        for (path, span) in paths.iter().zip(spans) {
+            if !write.iter().chain(startup).any(|w| path.starts_with(w)) {
+                return Err(self.at(
+                    span,
+                    format!(
+                        "`{}` is not writable: list it (or a tree around it) in `write` first",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(paths)
     }
 
     /// `[sandbox] write`: none inside a closed place (`policy::closed`) but a data

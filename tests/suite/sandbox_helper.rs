@@ -146,6 +146,7 @@ async fn a_tool_that_may_write_home_cannot_replace_the_helper_in_local_bin() {
             // `~/.local/bin` is closed by default; named, it is writable but for the
             // helper, which the launcher guards whatever the soul says.
             startup: vec![bin.clone()],
+            destroy: Vec::new(),
             sockets: vec![],
         },
         &[h.home.join(".ssh")],
@@ -187,7 +188,7 @@ async fn a_tool_that_may_write_home_cannot_replace_the_helper_in_local_bin() {
     }
     // The rest of the home stays writable (a carved directory like `~` itself takes no
     // new entries: docs/sandbox.md), and the helper readable and runnable.
-    let out = run("echo ok > ~/notes.txt && cat ~/notes.txt && test -x ~/.local/bin/familiar-sandbox && echo x").await;
+    let out = run("echo ok >> ~/notes.txt && tail -n1 ~/notes.txt && test -x ~/.local/bin/familiar-sandbox && echo x").await;
     assert_eq!(out.stdout, "ok\nx\n", "{out:?}");
 
     // Replaced from outside (say by a process of the user outside any sandbox): this

@@ -198,6 +198,11 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     if op.is_none() && argv.is_empty() {
         return setup_failed("no command given".to_owned());
     }
+    // Destroy rights on every writable tree are for the daemon's own file operations,
+    // whose previous content it kept; never for a command or a read.
+    if policy.brokered && !op.is_some_and(FileOpKind::is_brokered) {
+        return setup_failed("a brokered spec is only for a write or edit operation".to_owned());
+    }
     let forced = std::env::var(TEST_ABI_ENV)
         .ok()
         .and_then(|v| v.parse().ok());

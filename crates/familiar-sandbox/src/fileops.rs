@@ -36,6 +36,17 @@ pub enum FileOpKind {
     Search,
 }
 
+impl FileOpKind {
+    /// An operation the daemon brokers: it replaces what is there, after the daemon
+    /// kept it, so it may run with destroy rights ([`crate::spec::HelperSpec::brokered`]).
+    pub fn is_brokered(self) -> bool {
+        match self {
+            FileOpKind::Write | FileOpKind::Edit => true,
+            FileOpKind::Read | FileOpKind::List | FileOpKind::Search => false,
+        }
+    }
+}
+
 /// One request, as the launcher writes it to the helper's stdin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

@@ -61,6 +61,12 @@ fn open_rule(rule: &Rule) -> Option<(OwnedFd, bool)> {
     same.then_some((fd, kind == SFlag::S_IFDIR))
 }
 
+/// The rights that destroy what is there: unlinking (a rename away or over a name is
+/// one too) and truncating (`> file`, `O_TRUNC`, `ftruncate`; Landlock ABI 3).
+pub fn destroy_access() -> BitFlags<AccessFs> {
+    AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Truncate
+}
+
 /// Builds the ruleset for `spec` at `abi` and enforces it on the calling thread
 /// (the helper is single-threaded, so on the whole process). Also sets
 /// `PR_SET_NO_NEW_PRIVS`.
@@ -88,7 +94,10 @@ pub fn restrict_self(spec: &HelperSpec, abi: Option<u8>) -> Result<Enforcement, 
         let access = match rule.grant {
             Grant::ListDir => BitFlags::from(AccessFs::ReadDir),
             Grant::Read => read_access,
-            Grant::Write => AccessFs::from_all(abi),
+            // A brokered file operation: the daemon kept what it replaces or moves.
+            Grant::Write if spec.brokered => AccessFs::from_all(abi),
+            Grant::Write => AccessFs::from_all(abi) & !destroy_access(),
+            Grant::Destroy => AccessFs::from_all(abi),
         };
         // Directory-only rights on a file are an error to Landlock.
         let access = if is_dir { access } else { access & file_access };

@@ -71,6 +71,11 @@ pub struct HelperSpec {
     pub limits: Limits,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// A brokered file operation (`write`, `edit`): every writable rule may remove
+    /// and truncate as well, since the daemon kept what the operation replaces. Never
+    /// with a command: the helper refuses one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub brokered: bool,
 }
 
 /// [`HelperSpec`] borrowed, to encode without copying the plan.
@@ -86,6 +91,8 @@ pub struct HelperSpecRef<'a> {
     pub limits: &'a Limits,
     pub env: &'a [(String, String)],
     pub cwd: &'a Path,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub brokered: bool,
 }
 
 fn yes() -> bool {

@@ -342,6 +342,26 @@ fn preview(output: &str) -> String {
     shorten(&flat, PREVIEW_CHARS)
 }
 
+/// A command of a soul that may delete for good outside its workspace says so in its
+/// approval (issue 40): everywhere else the kernel keeps what is there. `destroy`: the
+/// sandbox's destroy trees, the workspace among them.
+fn deletes_for_good(
+    reason: String,
+    tool: &str,
+    destroy: &[std::path::PathBuf],
+    workspace: &std::path::Path,
+) -> String {
+    let trees: Vec<String> = destroy
+        .iter()
+        .filter(|d| *d != workspace)
+        .map(|d| d.display().to_string())
+        .collect();
+    if tool != "shell" || trees.is_empty() {
+        return reason;
+    }
+    format!("{reason}; it deletes for good in {}", trees.join(", "))
+}
+
 async fn decide_and_run(
     env: &CallEnv,
     mut spec: CallSpec,
@@ -356,6 +376,8 @@ async fn decide_and_run(
         Disposition::Run => AuditDecision::Allowed,
         Disposition::Ask { reason } => {
             let asked = Instant::now();
+            let ctx = &env.tool_ctx;
+            let reason = deletes_for_good(reason, &spec.name, &ctx.sandbox.destroy, &ctx.workspace);
             let answer = ask(env, &mut spec, reason).await;
             *approval_wait = Some(asked.elapsed().as_millis() as u64);
             match answer {
@@ -419,5 +441,31 @@ async fn decide_and_run(
         fatal,
         duration_ms,
         trail: spec.trail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::deletes_for_good;
+
+    #[test]
+    fn a_command_that_may_delete_outside_its_workspace_says_so() {
+        let ws = Path::new("/w");
+        let only_ws = [PathBuf::from("/w")];
+        let with_cache = [PathBuf::from("/h/.cache"), PathBuf::from("/w")];
+        assert_eq!(
+            deletes_for_good("asked".into(), "shell", &only_ws, ws),
+            "asked"
+        );
+        assert_eq!(
+            deletes_for_good("asked".into(), "shell", &with_cache, ws),
+            "asked; it deletes for good in /h/.cache"
+        );
+        assert_eq!(
+            deletes_for_good("asked".into(), "read_file", &with_cache, ws),
+            "asked"
+        );
     }
 }

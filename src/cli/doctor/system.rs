@@ -150,6 +150,7 @@ async fn enforcement_check() -> Check {
         udp: false,
         require: false,
         startup: Vec::new(),
+        destroy: Vec::new(),
         sockets: vec![],
     };
     let home = std::env::var_os("HOME").map_or_else(|| scratch.clone(), PathBuf::from);

@@ -517,6 +517,7 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
         udp: false,
         require: false,
         startup: Vec::new(),
+        destroy: Vec::new(),
         sockets: Vec::new(),
     };
     let mut policy =

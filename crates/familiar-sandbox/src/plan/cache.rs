@@ -3,17 +3,29 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{Plan, Witnesses, compute_guarded};
+use super::{Plan, Trees, Witnesses, compute_trees};
 
 #[derive(Debug)]
 struct Cached {
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
+    destroy: Vec<PathBuf>,
     protected: Vec<PathBuf>,
     write_protected: Vec<PathBuf>,
     closed: Vec<PathBuf>,
     plan: Arc<Plan>,
     witnesses: Witnesses,
+}
+
+impl Cached {
+    fn is_for(&self, t: &Trees<'_>) -> bool {
+        self.read == t.read
+            && self.write == t.write
+            && self.destroy == t.destroy
+            && self.protected == t.protected
+            && self.write_protected == t.write_protected
+            && self.closed == t.closed
+    }
 }
 
 /// Plans kept at once: one per soul and workspace in use, the least recently used
@@ -43,23 +55,10 @@ impl PlanCache {
 
     /// The plan for these trees, reused when nothing it depends on changed. Blocking:
     /// a few hundred `lstat`s when reused, a fresh [`compute`] otherwise.
-    pub fn get(
-        &self,
-        read: &[PathBuf],
-        write: &[PathBuf],
-        protected: &[PathBuf],
-        write_protected: &[PathBuf],
-        closed: &[PathBuf],
-    ) -> Arc<Plan> {
+    pub fn get(&self, trees: &Trees<'_>) -> Arc<Plan> {
         // One caller computes, the others wait and reuse.
         let mut entries = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let found = entries.iter().position(|c| {
-            c.read == read
-                && c.write == write
-                && c.protected == protected
-                && c.write_protected == write_protected
-                && c.closed == closed
-        });
+        let found = entries.iter().position(|c| c.is_for(trees));
         if let Some(i) = found {
             let c = entries.remove(i);
             match c.witnesses.changed() {
@@ -73,7 +72,7 @@ impl PlanCache {
                 }
             }
         }
-        let (plan, witnesses) = compute_guarded(read, write, protected, write_protected, closed);
+        let (plan, witnesses) = compute_trees(trees);
         let plan = Arc::new(plan);
         if let Some(path) = witnesses.racy_path() {
             tracing::debug!(
@@ -85,11 +84,12 @@ impl PlanCache {
                 entries.remove(0);
             }
             entries.push(Cached {
-                read: read.to_vec(),
-                write: write.to_vec(),
-                protected: protected.to_vec(),
-                write_protected: write_protected.to_vec(),
-                closed: closed.to_vec(),
+                read: trees.read.to_vec(),
+                write: trees.write.to_vec(),
+                destroy: trees.destroy.to_vec(),
+                protected: trees.protected.to_vec(),
+                write_protected: trees.write_protected.to_vec(),
+                closed: trees.closed.to_vec(),
                 plan: plan.clone(),
                 witnesses,
             });
@@ -111,16 +111,34 @@ mod tests {
         // No carved directory: nothing whose change time matters, so nothing racy.
         let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
         let cache = PlanCache::default();
-        let first = cache.get(&read, &[], &protected, &[], &[]);
+        let first = cache.get(&Trees {
+            read: &read,
+            protected: &protected,
+            ..Trees::default()
+        });
         assert!(Arc::ptr_eq(
             &first,
-            &cache.get(&read, &[], &protected, &[], &[])
+            &cache.get(&Trees {
+                read: &read,
+                protected: &protected,
+                ..Trees::default()
+            })
         ));
         assert_eq!(grants(&first, &h.join("src")), Some(Grant::Read));
         // Different inputs never see another's plan.
-        assert!(!Arc::ptr_eq(&first, &cache.get(&read, &[], &[], &[], &[])));
+        assert!(!Arc::ptr_eq(
+            &first,
+            &cache.get(&Trees {
+                read: &read,
+                ..Trees::default()
+            })
+        ));
         std::os::unix::fs::symlink(h.join("src"), h.join(".aws")).unwrap();
-        let after = cache.get(&read, &[], &protected, &[], &[]);
+        let after = cache.get(&Trees {
+            read: &read,
+            protected: &protected,
+            ..Trees::default()
+        });
         assert_eq!(grants(&after, &h.join("src")), None);
     }
 
@@ -131,24 +149,48 @@ mod tests {
         let protected = vec![h.join(".aws")];
         let cache = PlanCache::default();
         let first_read = vec![h.join("src")];
-        let first = cache.get(&first_read, &[], &protected, &[], &[]);
+        let first = cache.get(&Trees {
+            read: &first_read,
+            protected: &protected,
+            ..Trees::default()
+        });
         // Another task's sandbox in between does not push the first one out.
-        let other = cache.get(&[h.join("docs")], &[], &protected, &[], &[]);
+        let other = cache.get(&Trees {
+            read: &[h.join("docs")],
+            protected: &protected,
+            ..Trees::default()
+        });
         assert!(!Arc::ptr_eq(&first, &other));
         assert!(Arc::ptr_eq(
             &first,
-            &cache.get(&first_read, &[], &protected, &[], &[])
+            &cache.get(&Trees {
+                read: &first_read,
+                protected: &protected,
+                ..Trees::default()
+            })
         ));
         // A clone (a policy of another task sharing the daemon's cache) sees it too.
         assert!(Arc::ptr_eq(
             &first,
-            &cache.clone().get(&first_read, &[], &protected, &[], &[])
+            &cache.clone().get(&Trees {
+                read: &first_read,
+                protected: &protected,
+                ..Trees::default()
+            })
         ));
         // PLAN_CACHE_ENTRIES other sandboxes later, it has been dropped and is made again.
         for i in 0..PLAN_CACHE_ENTRIES {
-            cache.get(&[h.join(format!("missing-{i}"))], &[], &protected, &[], &[]);
+            cache.get(&Trees {
+                read: &[h.join(format!("missing-{i}"))],
+                protected: &protected,
+                ..Trees::default()
+            });
         }
-        let again = cache.get(&first_read, &[], &protected, &[], &[]);
+        let again = cache.get(&Trees {
+            read: &first_read,
+            protected: &protected,
+            ..Trees::default()
+        });
         assert!(!Arc::ptr_eq(&first, &again));
         assert_eq!(*first, *again);
     }
@@ -159,10 +201,18 @@ mod tests {
         let h = t.path().canonicalize().unwrap();
         let (read, protected) = (vec![h.join("src")], vec![h.join(".aws")]);
         let cache = PlanCache::default();
-        let first = cache.get(&read, &[], &protected, &[], &[]);
+        let first = cache.get(&Trees {
+            read: &read,
+            protected: &protected,
+            ..Trees::default()
+        });
         // Cleared through a clone: the daemon's tasks and its supervisor share one cache.
         cache.clone().clear();
-        let again = cache.get(&read, &[], &protected, &[], &[]);
+        let again = cache.get(&Trees {
+            read: &read,
+            protected: &protected,
+            ..Trees::default()
+        });
         assert!(!Arc::ptr_eq(&first, &again));
         assert_eq!(*first, *again);
     }

@@ -51,8 +51,12 @@ pub enum Grant {
     ListDir,
     /// Read (and execute) everything beneath.
     Read,
-    /// Every right beneath.
+    /// Read, write and create beneath, but neither remove nor truncate: what is there
+    /// stays (issue 40, "nothing permanent").
     Write,
+    /// Every right beneath, removing and truncating included: the task's workspace and
+    /// the trees a soul names in `[sandbox] destroy`.
+    Destroy,
 }
 
 /// One Landlock rule: `grant` beneath the inode at `path`, if it still is `(dev, ino)`.
@@ -79,38 +83,58 @@ pub struct Expansion {
     pub list_only: Vec<PathBuf>,
 }
 
-/// The plan for `read` and `write` trees minus `protected`, and what it depends on.
-pub fn compute(read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> (Plan, Witnesses) {
-    compute_guarded(read, write, protected, &[], &[])
+/// The trees one sandbox is made of, as the daemon names them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Trees<'a> {
+    /// Readable.
+    pub read: &'a [PathBuf],
+    /// Readable and writable, without removing or truncating.
+    pub write: &'a [PathBuf],
+    /// Of `write`, the trees where removing and truncating are granted as well: a
+    /// write tree that is one of them or lies beneath one gets [`Grant::Destroy`].
+    pub destroy: &'a [PathBuf],
+    /// Carved out of every tree.
+    pub protected: &'a [PathBuf],
+    /// Carved out of the writable trees (familiar's own binaries: readable and
+    /// runnable where a soul reads, never writable, and their directory gets no new
+    /// entries).
+    pub write_protected: &'a [PathBuf],
+    /// Carved out of each writable tree that does not lie inside it (the places where
+    /// code is planted that runs later; a tree inside one was named on purpose, and
+    /// the caller vouches for it).
+    pub closed: &'a [PathBuf],
 }
 
-/// [`compute`], with `write_protected` also carved out of the writable trees only
-/// (familiar's own binaries: readable and runnable where a soul reads, never
-/// writable, and their directory gets no new entries), and `closed` carved out of each
-/// writable tree that does not lie inside it (the places where code is planted that
-/// runs later; a tree inside one was named on purpose, and the caller vouches for it).
-pub fn compute_guarded(
-    read: &[PathBuf],
-    write: &[PathBuf],
-    protected: &[PathBuf],
-    write_protected: &[PathBuf],
-    closed: &[PathBuf],
-) -> (Plan, Witnesses) {
+/// The plan for `read` and `write` trees minus `protected`, and what it depends on.
+pub fn compute(read: &[PathBuf], write: &[PathBuf], protected: &[PathBuf]) -> (Plan, Witnesses) {
+    compute_trees(&Trees {
+        read,
+        write,
+        protected,
+        ..Trees::default()
+    })
+}
+
+/// The plan for `trees`, and what it depends on.
+pub fn compute_trees(trees: &Trees<'_>) -> (Plan, Witnesses) {
     let mut w = Witnesses::new();
-    let resolved = resolve_all(protected, &mut w);
+    let resolved = resolve_all(trees.protected, &mut w);
     let mut resolved_for_write = resolved.clone();
-    resolved_for_write.extend(resolve_all(write_protected, &mut w));
-    let resolved_closed = resolve_all(closed, &mut w);
+    resolved_for_write.extend(resolve_all(trees.write_protected, &mut w));
+    let resolved_closed = resolve_all(trees.closed, &mut w);
     let mut rules = Vec::new();
-    for (trees, grant) in [(read, Grant::Read), (write, Grant::Write)] {
-        for root in trees {
+    for (roots, writable) in [(trees.read, false), (trees.write, true)] {
+        for root in roots {
             w.prefixes(root);
             let Ok(real) = root.canonicalize() else {
                 continue;
             };
             w.prefixes(&real);
-            let carved: Vec<PathBuf> = match grant {
-                Grant::Write => resolved_for_write
+            let (grant, carved) = if writable {
+                let destroy = trees.destroy.iter().any(|d| {
+                    root.starts_with(d) || d.canonicalize().is_ok_and(|d| real.starts_with(d))
+                });
+                let carved: Vec<PathBuf> = resolved_for_write
                     .iter()
                     .chain(
                         resolved_closed
@@ -118,8 +142,17 @@ pub fn compute_guarded(
                             .filter(|c| !is_under(root, c) && !is_under(&real, c)),
                     )
                     .cloned()
-                    .collect(),
-                Grant::Read | Grant::ListDir => resolved.clone(),
+                    .collect();
+                (
+                    if destroy {
+                        Grant::Destroy
+                    } else {
+                        Grant::Write
+                    },
+                    carved,
+                )
+            } else {
+                (Grant::Read, resolved.clone())
             };
             let mut e = Expansion::default();
             expand_into(&real, &carved, &mut e);
@@ -366,13 +399,13 @@ mod tests {
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::write(bin.join("familiar-sandbox"), "helper").unwrap();
         std::fs::write(bin.join("other"), "x").unwrap();
-        let (plan, _) = compute_guarded(
-            std::slice::from_ref(&h),
-            std::slice::from_ref(&h),
-            &[],
-            &[bin.join("familiar-sandbox")],
-            &[],
-        );
+        let (plan, _) = compute_trees(&Trees {
+            read: std::slice::from_ref(&h),
+            write: std::slice::from_ref(&h),
+            destroy: std::slice::from_ref(&h),
+            write_protected: &[bin.join("familiar-sandbox")],
+            ..Trees::default()
+        });
         // The home is writable, except the helper and its directory's own entries: the
         // directory is only listable for writes, its other files writable, and the whole
         // home (helper included) readable.
@@ -381,10 +414,10 @@ mod tests {
                 .iter()
                 .any(|r| r.path == h && r.grant == Grant::Read)
         );
-        assert_eq!(grants(&plan, &bin.join("other")), Some(Grant::Write));
+        assert_eq!(grants(&plan, &bin.join("other")), Some(Grant::Destroy));
         assert!(
             !plan.rules.iter().any(
-                |r| r.path.starts_with(bin.join("familiar-sandbox")) && r.grant == Grant::Write
+                |r| r.path.starts_with(bin.join("familiar-sandbox")) && r.grant >= Grant::Write
             ),
             "{plan:?}"
         );
@@ -392,9 +425,24 @@ mod tests {
             !plan
                 .rules
                 .iter()
-                .any(|r| bin.starts_with(&r.path) && r.grant == Grant::Write),
+                .any(|r| bin.starts_with(&r.path) && r.grant >= Grant::Write),
             "no write rule on the directory or above it: {plan:?}"
         );
+    }
+
+    #[test]
+    fn only_destroy_trees_may_remove_or_truncate() {
+        let t = tree();
+        let h = t.path().canonicalize().unwrap();
+        let write = [h.join("src"), h.join(".config")];
+        let destroy = [h.join("src")];
+        let (plan, _) = compute_trees(&Trees {
+            write: &write,
+            destroy: &destroy,
+            ..Trees::default()
+        });
+        assert_eq!(grants(&plan, &h.join("src")), Some(Grant::Destroy));
+        assert_eq!(grants(&plan, &h.join(".config")), Some(Grant::Write));
     }
 
     #[test]
@@ -403,7 +451,12 @@ mod tests {
         let h = t.path().canonicalize().unwrap();
         let named = h.join(".config/nvim");
         let closed = [h.join(".*"), h.join(".config")];
-        let (plan, _) = compute_guarded(&[], &[h.clone(), named.clone()], &[], &[], &closed);
+        let write = [h.clone(), named.clone()];
+        let (plan, _) = compute_trees(&Trees {
+            write: &write,
+            closed: &closed,
+            ..Trees::default()
+        });
         // The home: its visible entries writable, no hidden one, and the home itself
         // only listable, so no new entry (hidden or not) can be made in it.
         assert_eq!(grants(&plan, &h.join("src")), Some(Grant::Write));
