@@ -45,7 +45,7 @@ pub fn souls(
     out: &mut Out,
 ) -> anyhow::Result<Exit> {
     match action {
-        None => {
+        None | Some(SoulsAction::List) => {
             let l = load_all(config)?;
             if json {
                 for soul in l.souls.souls.values() {

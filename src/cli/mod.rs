@@ -318,6 +318,8 @@ pub enum MemoryAction {
 
 #[derive(Debug, Subcommand)]
 pub enum SoulsAction {
+    /// List the souls (what `familiar souls` alone prints)
+    List,
     /// Show one soul in full, with the modes in force under the policy
     Show {
         /// The soul's id, as `familiar souls` lists it

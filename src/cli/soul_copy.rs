@@ -38,7 +38,7 @@ pub fn copy(config: &Option<PathBuf>, id: &str, out: &mut Out) -> anyhow::Result
     if let Some((path, text)) = &prompt {
         write_new(path, text)?;
     }
-    write_new(&soul_path, files.toml)?;
+    write_new(&soul_path, &as_copy(files.toml, id))?;
     writeln!(
         out,
         "copied the shipped soul `{id}` to {}",
@@ -55,6 +55,34 @@ pub fn copy(config: &Option<PathBuf>, id: &str, out: &mut Out) -> anyhow::Result
     Ok(Exit::Completed)
 }
 
+/// The shipped file as the user's copy: its header says it is the copy, no longer how
+/// to make one.
+fn as_copy(toml: &str, id: &str) -> String {
+    let how = format!("# To change it: `familiar souls copy {id}`, then edit the copy.");
+    let mine =
+        format!("# Your copy (`familiar souls copy {id}`): it replaces the built-in `{id}`.");
+    let mut out = String::with_capacity(toml.len() + mine.len());
+    let mut said = false;
+    for (i, line) in toml.lines().enumerate() {
+        if line == how {
+            out.push_str(&mine);
+            said = true;
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+        if i == 0 && !toml.contains(&how) {
+            out.push_str(&mine);
+            out.push('\n');
+            said = true;
+        }
+    }
+    if !said {
+        out.insert_str(0, &format!("{mine}\n"));
+    }
+    out
+}
+
 fn write_new(path: &Path, text: &str) -> anyhow::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
@@ -67,4 +95,24 @@ fn write_new(path: &Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", path.display()))?;
     file.write_all(text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_copy;
+
+    #[test]
+    fn a_copy_does_not_tell_its_reader_to_copy_it() {
+        for (id, toml) in crate::soul::BUILTIN_SOULS {
+            let copy = as_copy(toml, id);
+            assert!(!copy.contains("To change it"), "{id}:\n{copy}");
+            assert!(copy.contains("Your copy"), "{id}");
+            assert!(copy.contains(&format!("id = \"{id}\"")), "{id}");
+        }
+        let copy = as_copy(crate::soul::BUILTIN_SOULS[0].1, "safe_assistant");
+        assert!(
+            copy.contains("# Every key is documented in docs/souls.md."),
+            "{copy}"
+        );
+    }
 }
