@@ -98,9 +98,10 @@ impl Hyprland {
         &self.socket
     }
 
-    /// The running instance: the one `HYPRLAND_INSTANCE_SIGNATURE` names; without it
-    /// (a systemd user service may not see the variable), the instance directory in
-    /// `$XDG_RUNTIME_DIR/hypr/` whose socket accepts a connection, newest first.
+    /// The running instance: the one `HYPRLAND_INSTANCE_SIGNATURE` names while its
+    /// socket accepts a connection; otherwise (a systemd user service may not see the
+    /// variable, or it names an instance that has ended since) the instance directory
+    /// in `$XDG_RUNTIME_DIR/hypr/` whose socket accepts a connection, newest first.
     /// `None` when Hyprland is not running.
     pub fn detect(env: &dyn Env) -> Option<Hyprland> {
         let hypr_dir = runtime_dir(env)?.join("hypr");
@@ -113,7 +114,13 @@ impl Hyprland {
                 return None;
             }
             let socket = hypr_dir.join(sig).join(SOCKET_NAME);
-            return socket.exists().then(|| Hyprland::at(socket));
+            if UnixStream::connect(&socket).is_ok() {
+                return Some(Hyprland::at(socket));
+            }
+            tracing::debug!(
+                "HYPRLAND_INSTANCE_SIGNATURE names {}, which does not answer: looking for a live instance",
+                socket.display()
+            );
         }
         let mut candidates: Vec<(SystemTime, PathBuf)> = std::fs::read_dir(&hypr_dir)
             .ok()?
@@ -287,14 +294,45 @@ impl Hyprland {
         }))
     }
 
-    /// A `desktop_dispatch` action as a dispatcher.
+    /// A `desktop_dispatch` action as a dispatcher. A window named by its address must
+    /// be one of `j/clients`: Hyprland answers `ok` to `closewindow` of an address that
+    /// is no window, which would report a close that never happened.
     pub fn perform(&self, action: &Action) -> Result<String, CompositorError> {
         let (dispatcher, args) = dispatcher_for(action)?;
+        if let Some(window) = action.window() {
+            self.check_window(window)?;
+        }
         self.dispatch(dispatcher, &args)?;
         Ok(format!("dispatch {dispatcher} {args}")
             .trim_end()
             .to_owned())
     }
+}
+
+impl Hyprland {
+    /// `window` (`0x…`, or without the prefix as events give it) is a client now.
+    fn check_window(&self, window: &str) -> Result<(), CompositorError> {
+        let want = window.trim().trim_start_matches("0x").to_ascii_lowercase();
+        let clients = self.request_json("j/clients")?;
+        let known = list_all(&clients).any(|c| {
+            c.get("address")
+                .and_then(Value::as_str)
+                .is_some_and(|a| a.trim_start_matches("0x").to_ascii_lowercase() == want)
+        });
+        if known {
+            Ok(())
+        } else {
+            Err(CompositorError::BadArgument(format!(
+                "no window `{}` on Hyprland (desktop_state lists the windows and their addresses)",
+                window.trim()
+            )))
+        }
+    }
+}
+
+/// Every element of a JSON array reply.
+fn list_all(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
 }
 
 /// The dispatcher and arguments that perform `action` (a window by its address).

@@ -181,6 +181,19 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The window the action names, if it names one (`None`: the focused one, or none).
+    pub fn window(&self) -> Option<&str> {
+        match self {
+            Action::FocusWindow { window } => Some(window),
+            Action::MoveToWorkspace { window, .. } | Action::CloseWindow { window } => {
+                window.as_deref()
+            }
+            Action::SwitchWorkspace { .. } | Action::Launch { .. } => None,
+        }
+    }
+}
+
 impl Compositor {
     /// The running compositor, from the environment: `HYPRLAND_INSTANCE_SIGNATURE`,
     /// `SWAYSOCK` (or `I3SOCK`), `NIRI_SOCKET`, in that order; without any of them (a

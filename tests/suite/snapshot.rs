@@ -8,7 +8,8 @@ use familiar::hyprland::{HyprError, Hyprland, Window, Workspace, WorkspaceRef};
 use familiar::snapshot::Snapshotter;
 
 use crate::common::fake_hyprland::{
-    ACTIVE_WINDOW, ACTIVE_WORKSPACE, FakeHyprland, MONITORS, Reply, WORKSPACES,
+    ACTIVE_WINDOW, ACTIVE_WORKSPACE, CLIENTS, FOCUSED_ADDRESS, FakeHyprland, MONITORS,
+    NO_ACTIVE_WINDOW, Reply, WORKSPACES,
 };
 
 fn env(runtime: &Path, signature: Option<&str>) -> BTreeMap<String, String> {
@@ -24,22 +25,23 @@ fn text(s: &str) -> Reply {
     Reply::Text(s.to_owned())
 }
 
+/// What the recorded replies of a real Hyprland 0.55.2 say (tests/fixtures/).
 fn expected_workspace() -> Workspace {
     Workspace {
         id: 2,
-        name: "2".into(),
-        windows: 3,
+        name: "two".into(),
+        windows: 2,
     }
 }
 
 fn expected_window() -> Window {
     Window {
-        class: "kitty".into(),
-        title: "vim ~/notes.md".into(),
-        pid: 4242,
+        class: "foot".into(),
+        title: "foot".into(),
+        pid: 19244,
         workspace: WorkspaceRef {
             id: 2,
-            name: "2".into(),
+            name: "two".into(),
         },
     }
 }
@@ -128,7 +130,7 @@ fn hyprland_is_found_by_signature_and_answers() {
         vec![
             ("j/activeworkspace", text(ACTIVE_WORKSPACE)),
             ("j/activewindow", text(ACTIVE_WINDOW)),
-            ("j/activewindow", text("{}")),
+            ("j/activewindow", text(NO_ACTIVE_WINDOW)),
             ("dispatch workspace 3", text("ok")),
         ],
     );
@@ -155,11 +157,8 @@ fn without_the_signature_the_live_instance_is_found_by_scanning() {
     let fake = FakeHyprland::start(
         runtime.path(),
         "live_instance",
-        // detect's probe connection sends nothing.
-        vec![
-            ("", text("")),
-            ("j/activeworkspace", text(ACTIVE_WORKSPACE)),
-        ],
+        // detect's probe connection sends nothing (the fake does not count it).
+        vec![("j/activeworkspace", text(ACTIVE_WORKSPACE))],
     );
     // A crashed instance leaves its directory and a socket nobody listens on; created
     // last, it is the newest, so detect must skip it by probing.
@@ -169,6 +168,61 @@ fn without_the_signature_the_live_instance_is_found_by_scanning() {
     let h = Hyprland::detect(&env(runtime.path(), None)).unwrap();
     assert_eq!(h.socket(), fake.socket);
     assert_eq!(h.active_workspace().unwrap(), expected_workspace());
+    fake.finish();
+}
+
+/// Regression (issue 42 §6): a `HYPRLAND_INSTANCE_SIGNATURE` left from an instance that
+/// has ended made familiar see no compositor while another instance ran.
+#[test]
+fn a_stale_signature_falls_back_to_the_live_instance() {
+    let runtime = tempfile::tempdir().unwrap();
+    let stale = runtime.path().join("hypr/ended_instance");
+    std::fs::create_dir_all(&stale).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(stale.join(".socket.sock")).unwrap());
+    let fake = FakeHyprland::start(
+        runtime.path(),
+        "live_instance",
+        vec![("j/activeworkspace", text(ACTIVE_WORKSPACE))],
+    );
+    let h = Hyprland::detect(&env(runtime.path(), Some("ended_instance"))).unwrap();
+    assert_eq!(h.socket(), fake.socket);
+    assert_eq!(h.active_workspace().unwrap(), expected_workspace());
+    fake.finish();
+}
+
+/// Hyprland answers `ok` to `closewindow` of an address that is no window: familiar
+/// checks the clients first and says so.
+#[test]
+fn closing_a_window_that_is_not_there_says_so() {
+    use familiar::compositor::Action;
+
+    let runtime = tempfile::tempdir().unwrap();
+    let fake = FakeHyprland::start(
+        runtime.path(),
+        "sig",
+        vec![
+            ("j/clients", text(CLIENTS)),
+            ("j/clients", text(CLIENTS)),
+            (
+                &format!("dispatch closewindow address:{FOCUSED_ADDRESS}"),
+                text("ok"),
+            ),
+        ],
+    );
+    let h = Hyprland::at(&fake.socket);
+    let close = |w: &str| Action::CloseWindow {
+        window: Some(w.to_owned()),
+    };
+    let err = h.perform(&close("0xdeadbeef")).unwrap_err().to_string();
+    assert!(err.contains("no window `0xdeadbeef`"), "{err}");
+    // Events give addresses without the prefix; either form names the window.
+    let done = h
+        .perform(&close(FOCUSED_ADDRESS.trim_start_matches("0x")))
+        .unwrap();
+    assert_eq!(
+        done,
+        format!("dispatch closewindow address:{FOCUSED_ADDRESS}")
+    );
     fake.finish();
 }
 
@@ -234,33 +288,29 @@ fn snapshot_includes_hyprland_when_it_runs() {
     assert_eq!(
         v["hyprland"],
         serde_json::json!({
-            "active_workspace": {"id": 2, "name": "2", "windows": 3},
-            "active_window": {"class": "kitty", "title": "vim ~/notes.md", "pid": 4242,
-                              "workspace": {"id": 2, "name": "2"}},
+            "active_workspace": {"id": 2, "name": "two", "windows": 2},
+            "active_window": {"class": "foot", "title": "foot", "pid": 19244,
+                              "workspace": {"id": 2, "name": "two"}},
         })
     );
-    // The desktop section, from the same replies plus the workspaces and monitors.
+    // The desktop section, from the same replies plus the workspaces and monitors (a
+    // headless output reports 0×0).
     assert_eq!(
         v["desktop"],
         serde_json::json!({
             "compositor": "hyprland",
-            "focused_window": {"id": "0x55d1", "app_id": "kitty", "title": "vim ~/notes.md",
-                               "pid": 4242, "workspace": "2", "focused": true},
-            "focused_workspace": "2",
+            "focused_window": {"id": FOCUSED_ADDRESS, "app_id": "foot", "title": "foot",
+                               "pid": 19244, "workspace": "two", "focused": true},
+            "focused_workspace": "two",
             "workspaces": [
-                {"name": "1", "output": "DP-1", "focused": false, "windows": 1},
-                {"name": "2", "output": "DP-1", "focused": true, "windows": 3}],
-            "outputs": [{"name": "DP-1", "focused": true, "width": 2560, "height": 1440,
-                         "scale": 1.25}],
+                {"name": "two", "output": "HEADLESS-2", "focused": true, "windows": 2}],
+            "outputs": [{"name": "HEADLESS-2", "focused": true, "width": 0, "height": 0,
+                         "scale": 1.0}],
         })
     );
+    assert!(snap.to_prompt_text().contains("focused: foot \"foot\""));
     assert!(
-        snap.to_prompt_text()
-            .contains("focused: kitty \"vim ~/notes.md\"")
-    );
-    assert!(
-        snap.to_brief_text()
-            .contains("focused: kitty \"vim ~/notes.md\""),
+        snap.to_brief_text().contains("focused: foot \"foot\""),
         "the first reminder's glance names the window"
     );
     fake.finish();

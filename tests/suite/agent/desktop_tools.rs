@@ -9,7 +9,9 @@ use familiar::tools::{Registry, Tool};
 use serde_json::json;
 
 use super::harness::*;
-use crate::common::fake_hyprland::{ACTIVE_WINDOW, ACTIVE_WORKSPACE, FakeHyprland, Reply as Hypr};
+use crate::common::fake_hyprland::{
+    ACTIVE_WINDOW, ACTIVE_WORKSPACE, CLIENTS, FOCUSED_ADDRESS, FakeHyprland, Reply as Hypr,
+};
 
 fn hypr_tools(socket: std::path::PathBuf) -> Registry {
     let locate: Locate = Arc::new(move || Some(Hyprland::at(socket.clone())));
@@ -60,7 +62,7 @@ async fn the_model_reads_the_desktop_and_switches_workspace() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(state.contains("vim ~/notes.md"), "{state}");
+    assert!(state.contains(FOCUSED_ADDRESS), "{state}");
     assert_eq!(
         fake.finish().last().map(String::as_str),
         Some("dispatch workspace 3")
@@ -193,7 +195,7 @@ async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked
             tools_reply(&[(
                 "c1",
                 "desktop_dispatch",
-                json!({"action": "move_to_workspace", "window": "0x55d1", "workspace": "3"}),
+                json!({"action": "move_to_workspace", "window": FOCUSED_ADDRESS, "workspace": "3"}),
             )]),
             tools_reply(&[(
                 "c2",
@@ -207,13 +209,15 @@ async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked
     )
     .await;
     // Only the move reaches the compositor: the launch waits for an approval nobody gives.
+    let move_request = format!("dispatch movetoworkspacesilent 3,address:{FOCUSED_ADDRESS}");
     let fake = FakeHyprland::start(
         &h.home.path().join("run"),
         "sig",
-        vec![(
-            "dispatch movetoworkspacesilent 3,address:0x55d1",
-            Hypr::Text("ok".into()),
-        )],
+        vec![
+            // The window must be one of Hyprland's clients (it answers `ok` for any).
+            ("j/clients", Hypr::Text(CLIENTS.into())),
+            (&move_request, Hypr::Text("ok".into())),
+        ],
     );
     let rt = h.runtime(desktop_tools(Compositor::Hyprland(Hyprland::at(
         fake.socket.clone(),
@@ -226,8 +230,5 @@ async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked
         .await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
     assert_eq!(count(&events, "approval_requested"), 1);
-    assert_eq!(
-        fake.finish(),
-        ["dispatch movetoworkspacesilent 3,address:0x55d1"]
-    );
+    assert_eq!(fake.finish(), ["j/clients".to_owned(), move_request]);
 }
