@@ -292,7 +292,29 @@ fn describe(tool: &str, args: &Value, cap: bool) -> String {
         let more = rest.len() - MAX_SHOWN_ARGS;
         out.push_str(&format!("\n  … and {more} more arguments not shown"));
     }
+    if let Some(runs) = launched(tool, args) {
+        out.push_str(&format!("\n  runs: {}", text(&Value::String(runs))));
+    }
     out
+}
+
+/// For a call that starts a program through the compositor, the program it finds and
+/// the words it passes, or why it will be refused: what is approved is that file.
+fn launched(tool: &str, args: &Value) -> Option<String> {
+    use crate::programs::argv::Argv;
+    let str_arg = |k: &str| args.get(k).and_then(Value::as_str);
+    let argv = match tool {
+        "desktop_dispatch" if str_arg("action") == Some("launch") => Argv::from_call(args),
+        "hypr_dispatch" if matches!(str_arg("dispatcher"), Some("exec" | "execr")) => {
+            Argv::from_words(str_arg("args").unwrap_or_default())
+        }
+        _ => return None,
+    };
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    Some(match argv.and_then(|a| a.resolve(home.as_deref())) {
+        Ok(resolved) => resolved.display(),
+        Err(e) => format!("nothing, it is refused: {e}"),
+    })
 }
 
 /// A string as its text, anything else as compact JSON; made visible, whole.

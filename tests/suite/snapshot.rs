@@ -129,7 +129,7 @@ fn hyprland_is_found_by_signature_and_answers() {
             ("j/activeworkspace", text(ACTIVE_WORKSPACE)),
             ("j/activewindow", text(ACTIVE_WINDOW)),
             ("j/activewindow", text("{}")),
-            ("dispatch workspace 3", text("ok")),
+            ("/dispatch workspace 3", text("ok")),
         ],
     );
     let h = Hyprland::detect(&env(runtime.path(), Some("abc_123_456"))).unwrap();
@@ -144,7 +144,7 @@ fn hyprland_is_found_by_signature_and_answers() {
             "j/activeworkspace",
             "j/activewindow",
             "j/activewindow",
-            "dispatch workspace 3"
+            "/dispatch workspace 3"
         ]
     );
 }
@@ -181,7 +181,7 @@ fn garbage_answers_are_typed_errors() {
         vec![
             ("j/activeworkspace", text("unknown request")),
             ("j/activewindow", text(r#"{"class": 7}"#)),
-            ("dispatch nope", text("Invalid dispatcher")),
+            ("/dispatch nope", text("Invalid dispatcher")),
         ],
     );
     let h = Hyprland::at(&fake.socket);

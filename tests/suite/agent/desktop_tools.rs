@@ -48,7 +48,7 @@ async fn the_model_reads_the_desktop_and_switches_workspace() {
             ("j/activewindow", Hypr::Text(ACTIVE_WINDOW.into())),
             ("j/workspaces", Hypr::Text("[]".into())),
             ("j/clients", Hypr::Text("[]".into())),
-            ("dispatch workspace 3", Hypr::Text("ok".into())),
+            ("/dispatch workspace 3", Hypr::Text("ok".into())),
         ],
     );
     let rt = h.runtime(hypr_tools(fake.socket.clone()));
@@ -63,7 +63,7 @@ async fn the_model_reads_the_desktop_and_switches_workspace() {
     assert!(state.contains("vim ~/notes.md"), "{state}");
     assert_eq!(
         fake.finish().last().map(String::as_str),
-        Some("dispatch workspace 3")
+        Some("/dispatch workspace 3")
     );
 }
 
@@ -211,7 +211,7 @@ async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked
         &h.home.path().join("run"),
         "sig",
         vec![(
-            "dispatch movetoworkspacesilent 3,address:0x55d1",
+            "/dispatch movetoworkspacesilent 3,address:0x55d1",
             Hypr::Text("ok".into()),
         )],
     );
@@ -228,6 +228,6 @@ async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked
     assert_eq!(count(&events, "approval_requested"), 1);
     assert_eq!(
         fake.finish(),
-        ["dispatch movetoworkspacesilent 3,address:0x55d1"]
+        ["/dispatch movetoworkspacesilent 3,address:0x55d1"]
     );
 }

@@ -24,6 +24,7 @@ use zbus::{OwnedObjectPath, OwnedVariant, interface};
 use super::agent::harness::*;
 use super::daemon::TestBus;
 
+mod launch;
 mod systemd;
 
 /// Calls a fake received: (method, arguments).
