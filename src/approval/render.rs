@@ -411,6 +411,25 @@ mod tests {
         );
     }
 
+    /// See: issue 39: an approval of a launch names the file that will run.
+    #[test]
+    fn a_launch_shows_the_program_found_and_its_words() {
+        let sh = crate::programs::find("sh").unwrap();
+        let args = json!({"action": "launch", "program": "sh", "args": ["-c", "it's"]});
+        assert_eq!(
+            describe_call("desktop_dispatch", &args),
+            format!(
+                "desktop_dispatch: launch\n  args: [\"-c\",\"it's\"]\n  program: sh\n  runs: {} -c 'it'\\''s'",
+                sh.display()
+            )
+        );
+        let refused = json!({"action": "launch", "command": "foot && touch x"});
+        assert!(
+            describe_call("desktop_dispatch", &refused)
+                .contains("runs: nothing, it is refused: launch takes one program"),
+        );
+    }
+
     #[test]
     fn bidi_zero_width_and_osc_links_are_escapes() {
         assert_eq!(visible("a\u{202E}b\u{200B}c"), "a\\u{202E}b\\u{200B}c");
