@@ -292,7 +292,29 @@ fn describe(tool: &str, args: &Value, cap: bool) -> String {
         let more = rest.len() - MAX_SHOWN_ARGS;
         out.push_str(&format!("\n  … and {more} more arguments not shown"));
     }
+    if let Some(runs) = launched(tool, args) {
+        out.push_str(&format!("\n  runs: {}", text(&Value::String(runs))));
+    }
     out
+}
+
+/// For a call that starts a program through the compositor, the program it finds and
+/// the words it passes, or why it will be refused: what is approved is that file.
+fn launched(tool: &str, args: &Value) -> Option<String> {
+    use crate::programs::argv::Argv;
+    let str_arg = |k: &str| args.get(k).and_then(Value::as_str);
+    let argv = match tool {
+        "desktop_dispatch" if str_arg("action") == Some("launch") => Argv::from_call(args),
+        "hypr_dispatch" if matches!(str_arg("dispatcher"), Some("exec" | "execr")) => {
+            Argv::from_words(str_arg("args").unwrap_or_default())
+        }
+        _ => return None,
+    };
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    Some(match argv.and_then(|a| a.resolve(home.as_deref())) {
+        Ok(resolved) => resolved.display(),
+        Err(e) => format!("nothing, it is refused: {e}"),
+    })
 }
 
 /// A string as its text, anything else as compact JSON; made visible, whole.
@@ -386,6 +408,25 @@ mod tests {
         assert_eq!(
             describe_call("shell", &args),
             "shell: ls -la ~/Documents\\n\\x1b[2K\\rtouch x"
+        );
+    }
+
+    /// See: issue 39: an approval of a launch names the file that will run.
+    #[test]
+    fn a_launch_shows_the_program_found_and_its_words() {
+        let sh = crate::programs::find("sh").unwrap();
+        let args = json!({"action": "launch", "program": "sh", "args": ["-c", "it's"]});
+        assert_eq!(
+            describe_call("desktop_dispatch", &args),
+            format!(
+                "desktop_dispatch: launch\n  args: [\"-c\",\"it's\"]\n  program: sh\n  runs: {} -c 'it'\\''s'",
+                sh.display()
+            )
+        );
+        let refused = json!({"action": "launch", "command": "foot && touch x"});
+        assert!(
+            describe_call("desktop_dispatch", &refused)
+                .contains("runs: nothing, it is refused: launch takes one program"),
         );
     }
 

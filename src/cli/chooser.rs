@@ -152,7 +152,7 @@ async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::
 }
 
 async fn launcher(prompt: &str, lines: &[String]) -> anyhow::Result<Option<String>> {
-    match crate::launcher::pick(prompt, lines).await {
+    match crate::launcher::pick(&crate::launcher::Menu::for_client(), prompt, lines).await {
         Ok(picked) => Ok(picked),
         Err(e) => {
             let message = format!("approve --dmenu: {e}");

@@ -62,7 +62,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "FAMILIAR_DMENU",
-        "The menu command ask --dmenu reads the prompt with (default: the first of fuzzel, wofi, rofi, bemenu).",
+        "No longer read (a warning says so): the menu is [desktop] menu in config.toml, else the first of fuzzel, wofi, rofi, bemenu installed in the system's directories.",
     ),
     (
         "DBUS_SESSION_BUS_ADDRESS",

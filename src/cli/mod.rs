@@ -120,7 +120,8 @@ pub enum Command {
         #[arg(required_unless_present = "dmenu")]
         request_id: Option<String>,
         /// Show the pending requests and their choices (Deny, Approve, the task's timed
-        /// grant) in $FAMILIAR_DMENU (default: fuzzel, wofi, rofi or bemenu); with one
+        /// grant) in the menu ([desktop] menu in config.toml, else the system's fuzzel,
+        /// wofi, rofi or bemenu); with one
         /// pending, or an ID given, straight to its choices
         #[arg(long)]
         dmenu: bool,
@@ -266,7 +267,8 @@ pub struct AskArgs {
     /// Show the result as a desktop notification
     #[arg(long)]
     pub notify: bool,
-    /// Read the prompt with $FAMILIAR_DMENU (default: fuzzel, wofi, rofi or bemenu)
+    /// Read the prompt with the menu ([desktop] menu in config.toml, else the system's
+    /// fuzzel, wofi, rofi or bemenu)
     #[arg(long)]
     pub dmenu: bool,
 }

@@ -373,7 +373,7 @@ async fn show_whole(
 ) -> zbus::Result<()> {
     let text = crate::approval::terminal_safe(result.trim());
     let lines: Vec<String> = text.lines().flat_map(|l| wrap(l, WRAP)).collect();
-    match crate::launcher::pick("answer> ", &lines).await {
+    match crate::launcher::pick(&crate::launcher::Menu::for_client(), "answer> ", &lines).await {
         Ok(_) => Ok(()),
         Err(e) => {
             tracing::debug!("no launcher for the whole answer: {e}");

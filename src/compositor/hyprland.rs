@@ -210,10 +210,13 @@ impl Hyprland {
     /// Runs a dispatcher (`dispatch workspace 2`); Hyprland answers `ok` or an error
     /// message, which becomes [`HyprError::InvalidReply`].
     pub fn dispatch(&self, dispatcher: &str, args: &str) -> Result<(), HyprError> {
+        // The leading `/` ends the (empty) flags, as hyprctl sends it: Hyprland before
+        // 0.40 took everything up to the first `/` of a request as flags, so a path in
+        // the arguments cut the request.
         let cmd = if args.is_empty() {
-            format!("dispatch {dispatcher}")
+            format!("/dispatch {dispatcher}")
         } else {
-            format!("dispatch {dispatcher} {args}")
+            format!("/dispatch {dispatcher} {args}")
         };
         let reply = self.request(&cmd)?;
         if reply.trim() == "ok" {
@@ -359,7 +362,7 @@ fn dispatcher_for(action: &Action) -> Result<(&'static str, String), CompositorE
         Action::SwitchWorkspace { workspace } => {
             ("workspace", super::check_workspace(workspace)?.to_owned())
         }
-        Action::Launch { command } => ("exec", super::check_command(command)?.to_owned()),
+        Action::Launch { argv } => ("exec", super::exec_line("hyprland", argv)?),
         Action::CloseWindow { window: Some(w) } => ("closewindow", address(w)?),
         Action::CloseWindow { window: None } => ("killactive", String::new()),
     })

@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::config::Env;
+use crate::programs::argv::{self, Resolved};
 pub use hyprland::{HyprError, Hyprland};
 pub use niri::Niri;
 pub use sway::Sway;
@@ -172,9 +173,11 @@ pub enum Action {
     SwitchWorkspace {
         workspace: String,
     },
-    /// Runs a command line through the compositor: outside familiar's sandbox.
+    /// Starts one program with its arguments through the compositor: outside
+    /// familiar's sandbox. Found already ([`crate::programs::argv`]); each client
+    /// passes the words on whole.
     Launch {
-        command: String,
+        argv: Resolved,
     },
     CloseWindow {
         window: Option<String>,
@@ -295,20 +298,19 @@ pub(crate) fn check_workspace(name: &str) -> Result<&str, CompositorError> {
     Ok(name)
 }
 
-/// A command line for `launch`: one line, no `;` (sway and Hyprland would read a second
-/// command after it), at most 1024 bytes.
-pub(crate) fn check_command(command: &str) -> Result<&str, CompositorError> {
-    let command = command.trim();
-    if command.is_empty()
-        || command.len() > 1024
-        || command.chars().any(|c| c.is_control() || c == ';')
-    {
-        return Err(CompositorError::BadArgument(
-            "the command must be one line of at most 1024 bytes without `;` (one program per call)"
-                .to_owned(),
-        ));
+/// What a compositor's `exec` hands to `sh -c` for `argv` ([`argv::sh_line`]).
+/// `sway` reads `$NAME` as its own variables in it (`$$` is one `$`); Hyprland's
+/// socket, before 0.40, split a request holding `[[BATCH]]` at `;`, so there a word
+/// with `;` is refused.
+pub(crate) fn exec_line(compositor: &str, argv: &Resolved) -> Result<String, CompositorError> {
+    let line = argv::sh_line(argv);
+    match compositor {
+        "sway" => Ok(line.replace('$', "$$")),
+        _ if line.contains(';') => Err(CompositorError::BadArgument(format!(
+            "{compositor} cannot be given a `;` in a program's arguments (its socket reads it as the end of a command)"
+        ))),
+        _ => Ok(line),
     }
-    Ok(command)
 }
 
 /// A numeric window id (sway's container id, niri's window id).
@@ -418,11 +420,25 @@ mod tests {
     }
 
     #[test]
-    fn launch_commands_are_one_program() {
-        assert!(check_command("foot -e htop").is_ok());
-        assert!(check_command("foot; exit").is_err());
-        assert!(check_command("foot\nexit").is_err());
-        assert!(check_command("").is_err());
+    fn the_exec_line_is_the_quoted_words_for_each_shell() {
+        let argv = Resolved {
+            program: "/usr/bin/foot".into(),
+            args: vec!["$HOME".into(), "a b".into()],
+        };
+        assert_eq!(
+            exec_line("hyprland", &argv).unwrap(),
+            "exec '/usr/bin/foot' '$HOME' 'a b'"
+        );
+        assert_eq!(
+            exec_line("sway", &argv).unwrap(),
+            "exec '/usr/bin/foot' '$$HOME' 'a b'"
+        );
+        let semicolon = Resolved {
+            program: "/usr/bin/foot".into(),
+            args: vec!["a;b".into()],
+        };
+        assert!(exec_line("hyprland", &semicolon).is_err());
+        assert!(exec_line("sway", &semicolon).is_ok());
     }
 
     #[test]

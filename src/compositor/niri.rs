@@ -133,12 +133,8 @@ fn action_for(action: &Action) -> Result<Value, CompositorError> {
         Action::SwitchWorkspace { workspace } => {
             json!({"FocusWorkspace": {"reference": reference(workspace)?}})
         }
-        Action::Launch { command } => {
-            let argv = shell_words::split(super::check_command(command)?).map_err(|e| {
-                CompositorError::BadArgument(format!("the command does not split into words: {e}"))
-            })?;
-            json!({"Spawn": {"command": argv}})
-        }
+        // niri spawns the words as they are: no shell reads them.
+        Action::Launch { argv } => json!({"Spawn": {"command": argv.argv()}}),
         Action::CloseWindow { window: w } => json!({"CloseWindow": {"id": window(w)?}}),
     })
 }
@@ -253,11 +249,14 @@ mod tests {
             json!({"MoveWindowToWorkspace": {"window_id": 12, "reference": {"Index": 2}, "focus": false}})
         );
         let launch = Action::Launch {
-            command: "foot -e 'htop -d 5'".to_owned(),
+            argv: crate::programs::argv::Resolved {
+                program: "/usr/bin/foot".into(),
+                args: vec!["-e".into(), "it's a b".into()],
+            },
         };
         assert_eq!(
             action_for(&launch).unwrap(),
-            json!({"Spawn": {"command": ["foot", "-e", "htop -d 5"]}})
+            json!({"Spawn": {"command": ["/usr/bin/foot", "-e", "it's a b"]}})
         );
         let close = Action::CloseWindow { window: None };
         assert_eq!(

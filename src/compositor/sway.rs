@@ -173,7 +173,7 @@ fn command_for(action: &Action) -> Result<String, CompositorError> {
             )
         }
         Action::SwitchWorkspace { workspace: ws } => format!("workspace {}", workspace(ws)?),
-        Action::Launch { command } => format!("exec {}", super::check_command(command)?),
+        Action::Launch { argv } => format!("exec {}", super::exec_line(NAME, argv)?),
         Action::CloseWindow { window } => format!("{}kill", criteria(window)?),
     })
 }

@@ -8,6 +8,7 @@
 //! small helpers (durations, `~`) that souls and policies use too. This module owns
 //! the order: read, parse, resolve, check cross-references.
 
+pub mod desktop;
 pub mod mcp;
 pub mod parse;
 pub mod paths;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{ConfigError, FileError, parse_toml, read_file};
 use crate::ids::SoulId;
 
+pub use desktop::DesktopConfig;
 pub use parse::{DurationError, expand_home, parse_duration};
 pub use paths::{
     ConfigSource, Env, Paths, ProcessEnv, config_dir, config_source, default_data_dir,
@@ -99,6 +101,8 @@ impl Config {
         let warm = warm::resolve(raw.warm.unwrap_or_default(), &default_soul).map_err(invalid)?;
         let notifications =
             resolve_notifications(raw.notifications.unwrap_or_default()).map_err(invalid)?;
+        let desktop =
+            desktop::resolve(raw.desktop.unwrap_or_default(), &paths.home).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -124,6 +128,7 @@ impl Config {
             memory,
             warm,
             notifications,
+            desktop,
             providers,
             mcp,
             paths,

@@ -68,7 +68,7 @@ pub enum ConfigSource {
 }
 
 /// The user's home directory: `$HOME`, else the passwd entry.
-pub(super) fn home_dir(env: &dyn Env) -> PathBuf {
+pub fn home_dir(env: &dyn Env) -> PathBuf {
     env.path("HOME")
         .or_else(|| etcetera::home_dir().ok())
         .unwrap_or_else(|| PathBuf::from("/"))

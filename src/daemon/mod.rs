@@ -46,6 +46,7 @@ use zbus::object_server::SignalEmitter;
 use crate::agent::Runtime;
 use crate::config::{Config, ProcessEnv};
 use crate::dbus;
+use crate::launcher::Menu;
 use crate::policy::{self, RateSpec};
 use crate::soul::SoulSet;
 use service::Service;
@@ -128,8 +129,15 @@ impl Daemon {
             emitter: emitter.clone(),
         }));
         if options.notifications {
+            // Weak: the frontends live in the services the shared state holds.
+            let current = Arc::downgrade(&shared);
+            let started = Menu::from_config(&shared.runtime.get().settings.config);
+            let menu: crate::launcher::CurrentMenu = Arc::new(move || match current.upgrade() {
+                Some(s) => Menu::from_config(&s.runtime.get().settings.config),
+                None => started.clone(),
+            });
             services.approvals.add_frontend(Arc::new(
-                dbus::notifications::NotificationFrontend::new(conn.clone()),
+                dbus::notifications::NotificationFrontend::new(conn.clone(), menu),
             ));
         }
         let owner = tokio::spawn(supervisor::run(

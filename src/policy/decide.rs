@@ -404,6 +404,7 @@ mod tests {
             ("open", ("hypr_dispatch", json!({"dispatcher": "exec", "args": "[float] kitty -e rm -rf ~"})), Deny(BlockedPattern)),
             ("open", ("hypr_dispatch", json!({"dispatcher": "workspace", "args": "2"})), Allow),
             ("open", ("desktop_dispatch", json!({"action": "launch", "command": "foot -e rm -rf ~"})), Deny(BlockedPattern)),
+            ("open", ("desktop_dispatch", json!({"action": "launch", "program": "foot", "args": ["-e", "rm", "-rf", "~"]})), Deny(BlockedPattern)),
             ("open", ("desktop_dispatch", json!({"action": "move_to_workspace", "workspace": "2"})), Allow),
         ];
         check_table(cases);

@@ -33,9 +33,17 @@ pub(super) fn command_of(call: &Call) -> Option<(String, Option<String>)> {
             }
             _ => None,
         },
-        // `launch` runs its command line through the compositor: the patterns see it.
+        // `launch` runs one program through the compositor: the patterns see its words
+        // (as given; the older `command` string as it came when it is no plain words,
+        // which the tool refuses anyway).
         "desktop_dispatch" => match str_arg("action") {
-            Some("launch") => Some((str_arg("command").unwrap_or_default().to_owned(), None)),
+            Some("launch") => Some((
+                crate::programs::argv::Argv::from_call(call.args).map_or_else(
+                    |_| str_arg("command").unwrap_or_default().to_owned(),
+                    |argv| argv.display(),
+                ),
+                None,
+            )),
             _ => None,
         },
         "systemd_user" => {

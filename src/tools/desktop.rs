@@ -4,10 +4,12 @@
 //! Both are hidden from the model when no compositor answers. `desktop_dispatch` takes
 //! one of five actions, which the compositor's client maps to its own command; windows
 //! are named by the id `desktop_state` lists, workspaces by name, and every argument is
-//! checked before anything is sent (one line, no command separator). `launch` starts a
-//! program *through the compositor*, outside familiar's sandbox: the loop always asks
-//! before it, whatever the policy's execute mode (`catalog::runs_outside_sandbox`).
+//! checked before anything is sent (one line, no command separator). `launch` starts
+//! one program with its arguments (no shell: [`crate::programs::argv`]) *through the
+//! compositor*, outside familiar's sandbox: the loop always asks before it, whatever
+//! the policy's execute mode (`catalog::runs_outside_sandbox`).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -18,6 +20,7 @@ use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
 use crate::catalog::{self, ToolInfo};
 use crate::compositor::{Action, Compositor, CompositorError};
+use crate::programs::argv::Argv;
 
 /// Finds the compositor now (it may start or stop while the daemon runs).
 pub type Locate = Arc<dyn Fn() -> Option<Compositor> + Send + Sync>;
@@ -79,8 +82,9 @@ pub struct DesktopDispatch {
     pub locate: Locate,
 }
 
-/// The action a call asks for; the error tells the model what is expected.
-pub fn action(args: &Value) -> Result<Action, ToolError> {
+/// The action a call asks for, a launch's program found (outside `home`); the error
+/// tells the model what is expected.
+pub fn action(args: &Value, home: &Path) -> Result<Action, ToolError> {
     let opt = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_owned);
     let need = |k: &str, what: &str| {
         opt(k).ok_or_else(|| ToolError::model(format!("`{what}` needs `{k}`")))
@@ -98,7 +102,9 @@ pub fn action(args: &Value) -> Result<Action, ToolError> {
             workspace: need("workspace", name)?,
         },
         "launch" => Action::Launch {
-            command: need("command", name)?,
+            argv: Argv::from_call(args)
+                .and_then(|argv| argv.resolve(Some(home)))
+                .map_err(|e| ToolError::model(e.to_string()))?,
         },
         "close_window" => Action::CloseWindow {
             window: opt("window"),
@@ -119,9 +125,11 @@ impl Tool for DesktopDispatch {
 
     fn description(&self) -> &'static str {
         "Act on the desktop: focus_window (window), move_to_workspace (workspace, window; \
-         without window the focused one), switch_workspace (workspace), launch (command: \
-         starts a program), close_window (window; without it the focused one). Window ids \
-         come from desktop_state. Needs the user's approval."
+         without window the focused one), switch_workspace (workspace), launch (program \
+         and args: starts one installed program with its arguments, no shell: e.g. \
+         {\"action\": \"launch\", \"program\": \"foot\", \"args\": [\"-e\", \"htop\"]}), \
+         close_window (window; without it the focused one). Window ids come from \
+         desktop_state. Needs the user's approval."
     }
 
     fn schema(&self) -> Value {
@@ -130,7 +138,8 @@ impl Tool for DesktopDispatch {
                 "action": {"type": "string", "enum": ACTIONS},
                 "window": {"type": "string", "description": "a window id from desktop_state"},
                 "workspace": {"type": "string", "description": "a workspace name or number"},
-                "command": {"type": "string", "description": "launch: the command line, one program"}
+                "program": {"type": "string", "description": "launch: the program, a name installed in the system's directories or an absolute path"},
+                "args": {"type": "array", "items": {"type": "string"}, "description": "launch: the program's arguments, one word each (no shell: quotes, `&&`, `|`, `$` are plain text)"}
             }),
             &["action"],
         )
@@ -140,10 +149,10 @@ impl Tool for DesktopDispatch {
         (self.locate)().is_some()
     }
 
-    fn execute(&self, args: Value, _ctx: ToolContext) -> ToolFuture {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let locate = Arc::clone(&self.locate);
         async move {
-            let action = action(&args)?;
+            let action = action(&args, &ctx.home)?;
             tokio::task::spawn_blocking(move || {
                 let c = locate().ok_or_else(|| ToolError::model("no compositor is running"))?;
                 match c.perform(&action) {
@@ -169,14 +178,41 @@ mod tests {
 
     #[test]
     fn actions_need_their_arguments() {
+        let home = Path::new("/nonexistent-home");
         assert_eq!(
-            action(&json!({"action": "move_to_workspace", "workspace": "2"})).unwrap(),
+            action(
+                &json!({"action": "move_to_workspace", "workspace": "2"}),
+                home
+            )
+            .unwrap(),
             Action::MoveToWorkspace {
                 window: None,
                 workspace: "2".to_owned()
             }
         );
-        assert!(action(&json!({"action": "focus_window"})).is_err());
-        assert!(action(&json!({"action": "exit"})).is_err());
+        assert!(action(&json!({"action": "focus_window"}), home).is_err());
+        assert!(action(&json!({"action": "exit"}), home).is_err());
+    }
+
+    /// See: issue 39 (`a && b` reached the compositor's shell).
+    #[test]
+    fn a_launch_is_one_program_found_on_the_system_path() {
+        let home = Path::new("/nonexistent-home");
+        let err = action(
+            &json!({"action": "launch", "command": "sh && touch x"}),
+            home,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("`&&` is shell syntax"), "{err}");
+        let Action::Launch { argv } = action(
+            &json!({"action": "launch", "program": "sh", "args": ["-c", "a && b"]}),
+            home,
+        )
+        .unwrap() else {
+            panic!("not a launch");
+        };
+        assert_eq!(Some(argv.program), crate::programs::find("sh"));
+        assert_eq!(argv.args, ["-c", "a && b"]);
     }
 }

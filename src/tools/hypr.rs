@@ -7,8 +7,11 @@
 //! accepts only dispatchers it knows, with arguments on one line and without the `;`
 //! that would let one request carry a second command. `exec`-style dispatchers start
 //! programs *through the compositor*, outside familiar's sandbox: the loop always asks
-//! before them, whatever the policy's execute mode (see `agent::calls::gate`).
+//! before them, whatever the policy's execute mode (see `agent::calls::gate`), and
+//! their arguments pass the check `desktop_dispatch launch`'s do: one program found on
+//! the system `PATH` and its plain words ([`crate::programs::argv`]), no shell line.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -17,8 +20,9 @@ use serde_json::{Value, json};
 use super::ToolFuture;
 use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError};
-use crate::catalog::{self, ToolInfo};
+use crate::catalog::{self, LAUNCHING_DISPATCHERS, ToolInfo};
 use crate::compositor::Hyprland;
+use crate::programs::argv::Argv;
 
 /// Finds the compositor now (it may start or stop while the daemon runs).
 pub type Locate = Arc<dyn Fn() -> Option<Hyprland> + Send + Sync>;
@@ -137,6 +141,24 @@ pub fn validate(dispatcher: &str, args: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// What is sent for `dispatcher`: an `exec`'s words checked, its program found outside
+/// `home` and every word quoted for Hyprland's shell; other dispatchers' arguments as
+/// they are.
+pub fn dispatch_args(dispatcher: &str, args: &str, home: &Path) -> Result<String, ToolError> {
+    if !LAUNCHING_DISPATCHERS.contains(&dispatcher) {
+        return Ok(args.to_owned());
+    }
+    if args.starts_with('[') {
+        return Err(ToolError::model(
+            "window rules (`[…]` before the program) are not taken: give the program and its arguments, or use desktop_dispatch launch",
+        ));
+    }
+    let argv = Argv::from_words(args)
+        .and_then(|a| a.resolve(Some(home)))
+        .map_err(|e| ToolError::model(e.to_string()))?;
+    crate::compositor::exec_line("hyprland", &argv).map_err(|e| ToolError::model(e.to_string()))
+}
+
 impl Tool for HyprDispatch {
     fn info(&self) -> &'static ToolInfo {
         &catalog::HYPR_DISPATCH
@@ -162,7 +184,7 @@ impl Tool for HyprDispatch {
         (self.locate)().is_some()
     }
 
-    fn execute(&self, args: Value, _ctx: ToolContext) -> ToolFuture {
+    fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
         let locate = Arc::clone(&self.locate);
         async move {
             let dispatcher = str_arg(&args, "dispatcher")?.to_owned();
@@ -173,6 +195,7 @@ impl Tool for HyprDispatch {
                 .trim()
                 .to_owned();
             validate(&dispatcher, &dargs)?;
+            let dargs = dispatch_args(&dispatcher, &dargs, &ctx.home)?;
             tokio::task::spawn_blocking(move || {
                 let hypr = locate().ok_or_else(|| ToolError::model("Hyprland is not running"))?;
                 hypr.dispatch(&dispatcher, &dargs)
@@ -199,5 +222,20 @@ mod tests {
         assert!(validate("exit", "").is_err(), "exit would end the session");
         assert!(validate("workspace", "3; dispatch exit").is_err());
         assert!(validate("workspace", "3\ndispatch exit").is_err());
+    }
+
+    /// See: issue 39 (`exec` took a shell line).
+    #[test]
+    fn exec_takes_one_program_and_its_words() {
+        let home = Path::new("/nonexistent-home");
+        let err = dispatch_args("exec", "sh -c x && touch y", home).unwrap_err();
+        assert!(err.to_string().contains("`&&`"), "{err}");
+        assert!(dispatch_args("execr", "[float] sh", home).is_err());
+        let sh = crate::programs::find("sh").unwrap();
+        assert_eq!(
+            dispatch_args("exec", "sh -c 'echo a'", home).unwrap(),
+            format!("exec '{}' '-c' 'echo a'", sh.display())
+        );
+        assert_eq!(dispatch_args("workspace", "3", home).unwrap(), "3");
     }
 }

@@ -131,7 +131,7 @@ fn hyprland_is_found_by_signature_and_answers() {
             ("j/activeworkspace", text(ACTIVE_WORKSPACE)),
             ("j/activewindow", text(ACTIVE_WINDOW)),
             ("j/activewindow", text(NO_ACTIVE_WINDOW)),
-            ("dispatch workspace 3", text("ok")),
+            ("/dispatch workspace 3", text("ok")),
         ],
     );
     let h = Hyprland::detect(&env(runtime.path(), Some("abc_123_456"))).unwrap();
@@ -146,7 +146,7 @@ fn hyprland_is_found_by_signature_and_answers() {
             "j/activeworkspace",
             "j/activewindow",
             "j/activewindow",
-            "dispatch workspace 3"
+            "/dispatch workspace 3"
         ]
     );
 }
@@ -204,7 +204,7 @@ fn closing_a_window_that_is_not_there_says_so() {
             ("j/clients", text(CLIENTS)),
             ("j/clients", text(CLIENTS)),
             (
-                &format!("dispatch closewindow address:{FOCUSED_ADDRESS}"),
+                &format!("/dispatch closewindow address:{FOCUSED_ADDRESS}"),
                 text("ok"),
             ),
         ],
@@ -235,7 +235,7 @@ fn garbage_answers_are_typed_errors() {
         vec![
             ("j/activeworkspace", text("unknown request")),
             ("j/activewindow", text(r#"{"class": 7}"#)),
-            ("dispatch nope", text("Invalid dispatcher")),
+            ("/dispatch nope", text("Invalid dispatcher")),
         ],
     );
     let h = Hyprland::at(&fake.socket);

@@ -95,8 +95,9 @@ async fn menu_prompt(notify: bool) -> anyhow::Result<Result<Option<String>, Exit
         }
         std::future::pending().await
     };
+    let menu = crate::launcher::Menu::for_client();
     tokio::select! {
-        picked = crate::launcher::pick("familiar> ", &[]) => match picked {
+        picked = crate::launcher::pick(&menu, "familiar> ", &[]) => match picked {
             Ok(prompt) => Ok(Ok(prompt)),
             Err(e) => {
                 let f = Failure {

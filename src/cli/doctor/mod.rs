@@ -146,6 +146,7 @@ pub async fn run_checks(config_path: Option<&Path>) -> Vec<Check> {
     checks.extend(system::sandbox_checks().await);
     checks.extend(system::bus_checks().await);
     checks.push(system::desktop_check());
+    checks.push(system::menu_check(config.as_deref()));
     match &config {
         Some(c) => {
             checks.push(system::data_dir_check(&c.paths.data_dir));

@@ -75,6 +75,46 @@ fn programs_check() -> Check {
     )
 }
 
+/// The menu `ask --dmenu` and a click on an approval open, and where it was found:
+/// config.toml's `[desktop] menu`, else the first installed on the system's `PATH`.
+pub(super) fn menu_check(config: Option<&crate::config::Config>) -> Check {
+    use crate::launcher::{LEGACY_VARIABLE, Menu, Origin};
+    let menu = match config {
+        Some(c) => Menu::from_config(c),
+        None => Menu::new(
+            &crate::config::DesktopConfig::default(),
+            &crate::config::paths::home_dir(&crate::config::ProcessEnv),
+        ),
+    };
+    let legacy = match std::env::var_os(LEGACY_VARIABLE).is_some_and(|v| !v.is_empty()) {
+        true => format!(" ({LEGACY_VARIABLE} is set and not read: use [desktop] menu)"),
+        false => String::new(),
+    };
+    match menu.program() {
+        Ok((path, Origin::Configured)) => Check::ok(
+            "menu",
+            format!("{} (config.toml [desktop] menu){legacy}", path.display()),
+        ),
+        Ok((path, Origin::Installed)) => Check::ok(
+            "menu",
+            format!(
+                "{} (the first of fuzzel, wofi, rofi, bemenu on the system's PATH, never yours){legacy}",
+                path.display()
+            ),
+        ),
+        Err(e @ crate::launcher::LauncherError::NoneFound) => Check::warn(
+            "menu",
+            format!("{e}{legacy}"),
+            "without one, `ask --dmenu` and a click on an approval cannot open a menu (the buttons and `familiar approve ID` still answer)",
+        ),
+        Err(e) => Check::fail(
+            "menu",
+            format!("{e}{legacy}"),
+            "set [desktop] menu to a program installed outside your home directory (docs/config.md)",
+        ),
+    }
+}
+
 /// Whether tools are kept off unix sockets (the session bus, the keyring).
 fn unix_sockets_check(enforcement: &crate::sandbox::Enforcement) -> Check {
     match enforcement.unix_sockets {

@@ -24,6 +24,7 @@ use crate::approval::{
     Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser, grant_label,
 };
 use crate::ids::RequestId;
+use crate::launcher::{CurrentMenu, Menu};
 
 /// Action keys on approval notifications.
 pub const ACTION_APPROVE: &str = "approve";
@@ -49,14 +50,17 @@ pub fn answer_for(action_key: &str) -> Option<Answer> {
 /// Shows approval requests as notifications with actions.
 pub struct NotificationFrontend {
     conn: Connection,
+    /// The menu a click opens, as config.toml says it when the request comes.
+    menu: CurrentMenu,
     /// Requests on screen: withdrawing one stops its watcher, which closes it.
     shown: Arc<Mutex<HashMap<RequestId, CancellationToken>>>,
 }
 
 impl NotificationFrontend {
-    pub fn new(conn: Connection) -> NotificationFrontend {
+    pub fn new(conn: Connection, menu: CurrentMenu) -> NotificationFrontend {
         NotificationFrontend {
             conn,
+            menu,
             shown: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -73,6 +77,7 @@ impl Frontend for NotificationFrontend {
         };
         let stop = CancellationToken::new();
         lock(&self.shown).insert(request.request_id.clone(), stop.clone());
+        let menu = (self.menu)();
         let (conn, request, broker, shown) = (
             self.conn.clone(),
             request.clone(),
@@ -80,7 +85,7 @@ impl Frontend for NotificationFrontend {
             Arc::clone(&self.shown),
         );
         handle.spawn(async move {
-            if let Err(e) = watch(&conn, &request, &broker, &stop).await {
+            if let Err(e) = watch(&conn, &request, &broker, &stop, &menu).await {
                 tracing::info!(request_id = %request.request_id, "no approval notification: {e}");
             }
             lock(&shown).remove(&request.request_id);
@@ -212,6 +217,7 @@ async fn watch(
     r: &ApprovalRequest,
     broker: &ApprovalBroker,
     stop: &CancellationToken,
+    menu: &Menu,
 ) -> zbus::Result<()> {
     let proxy = NotificationsProxy::new(conn).await?;
     // Subscribe before showing, so a fast click is not missed.
@@ -235,7 +241,7 @@ async fn watch(
             Signal::Action { id: of, key } if of == id && key == ACTION_DEFAULT => {
                 // A click. mako closes the notification (as dismissed) right after
                 // this: that close is not a denial, the chooser is the answer.
-                let note = match choose(r, stop, &mut signals).await {
+                let note = match choose(r, stop, &mut signals, menu).await {
                     Chosen::Answered(answer) => {
                         respond(broker, r, answer, BY_CHOOSER);
                         close(&proxy, id).await;
@@ -286,11 +292,16 @@ enum Chosen {
 
 /// Opens the chooser for `r`; signals that arrive meanwhile are for the notification
 /// the click took down, and are dropped.
-async fn choose(r: &ApprovalRequest, stop: &CancellationToken, signals: &mut Signals) -> Chosen {
-    let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
+async fn choose(
+    r: &ApprovalRequest,
+    stop: &CancellationToken,
+    signals: &mut Signals,
+    menu: &Menu,
+) -> Chosen {
+    let lines = chooser::menu(&r.tool, &r.summary, &r.reason);
     let picked = tokio::select! {
         () = stop.cancelled() => return Chosen::Stopped,
-        p = crate::launcher::pick("approve> ", &menu) => p,
+        p = crate::launcher::pick(menu, "approve> ", &lines) => p,
     };
     signals.clear();
     match picked {

@@ -111,3 +111,45 @@ async fn a_foot_window_is_seen_and_moved_to_workspace_2_on_a_real_sway() {
         Some((id, "2".to_owned()))
     );
 }
+
+/// See: issue 39 (`launch` reached sway's `exec`, a shell, as a command line). Words
+/// with a space, a quote, a backslash, `$` and sway's own separators arrive whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launch_passes_each_word_whole_through_a_real_sway() {
+    use std::os::unix::fs::PermissionsExt;
+    let words = ["a b'c", "\\", "$HOME;x,y", "$$", "&& touch x"];
+    let dir = tempfile::tempdir().unwrap();
+    let recorder = dir.path().join("recorder");
+    std::fs::write(
+        &recorder,
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > \"$HOME/launched.part\"\nmv \"$HOME/launched.part\" \"$HOME/launched\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&recorder, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(sway) = Desktop::start(&Options {
+        programs: vec![recorder],
+        ..Options::default()
+    }) else {
+        return;
+    };
+    // The session's own bin directory: outside any home, readable by its user.
+    let program = sway.home().parent().unwrap().join("bin/recorder");
+    let h = Harness::new(vec![]).await;
+    let compositor = Compositor::Sway(Sway::at(sway.swaysock()));
+    let locate: Locate = Arc::new(move || Some(compositor.clone()));
+    let ctx = crate::suite::desktop_tools::direct_ctx(&h);
+    let sent = DesktopDispatch { locate }
+        .execute(
+            json!({"action": "launch", "program": program, "args": words}),
+            ctx,
+        )
+        .await
+        .unwrap();
+    assert!(sent.starts_with("ok (sway): exec exec '"), "{sent}");
+    let launched = sway.home().join("launched");
+    let got = sway
+        .wait_until(|| std::fs::read_to_string(&launched).ok())
+        .expect("the program ran");
+    assert_eq!(got.split_terminator('\0').collect::<Vec<_>>(), words);
+    assert!(!sway.home().join("x").exists());
+}

@@ -50,7 +50,7 @@ async fn the_model_reads_the_desktop_and_switches_workspace() {
             ("j/activewindow", Hypr::Text(ACTIVE_WINDOW.into())),
             ("j/workspaces", Hypr::Text("[]".into())),
             ("j/clients", Hypr::Text("[]".into())),
-            ("dispatch workspace 3", Hypr::Text("ok".into())),
+            ("/dispatch workspace 3", Hypr::Text("ok".into())),
         ],
     );
     let rt = h.runtime(hypr_tools(fake.socket.clone()));
@@ -65,7 +65,7 @@ async fn the_model_reads_the_desktop_and_switches_workspace() {
     assert!(state.contains(FOCUSED_ADDRESS), "{state}");
     assert_eq!(
         fake.finish().last().map(String::as_str),
-        Some("dispatch workspace 3")
+        Some("/dispatch workspace 3")
     );
 }
 
@@ -209,7 +209,7 @@ async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked
     )
     .await;
     // Only the move reaches the compositor: the launch waits for an approval nobody gives.
-    let move_request = format!("dispatch movetoworkspacesilent 3,address:{FOCUSED_ADDRESS}");
+    let move_request = format!("/dispatch movetoworkspacesilent 3,address:{FOCUSED_ADDRESS}");
     let fake = FakeHyprland::start(
         &h.home.path().join("run"),
         "sig",

@@ -128,14 +128,19 @@ async fn ask_detach_prints_the_ids_and_the_task_runs_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ask_reads_the_prompt_from_the_dmenu_command() {
+async fn ask_reads_the_prompt_from_the_configured_menu() {
     let f = Fixture::new(vec![text_reply("from the menu")]).await;
+    // The client's config.toml (the daemon of the fixture has its own).
+    f.harness.home.write_config(
+        "config.toml",
+        "[desktop]\nmenu = \"echo what is my uptime\"\n",
+    );
     let mut w = Watch::new(&f.proxy).await;
     let out = familiar(
         &f.harness.home,
         &f.bus,
         &["ask", "--dmenu", "--detach", "--soul", "test"],
-        &[("FAMILIAR_DMENU", "echo what is my uptime")],
+        &[],
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));

@@ -24,6 +24,7 @@ use zbus::{OwnedObjectPath, OwnedVariant, interface};
 use super::agent::harness::*;
 use super::daemon::TestBus;
 
+mod launch;
 mod systemd;
 
 /// Calls a fake received: (method, arguments).
@@ -56,7 +57,7 @@ fn last_tool_result(h: &Harness, n: usize) -> String {
 }
 
 /// A context for calling a tool directly, outside the loop.
-fn direct_ctx(h: &Harness) -> ToolContext {
+pub(crate) fn direct_ctx(h: &Harness) -> ToolContext {
     let soul = h.soul("tools = []\n");
     let workspace = h.workspace();
     ToolContext {

@@ -1,11 +1,15 @@
 //! The programs the daemon itself runs outside any sandbox (`xdg-open` or `gio` for
 //! `open`, `systemd-run` to start them as units, `journalctl` for `journal` and the
-//! pre-check), found on a fixed system `PATH`, never the daemon's own.
+//! pre-check, the launcher menus of [`crate::launcher`], what `desktop_dispatch launch`
+//! starts through the compositor: [`argv`]), found on a fixed system `PATH`, never the
+//! daemon's own.
 //!
 //! A soul that may write a directory early on the user's `PATH` (`~/.local/bin`,
 //! `~/bin`) could otherwise plant an `xdg-open` there that the daemon would run
 //! unconfined at the next `open`. The directories below are the system's (root's to
 //! write on every distribution); NixOS's profile and wrappers are among them.
+
+pub mod argv;
 
 use std::path::PathBuf;
 
@@ -13,7 +17,8 @@ use std::path::PathBuf;
 pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:\
                                /run/wrappers/bin:/run/current-system/sw/bin";
 
-/// The programs the daemon may run unconfined, for `familiar doctor`.
+/// The programs the daemon may run unconfined, for `familiar doctor` (which lists the
+/// menus, [`crate::launcher::MENUS`], beside them).
 pub const RUN_UNCONFINED: &[&str] = &["xdg-open", "gio", "systemd-run", "journalctl"];
 
 /// `name` on [`SYSTEM_PATH`], if it is there as an executable file. Neither the
