@@ -344,7 +344,10 @@ mod tests {
             tooltip,
             "last task failed: familiar: “a &amp; b &lt;span size=\"1\"&gt;hidden&lt;/span&gt;”: &lt;b&gt;x&lt;/b&gt; &amp; y"
         );
-        assert!(!tooltip.contains('<') && !tooltip.contains('>'), "{tooltip}");
+        assert!(
+            !tooltip.contains('<') && !tooltip.contains('>'),
+            "{tooltip}"
+        );
         assert_eq!(line["text"], "failed");
     }
 

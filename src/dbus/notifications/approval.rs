@@ -1,6 +1,6 @@
 //! Approval requests as desktop notifications that any server can answer: buttons
 //! where the server draws them (GNOME, KDE, swaync: Approve, Deny, the task's timed
-//! grant), and on every server a `default` action, the click, that opens the choices
+//! grant when the request has a scope, labelled with it), and on every server a `default` action, the click, that opens the choices
 //! in the user's launcher (mako, dunst and fnott draw no buttons).
 //!
 //! Invariant: only our notification's signals answer its request: an action answers
@@ -20,15 +20,14 @@ use super::{
     show,
 };
 use crate::approval::render::LONG_VALUE_BYTES;
-use crate::approval::{
-    Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser, grant_label,
-};
+use crate::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser};
 use crate::ids::RequestId;
 
 /// Action keys on approval notifications.
 pub const ACTION_APPROVE: &str = "approve";
 pub const ACTION_DENY: &str = "deny";
-/// The timed grant: this task's calls of the tool for [`GRANT_FOR`].
+/// The timed grant: this task's calls of the request's scope for [`GRANT_FOR`]
+/// (offered only when the request has one; the broker refuses it otherwise).
 pub const ACTION_ALLOW_FOR: &str = "allow-10min";
 
 /// Who answered, as the `approval_resolved` event says it.
@@ -179,31 +178,45 @@ async fn present(
     note: Option<&str>,
 ) -> zbus::Result<u32> {
     let (summary, body) = texts(r, caps, note);
-    let grant = grant_label(&crate::approval::visible(&r.tool));
-    let all = [
+    let actions = actions(r);
+    let actions: Vec<&str> = actions.iter().map(String::as_str).collect();
+    let shown = Shown {
+        replaces,
+        icon: "dialog-question",
+        summary: &summary,
+        body: &body,
+        actions: &actions,
+        urgency: 2,
+        resident: true,
+        expire_ms: 0,
+    };
+    show(proxy, &shown).await
+}
+
+/// The notification's actions, keys and labels alternating: the choices, the timed
+/// grant only for a request that has a scope (labelled with it), and for what the
+/// notification cannot show whole only Review and Deny.
+fn actions(r: &ApprovalRequest) -> Vec<String> {
+    // What the notification cannot show whole is not approved from it.
+    if review_only(r) {
+        return [ACTION_DEFAULT, "Review…", ACTION_DENY, "Deny"]
+            .map(str::to_owned)
+            .to_vec();
+    }
+    let mut all = [
         ACTION_DEFAULT,
         "Choose…",
         ACTION_APPROVE,
         "Approve",
         ACTION_DENY,
         "Deny",
-        ACTION_ALLOW_FOR,
-        grant.as_str(),
-    ];
-    // What the notification cannot show whole is not approved from it.
-    let review = [ACTION_DEFAULT, "Review…", ACTION_DENY, "Deny"];
-    let actions: &[&str] = if review_only(r) { &review } else { &all };
-    let shown = Shown {
-        replaces,
-        icon: "dialog-question",
-        summary: &summary,
-        body: &body,
-        actions,
-        urgency: 2,
-        resident: true,
-        expire_ms: 0,
-    };
-    show(proxy, &shown).await
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if let Some(grant) = r.grant.label() {
+        all.extend([ACTION_ALLOW_FOR.to_owned(), grant]);
+    }
+    all
 }
 
 /// Shows one request and waits for an action, a dismissal, or `stop`.
@@ -287,14 +300,15 @@ enum Chosen {
 /// Opens the chooser for `r`; signals that arrive meanwhile are for the notification
 /// the click took down, and are dropped.
 async fn choose(r: &ApprovalRequest, stop: &CancellationToken, signals: &mut Signals) -> Chosen {
-    let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
+    let grant = r.grant.label();
+    let menu = chooser::menu(&r.summary, &r.reason, grant.as_deref());
     let picked = tokio::select! {
         () = stop.cancelled() => return Chosen::Stopped,
         p = crate::launcher::pick("approve> ", &menu) => p,
     };
     signals.clear();
     match picked {
-        Ok(Some(line)) => match chooser::parse(&line, &r.tool, &r.summary) {
+        Ok(Some(line)) => match chooser::parse(&line, &r.summary, grant.as_deref()) {
             Some(choice) => Chosen::Answered(choice.answer()),
             None => Chosen::Nothing,
         },
@@ -338,6 +352,11 @@ mod tests {
             args: serde_json::json!({}),
             summary: summary.into(),
             reason: "policy asks".into(),
+            grant: crate::approval::Grantable::Within(crate::approval::Scope {
+                tool: "shell".into(),
+                action: None,
+                about: crate::approval::About::Any,
+            }),
         }
     }
 
@@ -400,12 +419,12 @@ mod tests {
         let (_, body) = texts(&r, PLAIN, None);
         assert!(body.contains("Review opens all of it"), "{body}");
         // The chooser: every character, on lines a launcher shows whole.
-        let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
+        let menu = chooser::menu(&r.summary, &r.reason, r.grant.label().as_deref());
         let shown: String = menu.iter().filter_map(|l| l.strip_prefix("│ ")).collect();
         assert!(shown.contains("; touch marker ;"));
         assert!(menu.iter().all(|l| l.chars().count() <= 102), "{menu:?}");
         assert_eq!(
-            chooser::parse("Approve", &r.tool, &r.summary),
+            chooser::parse("Approve", &r.summary, None),
             Some(chooser::Choice::Approve)
         );
         // The terminal: the whole text.
@@ -418,7 +437,37 @@ mod tests {
         ));
         assert!(crate::approval::render::is_cut(&cut.summary));
         assert!(review_only(&cut));
-        assert_eq!(chooser::parse("Approve", &cut.tool, &cut.summary), None);
-        assert!(!chooser::menu(&cut.tool, &cut.summary, "r").contains(&"Approve".to_owned()));
+        assert_eq!(chooser::parse("Approve", &cut.summary, None), None);
+        assert!(!chooser::menu(&cut.summary, "r", None).contains(&"Approve".to_owned()));
+        assert_eq!(
+            actions(&cut),
+            ["default", "Review…", "deny", "Deny"],
+            "no grant either"
+        );
+    }
+
+    // Regression (issue 39): the notification offered "Allow … for this task" on every
+    // request; it offers the grant only with its scope, in the scope's words.
+    #[test]
+    fn the_grant_button_is_the_scopes_or_none() {
+        let mut r = request("shell: ls");
+        assert_eq!(
+            actions(&r),
+            [
+                "default",
+                "Choose…",
+                "approve",
+                "Approve",
+                "deny",
+                "Deny",
+                "allow-10min",
+                "Allow shell for this task (10 min)"
+            ]
+        );
+        r.grant = crate::approval::Grantable::Never("system_critical".into());
+        assert_eq!(
+            actions(&r),
+            ["default", "Choose…", "approve", "Approve", "deny", "Deny"]
+        );
     }
 }
