@@ -8,6 +8,7 @@ mod cli;
 mod data_dir;
 mod doctor;
 mod follow;
+mod grants;
 mod name;
 mod notifications;
 mod reload;
