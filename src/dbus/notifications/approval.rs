@@ -35,12 +35,14 @@ const BY_ACTION: &str = "notification";
 const BY_CHOOSER: &str = "notification chooser";
 const BY_DISMISS: &str = "notification dismissed";
 
-/// The answer an action key stands for.
-pub fn answer_for(action_key: &str) -> Option<Answer> {
+/// The answer an action key stands for, on request `r`: the timed grant only where
+/// it was offered (a server that invokes it anyway answers nothing, and the request
+/// still waits for an answer it can take).
+pub fn answer_for(r: &ApprovalRequest, action_key: &str) -> Option<Answer> {
     match action_key {
         ACTION_APPROVE => Some(Answer::Approve),
         ACTION_DENY => Some(Answer::Deny),
-        ACTION_ALLOW_FOR => Some(Answer::ApproveFor(GRANT_FOR)),
+        ACTION_ALLOW_FOR => r.grant.scope().map(|_| Answer::ApproveFor(GRANT_FOR)),
         _ => None,
     }
 }
@@ -265,7 +267,7 @@ async fn watch(
                 id = present(&proxy, r, caps, id, note.as_deref()).await?;
             }
             Signal::Action { id: of, key } if of == id => {
-                let Some(answer) = answer_for(&key) else {
+                let Some(answer) = answer_for(r, &key) else {
                     continue;
                 };
                 respond(broker, r, answer, BY_ACTION);
@@ -464,10 +466,15 @@ mod tests {
                 "Allow shell for this task (10 min)"
             ]
         );
+        assert_eq!(
+            answer_for(&r, ACTION_ALLOW_FOR),
+            Some(Answer::ApproveFor(GRANT_FOR))
+        );
         r.grant = crate::approval::Grantable::Never("system_critical".into());
         assert_eq!(
             actions(&r),
             ["default", "Choose…", "approve", "Approve", "deny", "Deny"]
         );
+        assert_eq!(answer_for(&r, ACTION_ALLOW_FOR), None);
     }
 }
