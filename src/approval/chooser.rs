@@ -5,8 +5,9 @@
 //!
 //! Invariant: the call is shown as [`super::describe_call`] made it (the summary every
 //! surface shows), each of its lines marked `│ ` so no argument can pass for a choice;
-//! only the three choice lines answer, and the first line, what Enter picks without a
-//! thought, is Deny.
+//! only the choice lines answer, and the first line, what Enter picks without a
+//! thought, is Deny. The timed grant is offered only with the request's scope, in the
+//! words of [`super::Scope::label`], and only that line picks it.
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ pub const GRANT_FOR: Duration = Duration::from_secs(600);
 pub enum Choice {
     Deny,
     Approve,
-    /// Approve, and this task's further calls of the tool for [`GRANT_FOR`].
+    /// Approve, and this task's further calls of the request's scope for [`GRANT_FOR`].
     GrantTask,
 }
 
@@ -35,26 +36,25 @@ impl Choice {
     }
 }
 
-/// The timed grant's label, stating its real scope: this task only, for 10 minutes.
-pub fn grant_label(tool: &str) -> String {
-    format!("Allow {tool} for this task, 10 min")
-}
-
 const DENY: &str = "Deny";
 /// The call's characters per menu line: launchers cut a longer line at their width.
 const MENU_LINE_CHARS: usize = 100;
 const APPROVE: &str = "Approve";
 
 /// The menu for one request: the choices, then the whole call and why it is asked.
-/// `tool`, `summary` and `reason` are as the broker holds them: the summary already
-/// made visible by `describe_call` (kept as it is, so it reads as on every other
-/// surface; only a control character a client was sent raw is still escaped), the
-/// tool and the reason made visible here.
-pub fn menu(tool: &str, summary: &str, reason: &str) -> Vec<String> {
-    let tool = super::visible(tool);
+/// `summary` and `reason` are as the broker holds them: the summary already made
+/// visible by `describe_call` (kept as it is, so it reads as on every other surface;
+/// only a control character a client was sent raw is still escaped), the reason made
+/// visible here. `grant` is the request's grant label ([`super::Grantable::label`]);
+/// `None` offers no grant.
+pub fn menu(summary: &str, reason: &str, grant: Option<&str>) -> Vec<String> {
     // A call shown cut cannot be approved from here: what is approved must be read.
     let mut lines = match super::render::is_cut(summary) {
-        false => vec![DENY.to_owned(), APPROVE.to_owned(), grant_label(&tool)],
+        false => [DENY, APPROVE]
+            .into_iter()
+            .chain(grant)
+            .map(super::terminal_safe)
+            .collect(),
         true => vec![
             DENY.to_owned(),
             "│ longer than familiar shows: it can only be denied here".to_owned(),
@@ -73,8 +73,8 @@ pub fn menu(tool: &str, summary: &str, reason: &str) -> Vec<String> {
 }
 
 /// The choice a picked line stands for; `None` for a line of the call or anything
-/// else typed (no answer: the request still waits).
-pub fn parse(line: &str, tool: &str, summary: &str) -> Option<Choice> {
+/// else typed (no answer: the request still waits). `grant` as for [`menu`].
+pub fn parse(line: &str, summary: &str, grant: Option<&str>) -> Option<Choice> {
     let line = line.trim();
     let cut = super::render::is_cut(summary);
     if line == DENY {
@@ -84,7 +84,7 @@ pub fn parse(line: &str, tool: &str, summary: &str) -> Option<Choice> {
         None
     } else if line == APPROVE {
         Some(Choice::Approve)
-    } else if line == grant_label(&super::visible(tool)) {
+    } else if grant.is_some_and(|g| line == super::terminal_safe(g).trim()) {
         Some(Choice::GrantTask)
     } else {
         None
@@ -98,16 +98,16 @@ mod tests {
     #[test]
     fn the_menu_offers_deny_first_then_the_whole_call() {
         let menu = menu(
-            "shell",
             "shell: du -sh ~\n  cwd: /tmp",
             "execute tier is `ask`",
+            Some(GRANT),
         );
         assert_eq!(
             menu,
             [
                 "Deny",
                 "Approve",
-                "Allow shell for this task, 10 min",
+                GRANT,
                 "│ shell: du -sh ~",
                 "│   cwd: /tmp",
                 "│ why asking: execute tier is `ask`",
@@ -115,21 +115,35 @@ mod tests {
         );
     }
 
+    const GRANT: &str = "Allow shell `du -sh ~` (this exact command) for this task (10 min)";
+
     #[test]
     fn only_a_choice_line_answers() {
-        assert_eq!(parse("Approve", "shell", "shell: x"), Some(Choice::Approve));
-        assert_eq!(parse("Deny\n", "shell", "shell: x"), Some(Choice::Deny));
+        let grant = Some(GRANT);
+        assert_eq!(parse("Approve", "shell: x", grant), Some(Choice::Approve));
+        assert_eq!(parse("Deny\n", "shell: x", grant), Some(Choice::Deny));
+        assert_eq!(parse(GRANT, "shell: x", grant), Some(Choice::GrantTask));
+        assert_eq!(parse("│ shell: du -sh ~", "shell: x", grant), None);
+        assert_eq!(parse("approve please", "shell: x", grant), None);
+    }
+
+    // Regression (issue 39): every request offered "Allow … for this task", even one
+    // that runs outside the sandbox; without a scope none is offered, and the old
+    // label typed in answers nothing.
+    #[test]
+    fn a_request_always_asked_offers_no_grant() {
+        assert_eq!(menu("open: https://x", "r", None)[..2], ["Deny", "Approve"]);
+        assert!(menu("open: https://x", "r", None)[2].starts_with("│ "));
+        assert_eq!(parse(GRANT, "open: https://x", None), None);
         assert_eq!(
-            parse("Allow shell for this task, 10 min", "shell", "shell: x"),
-            Some(Choice::GrantTask)
+            parse("Allow open for this task, 10 min", "open: x", None),
+            None
         );
-        assert_eq!(parse("│ shell: du -sh ~", "shell", "shell: x"), None);
-        assert_eq!(parse("approve please", "shell", "shell: x"), None);
     }
 
     #[test]
     fn an_argument_cannot_pass_for_a_choice() {
-        let menu = menu("shell", "shell: x\nApprove", "r");
+        let menu = menu("shell: x\nApprove", "r", Some(GRANT));
         assert_eq!(menu.iter().filter(|l| *l == "Approve").count(), 1);
     }
 }

@@ -5,15 +5,17 @@
 //! a D-Bus signal and a desktop notification) and waits for the first answer through
 //! [`ApprovalBroker::respond`]. The first answer wins; later ones are refused. No
 //! frontend, a timeout, or a cancelled task all mean *deny*: silence is never consent.
-//! "Allow for this task, N minutes" answers leave a grant for that (task, tool) pair,
-//! which the same task's later requests use without asking until it expires or is
-//! revoked; another task, of the same soul or not, is asked again.
+//! "Allow … for this task" answers leave a grant for the task and the request's
+//! [`Scope`] (the tool, its action, what the call is about: see [`grant`]), which the
+//! same task's later requests of an equal scope use without asking until it expires or
+//! is revoked; another task, of the same soul or not, is asked again. A request that
+//! is always asked ([`Grantable::Never`]) neither uses a grant nor leaves one: the
+//! broker refuses such an answer ([`RespondError::NotGrantable`]).
 //!
 //! Every surface shows [`ApprovalRequest::summary`], made by [`describe_call`] from the
 //! very arguments that run: all of them, escapes made visible ([`render`]).
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,10 +27,14 @@ use crate::catalog::Tier;
 use crate::ids::{RequestId, SessionId, SoulId, TaskId};
 
 pub mod chooser;
+pub mod grant;
 pub mod render;
+mod tty;
 
-pub use chooser::{Choice, GRANT_FOR, grant_label};
+pub use chooser::{Choice, GRANT_FOR};
+pub use grant::{About, Grantable, Scope};
 pub use render::{describe_call, terminal_safe, visible};
+pub use tty::{LineSource, TtyFrontend, prompt_text};
 
 /// What is being asked.
 #[derive(Debug, Clone, Serialize)]
@@ -47,6 +53,8 @@ pub struct ApprovalRequest {
     pub summary: String,
     /// Why the policy asks (the tier mode, or the `[[ask]]` pattern that matched).
     pub reason: String,
+    /// What an "Allow … for this task" answer covers, or why none is offered.
+    pub grant: Grantable,
 }
 
 /// A person's answer.
@@ -55,7 +63,8 @@ pub struct ApprovalRequest {
 pub enum Answer {
     Approve,
     Deny,
-    /// Approve, and approve this task's calls of this tool without asking for a while.
+    /// Approve, and approve this task's calls of the request's scope without asking
+    /// for a while.
     ApproveFor(#[serde(with = "secs")] Duration),
 }
 
@@ -96,6 +105,11 @@ pub trait Frontend: Send + Sync {
 pub enum RespondError {
     #[error("no pending approval request `{0}` (already answered, timed out, or never asked)")]
     UnknownRequest(RequestId),
+    /// A timed grant for a request that is always asked; it still waits for an answer.
+    #[error(
+        "approval request `{id}` is asked every time ({why}): it can be approved once, not granted for the task"
+    )]
+    NotGrantable { id: RequestId, why: String },
 }
 
 struct Pending {
@@ -107,7 +121,7 @@ struct Pending {
 struct Inner {
     frontends: Mutex<Vec<Arc<dyn Frontend>>>,
     pending: Mutex<HashMap<RequestId, Pending>>,
-    grants: Mutex<HashMap<(TaskId, String), Instant>>,
+    grants: Mutex<HashMap<(TaskId, Scope), Instant>>,
     /// The policy's `approval_timeout` (a reload of the policy sets it anew).
     timeout: Mutex<Duration>,
 }
@@ -141,7 +155,9 @@ impl ApprovalBroker {
 
     /// Asks, and waits for the first answer, the timeout or `cancel`.
     pub async fn ask(&self, request: ApprovalRequest, cancel: &CancellationToken) -> Resolution {
-        if self.has_grant(&request.task_id, &request.tool) {
+        if let Some(scope) = request.grant.scope()
+            && self.has_grant(&request.task_id, scope)
+        {
             return Resolution::Granted;
         }
         let (tx, rx) = oneshot::channel();
@@ -167,8 +183,11 @@ impl ApprovalBroker {
                 answer = rx => match answer {
                     Ok((Answer::Approve, by)) => Resolution::Approved { by },
                     Ok((Answer::ApproveFor(d), by)) => {
-                        lock(&self.inner.grants)
-                            .insert((request.task_id.clone(), request.tool.clone()), Instant::now() + d);
+                        // `respond` let it through only for a request with a scope.
+                        if let Some(scope) = request.grant.scope() {
+                            lock(&self.inner.grants)
+                                .insert((request.task_id.clone(), scope.clone()), Instant::now() + d);
+                        }
                         Resolution::Approved { by }
                     }
                     Ok((Answer::Deny, by)) => Resolution::Denied { by },
@@ -187,11 +206,25 @@ impl ApprovalBroker {
     }
 
     /// Answers a pending request; `by` says who (`tty`, `dbus:1.42`, `notification`).
-    /// The first answer wins.
+    /// The first answer wins. A timed grant for a request that is always asked is
+    /// refused, and the request keeps waiting for an answer it can take.
     pub fn respond(&self, id: &RequestId, answer: Answer, by: &str) -> Result<(), RespondError> {
-        let pending = lock(&self.inner.pending)
-            .remove(id)
-            .ok_or_else(|| RespondError::UnknownRequest(id.clone()))?;
+        let pending = {
+            let mut pending = lock(&self.inner.pending);
+            let request = &pending
+                .get(id)
+                .ok_or_else(|| RespondError::UnknownRequest(id.clone()))?
+                .request;
+            if let (Answer::ApproveFor(_), Grantable::Never(why)) = (answer, &request.grant) {
+                return Err(RespondError::NotGrantable {
+                    id: id.clone(),
+                    why: why.clone(),
+                });
+            }
+            pending
+                .remove(id)
+                .ok_or_else(|| RespondError::UnknownRequest(id.clone()))?
+        };
         pending
             .tx
             .send((answer, by.to_owned()))
@@ -214,17 +247,17 @@ impl ApprovalBroker {
         found
     }
 
-    fn has_grant(&self, task: &TaskId, tool: &str) -> bool {
+    fn has_grant(&self, task: &TaskId, scope: &Scope) -> bool {
         let mut grants = lock(&self.inner.grants);
         let now = Instant::now();
         grants.retain(|_, until| *until > now);
-        grants.contains_key(&(task.clone(), tool.to_owned()))
+        grants.contains_key(&(task.clone(), scope.clone()))
     }
 
     /// Revokes a grant; true when there was one.
-    pub fn revoke(&self, task: &TaskId, tool: &str) -> bool {
+    pub fn revoke(&self, task: &TaskId, scope: &Scope) -> bool {
         lock(&self.inner.grants)
-            .remove(&(task.clone(), tool.to_owned()))
+            .remove(&(task.clone(), scope.clone()))
             .is_some()
     }
 
@@ -239,125 +272,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Asks on the controlling terminal (`familiar run`). When there is none, it declines
-/// to present, so the broker denies.
-pub struct TtyFrontend {
-    interactive: bool,
-    /// Where the answer is read from when not straight from the terminal.
-    lines: Option<LineSource>,
-}
-
-/// The next line typed on the terminal, from a reader the caller shares with other
-/// uses of the terminal (`familiar run` steers with the lines no question takes):
-/// called before the prompt is printed, it claims the next line; the function it
-/// returns waits for that line.
-pub type LineSource = Arc<dyn Fn() -> Box<dyn FnOnce() -> Option<String> + Send> + Send + Sync>;
-
-impl TtyFrontend {
-    /// Interactive only when stdin is a terminal and /dev/tty can be opened.
-    pub fn detect() -> Self {
-        use std::io::IsTerminal;
-        let interactive = std::io::stdin().is_terminal()
-            && std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/tty")
-                .is_ok();
-        TtyFrontend {
-            interactive,
-            lines: None,
-        }
-    }
-
-    /// Reads answers from `lines` instead of the terminal directly.
-    pub fn with_lines(mut self, lines: LineSource) -> Self {
-        self.lines = Some(lines);
-        self
-    }
-}
-
-impl Frontend for TtyFrontend {
-    fn present(&self, request: &ApprovalRequest, broker: &ApprovalBroker) -> bool {
-        if !self.interactive {
-            return false;
-        }
-        let Ok(tty) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")
-        else {
-            return false;
-        };
-        let request = request.clone();
-        let broker = broker.clone();
-        let lines = self.lines.clone();
-        // A blocking read on its own thread: the loop keeps running (and can cancel) while
-        // the person thinks. If the request resolves another way the thread's answer is
-        // refused by `respond`, which is fine.
-        std::thread::spawn(move || {
-            let answer = prompt_tty(&tty, &request, lines.as_ref()).unwrap_or(Answer::Deny);
-            broker.respond(&request.request_id, answer, "tty").ok();
-        });
-        true
-    }
-
-    fn withdraw(&self, _request_id: &RequestId) {}
-}
-
-fn prompt_tty(
-    tty: &std::fs::File,
-    r: &ApprovalRequest,
-    lines: Option<&LineSource>,
-) -> std::io::Result<Answer> {
-    // Claimed before the prompt shows: an answer typed as soon as it appears is the
-    // answer, never a steering message.
-    let claimed = lines.map(|open| open());
-    let mut w = tty;
-    if render::is_cut(&r.summary) {
-        // Past what any surface shows whole: what would be approved is not what is read.
-        write!(w, "{}", prompt_text(r).trim_end_matches(|c| c != '\n'))?;
-        writeln!(
-            w,
-            "└ denied: the call is longer than familiar shows ({} KiB), so it cannot be approved unread",
-            render::REVIEW_MAX_BYTES / 1024
-        )?;
-        return Ok(Answer::Deny);
-    }
-    write!(w, "{}", prompt_text(r))?;
-    w.flush()?;
-    let line = match claimed {
-        Some(answer) => answer().unwrap_or_default(),
-        None => {
-            let mut line = String::new();
-            std::io::BufReader::new(tty).read_line(&mut line)?;
-            line
-        }
-    };
-    Ok(match line.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => Answer::Approve,
-        "a" | "always" => Answer::ApproveFor(GRANT_FOR),
-        _ => Answer::Deny,
-    })
-}
-
-/// The terminal's question: the summary's lines under a bar, so an argument's own
-/// (escaped) text can never look like the end of the question.
-pub fn prompt_text(r: &ApprovalRequest) -> String {
-    let tool = visible(&r.tool);
-    format!(
-        "\n┌ familiar asks to run {tool} ({} tier)\n│ {}\n│ why asking: {}\n└ allow? [y]es / [N]o / [a] {}: ",
-        r.tier,
-        terminal_safe(&r.summary).replace('\n', "\n│ "),
-        visible(&r.reason),
-        grant_label(&tool).to_lowercase(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn request(tool: &str) -> ApprovalRequest {
+    /// A request of `tool` about `about`.
+    fn about(tool: &str, about: About) -> ApprovalRequest {
         ApprovalRequest {
             request_id: RequestId::generate(),
             task_id: TaskId::generate(),
@@ -368,7 +288,16 @@ mod tests {
             args: serde_json::json!({"command": "ls"}),
             summary: "shell: ls".into(),
             reason: "execute tier is `ask`".into(),
+            grant: Grantable::Within(Scope {
+                tool: tool.into(),
+                action: None,
+                about,
+            }),
         }
+    }
+
+    fn request(tool: &str) -> ApprovalRequest {
+        about(tool, About::Any)
     }
 
     /// Answers every request at once with a fixed answer, from another task.
@@ -456,7 +385,8 @@ mod tests {
             broker.ask(again, &CancellationToken::new()).await,
             Resolution::Granted
         );
-        assert!(broker.revoke(&task, "shell"));
+        let scope = request("shell").grant.scope().unwrap().clone();
+        assert!(broker.revoke(&task, &scope));
         let other = broker
             .ask(request("write_file"), &CancellationToken::new())
             .await;
@@ -480,6 +410,84 @@ mod tests {
             matches!(later_task, Resolution::Approved { .. }),
             "{later_task:?}"
         );
+    }
+
+    // Regression (issue 39): after "Allow … for this task" on one write in `notes/`,
+    // writes anywhere ran unasked; a grant covers its own scope only.
+    #[tokio::test]
+    async fn a_grant_covers_its_scope_and_nothing_wider() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        broker.add_frontend(Arc::new(Auto(Answer::ApproveFor(GRANT_FOR))));
+        let notes = || About::Directory("~/notes/".into());
+        let first = about("write_file", notes());
+        let task = first.task_id.clone();
+        assert!(
+            broker
+                .ask(first, &CancellationToken::new())
+                .await
+                .approved()
+        );
+        let of_task = |about: About| {
+            let mut r = self::about("write_file", about);
+            r.task_id = task.clone();
+            r
+        };
+        let same = broker
+            .ask(of_task(notes()), &CancellationToken::new())
+            .await;
+        assert_eq!(same, Resolution::Granted);
+        let elsewhere = broker
+            .ask(
+                of_task(About::Directory("~/src/".into())),
+                &CancellationToken::new(),
+            )
+            .await;
+        assert!(
+            matches!(elsewhere, Resolution::Approved { .. }),
+            "{elsewhere:?}"
+        );
+    }
+
+    /// Tries a timed grant, keeps what the broker said, then approves once.
+    #[derive(Default)]
+    struct GrantThenApprove(Mutex<Option<Result<(), RespondError>>>);
+    impl Frontend for GrantThenApprove {
+        fn present(&self, r: &ApprovalRequest, broker: &ApprovalBroker) -> bool {
+            let id = &r.request_id;
+            *lock(&self.0) = Some(broker.respond(id, Answer::ApproveFor(GRANT_FOR), "test"));
+            broker.respond(id, Answer::Approve, "test").unwrap();
+            true
+        }
+        fn withdraw(&self, _: &RequestId) {}
+    }
+
+    /// A request that is always asked takes no grant: refused, it keeps waiting for an
+    /// answer it can take, and leaves nothing behind.
+    #[tokio::test]
+    async fn a_request_always_asked_refuses_a_grant_and_keeps_waiting() {
+        let broker = ApprovalBroker::new(Duration::from_secs(60));
+        let frontend = Arc::new(GrantThenApprove::default());
+        broker.add_frontend(frontend.clone());
+        let mut r = request("open");
+        r.grant = Grantable::Never("it runs outside familiar's sandbox".into());
+        let id = r.request_id.clone();
+        let task = r.task_id.clone();
+        assert!(broker.ask(r, &CancellationToken::new()).await.approved());
+        assert_eq!(
+            lock(&frontend.0).take(),
+            Some(Err(RespondError::NotGrantable {
+                id,
+                why: "it runs outside familiar's sandbox".into()
+            }))
+        );
+        assert!(lock(&broker.inner.grants).is_empty());
+        let mut again = request("open");
+        again.task_id = task;
+        again.grant = Grantable::Never("outside".into());
+        assert!(matches!(
+            broker.ask(again, &CancellationToken::new()).await,
+            Resolution::Approved { .. }
+        ));
     }
 
     #[tokio::test]

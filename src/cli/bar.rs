@@ -5,6 +5,10 @@
 //! task failed; until the next task starts). The tooltip lists the running tasks and
 //! what each does now.
 //!
+//! waybar renders Pango markup in `text` and `tooltip`: both are markup-escaped
+//! (`&`, `<`, `>`, as a notification's body is), so a prompt's `<span size="1">` shows
+//! as written and cannot hide or restyle what the bar says.
+//!
 //! Invariant: driven by the bus only. It never polls and never starts the daemon (no
 //! method call while nothing owns the name): it wakes for the daemon's signals, of the
 //! kinds that change what it shows (no `text_delta`), and for the name's owner
@@ -21,6 +25,7 @@ use super::client::{Failure, classify, unfinished};
 use super::progress::{doing, title};
 use super::{Exit, Out};
 use crate::agent::events::EventPayload;
+use crate::dbus::notifications::escape_markup;
 use crate::dbus::proxy::Agent1Proxy;
 use crate::store::{Outcome, TaskStatus};
 
@@ -262,9 +267,9 @@ fn render(state: &State, plain: bool) -> String {
     }
     let percentage = if n > 0 { state.percentage } else { 0 };
     serde_json::json!({
-        "text": text,
+        "text": escape_markup(&text),
         "alt": alt,
-        "tooltip": tooltip.join("\n"),
+        "tooltip": escape_markup(&tooltip.join("\n")),
         "class": alt,
         "percentage": percentage,
     })
@@ -319,6 +324,31 @@ mod tests {
             line["tooltip"],
             "last task failed: familiar: “how full is my disk”: no model"
         );
+    }
+
+    // Regression (issue 39): `<span size="1">hidden</span>` in a prompt reached waybar's
+    // tooltip as markup, hiding text; it is shown as written.
+    #[test]
+    fn a_prompts_markup_is_escaped_in_waybars_line() {
+        let mut s = up();
+        event(
+            &mut s,
+            "t-1",
+            "task_started",
+            r#"{"soul":"s","prompt":"a & b <span size=\"1\">hidden</span>","origin":"cli","model":"m","workspace":"/w","max_iterations":5,"sandbox":{}}"#,
+        );
+        finished(&mut s, "t-1", "failed", "<b>x</b> & y");
+        let line: serde_json::Value = serde_json::from_str(&render(&s, false)).unwrap();
+        let tooltip = line["tooltip"].as_str().unwrap();
+        assert_eq!(
+            tooltip,
+            "last task failed: familiar: “a &amp; b &lt;span size=\"1\"&gt;hidden&lt;/span&gt;”: &lt;b&gt;x&lt;/b&gt; &amp; y"
+        );
+        assert!(
+            !tooltip.contains('<') && !tooltip.contains('>'),
+            "{tooltip}"
+        );
+        assert_eq!(line["text"], "failed");
     }
 
     #[test]

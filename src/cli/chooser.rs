@@ -2,7 +2,8 @@
 //! keybinding or a bar's click. It lists every pending request in the launcher (with
 //! one pending, or an ID given, it goes straight to that request's choices), shows the
 //! whole call as every approval surface renders it, and answers with the choice:
-//! Deny, Approve, or the task's timed grant.
+//! Deny, Approve, or the task's timed grant when the request offers one (`GetTask`'s
+//! `grant`: its label, `null` for a request that is always asked).
 //!
 //! Invariant: only a choice line answers; a dismissed menu or any other line leaves
 //! the request waiting, and says so.
@@ -19,10 +20,13 @@ use crate::store::TaskStatus;
 #[derive(Debug, serde::Deserialize)]
 struct Waiting {
     request_id: String,
-    tool: String,
     summary: String,
     #[serde(default)]
     reason: String,
+    /// The timed grant's label; none from an older daemon, or for a request that is
+    /// always asked: then no grant is offered.
+    #[serde(default)]
+    grant: Option<String>,
     /// The task's prompt (filled in here, not by the daemon).
     #[serde(skip)]
     prompt: String,
@@ -109,7 +113,7 @@ async fn pick_request(waiting: Vec<Waiting>) -> anyhow::Result<Option<Waiting>> 
 
 /// Shows the request's choices and sends the one picked.
 async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::Result<Exit> {
-    let menu = chooser::menu(&w.tool, &w.summary, &w.reason);
+    let menu = chooser::menu(&w.summary, &w.reason, w.grant.as_deref());
     let Some(line) = launcher("approve> ", &menu).await? else {
         return said(
             out,
@@ -117,7 +121,7 @@ async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::
         )
         .await;
     };
-    let Some(choice) = chooser::parse(&line, &w.tool, &w.summary) else {
+    let Some(choice) = chooser::parse(&line, &w.summary, w.grant.as_deref()) else {
         return said(
             out,
             &format!("nothing chosen: request {} still waits", w.request_id),
@@ -142,9 +146,9 @@ async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::
             w.request_id
         ),
         Choice::GrantTask => format!(
-            "approved request {}, and {} for the rest of its task for 10 min",
+            "approved request {}: {}",
             w.request_id,
-            crate::approval::visible(&w.tool)
+            crate::approval::terminal_safe(w.grant.as_deref().unwrap_or_default())
         ),
     };
     writeln!(out, "{line}")?;

@@ -62,6 +62,7 @@ pub fn classify(e: impl Into<Error>) -> Failure {
         Error::SessionBusy(m)
         | Error::RateLimited(m)
         | Error::TaskNotRunning(m)
+        | Error::NotGrantable(m)
         | Error::SandboxedCaller(m) => (Exit::Failed, m),
     };
     Failure { exit, message }

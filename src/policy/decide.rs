@@ -5,9 +5,9 @@
 //! recorded in [`Verdict::steps`], so the audit log and `familiar policy check` show
 //! why, not just what.
 
-use super::paths::{PathContext, normalize, protected_entry};
+use super::paths::{PathContext, protected_entry};
+use super::scope::startup_write;
 use super::shell::{Analysis, analyze};
-use super::startup;
 use super::subjects::{
     Call, abbreviate, argument_strings, command_of, first_match, named_paths, seen_as, subjects,
 };
@@ -160,14 +160,8 @@ impl Judge<'_> {
     /// tier's mode, in words that say so. The kernel refuses it anyway unless the soul
     /// names the file in `[sandbox] startup`.
     fn startup_file(&self) -> Option<String> {
-        if !matches!(self.call.tool, "write_file" | "edit_file") {
-            return None;
-        }
-        named_paths(self.call).into_iter().find_map(|p| {
-            let path = normalize(&p, self.ctx);
-            let runs = startup::runs(&path, self.ctx.home)?;
-            Some(format!("`{p}`: {}", runs.words()))
-        })
+        let (p, runs) = startup_write(self.call, self.ctx)?;
+        Some(format!("`{p}`: {}", runs.words()))
     }
 
     fn soul_tools(&mut self) -> Result<(), Denied> {

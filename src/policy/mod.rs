@@ -16,6 +16,7 @@
 //! - [`decide`](mod@decide): the decision for one call, step by step.
 //! - [`verdict`]: the decision and the steps that reached it (each step, its outcome).
 //! - [`subjects`]: what a call is judged by: its command line, the paths it names.
+//! - [`scope`]: what a timed grant of an asked call covers, and which calls take none.
 //! - [`shell`]: shell command analysis (simple commands, canonical forms, opacity).
 //! - [`paths`]: path normalisation and the protected-path test.
 //! - [`pattern`]: a rule's regex, and when it is compiled.
@@ -26,6 +27,7 @@ pub mod file;
 pub mod load;
 pub mod paths;
 pub mod pattern;
+pub mod scope;
 pub mod shell;
 pub mod startup;
 pub mod subjects;
@@ -35,6 +37,7 @@ pub use decide::decide;
 pub use file::{PatternRule, PolicyToml};
 pub use load::{builtin_names, builtin_source, load};
 pub use paths::PathContext;
+pub use scope::grantable;
 pub use subjects::Call;
 pub use verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
 

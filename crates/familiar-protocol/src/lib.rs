@@ -122,6 +122,10 @@ pub enum Error {
     ShuttingDown(String),
     /// `Steer` for a task that has already ended.
     TaskNotRunning(String),
+    /// `Grant` for a request that is always asked (it runs outside the sandbox, writes a
+    /// file that runs programs later, or is `system_critical`): it can be approved
+    /// once, never granted for the task. The request still waits.
+    NotGrantable(String),
     /// The caller is one of a sandbox's processes (a tool, what it started, an MCP
     /// server): it may not drive the daemon.
     SandboxedCaller(String),

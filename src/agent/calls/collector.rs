@@ -295,7 +295,7 @@ impl<'t> Collector<'t> {
         } = decided;
         let reason = match &disposition {
             Disposition::Run => None,
-            Disposition::Ask { reason } => Some(reason.clone()),
+            Disposition::Ask { reason, .. } => Some(reason.clone()),
             Disposition::Refuse { reason, .. } => {
                 c.refused += 1;
                 Some(reason.clone())

@@ -26,7 +26,7 @@ use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use crate::agent::plan::shorten;
 use crate::agent::trail::{Approval, Judgement, Trail};
-use crate::approval::{ApprovalBroker, ApprovalRequest, Resolution, denial_reason};
+use crate::approval::{ApprovalBroker, ApprovalRequest, Grantable, Resolution, denial_reason};
 use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
 use crate::policy::Tier;
 use crate::store::{AuditDecision, AuditOutcome};
@@ -42,6 +42,8 @@ pub enum Disposition {
     Run,
     Ask {
         reason: String,
+        /// What "Allow … for this task" covers, or why it is not offered.
+        grant: Grantable,
     },
     Refuse {
         decision: AuditDecision,
@@ -270,6 +272,7 @@ async fn ask(
     env: &CallEnv,
     spec: &mut CallSpec,
     reason: String,
+    grant: Grantable,
 ) -> Result<AuditDecision, (AuditDecision, String)> {
     let request = ApprovalRequest {
         request_id: RequestId::generate(),
@@ -281,6 +284,7 @@ async fn ask(
         args: spec.args.clone(),
         summary: spec.summary.clone(),
         reason: reason.clone(),
+        grant,
     };
     let request_id = request.request_id.clone();
     env.send(EventPayload::ApprovalRequested {
@@ -374,11 +378,11 @@ async fn decide_and_run(
             return CallResult::refused(decision, reason, spec.trail);
         }
         Disposition::Run => AuditDecision::Allowed,
-        Disposition::Ask { reason } => {
+        Disposition::Ask { reason, grant } => {
             let asked = Instant::now();
             let ctx = &env.tool_ctx;
             let reason = deletes_for_good(reason, &spec.name, &ctx.sandbox.destroy, &ctx.workspace);
-            let answer = ask(env, &mut spec, reason).await;
+            let answer = ask(env, &mut spec, reason, grant).await;
             *approval_wait = Some(asked.elapsed().as_millis() as u64);
             match answer {
                 Ok(decision) => decision,

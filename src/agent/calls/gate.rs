@@ -2,7 +2,8 @@
 //!
 //! A tool call is decided on the loop the moment its block is complete, in a fixed
 //! order ([`dispose`]): the policy's decision; a call the policy allows but that runs
-//! outside the sandbox is always asked; only a call that is not refused by then spends
+//! outside the sandbox is always asked; an asked call carries what a timed grant of
+//! it would cover, or that it takes none (`policy::grantable`); only a call that is not refused by then spends
 //! the tool quotas (soul and policy, per session and per tool, then the daemon-wide
 //! one), and a spent quota refuses it. The outcome is a [`Disposition`] for the
 //! dispatcher and a [`Trail`] of the decision's steps for the audit log.
@@ -26,6 +27,7 @@ use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::runtime::Runtime;
 use crate::agent::trail::Trail;
+use crate::approval::Grantable;
 use crate::ids::SessionId;
 use crate::llm::ToolDef;
 use crate::mcp::McpHub;
@@ -36,12 +38,14 @@ use crate::soul::Soul;
 use crate::store::AuditDecision;
 use crate::tools::{Registry, Tool};
 
-/// The disposition of a call the policy judged `verdict`, in the gate's order. The
-/// quota is only spent (`spend_quota` called) for a call that is not refused already.
+/// The disposition of a call the policy judged `verdict`, in the gate's order. What a
+/// grant of it covers (`grant`) is only worked out for a call that is asked; the quota
+/// is only spent (`spend_quota` called) for a call that is not refused already.
 /// Returns the limit that refused the call, if one did.
 pub(super) fn dispose(
     verdict: &mut Verdict,
     outside_sandbox: Option<&str>,
+    grant: impl FnOnce() -> Grantable,
     spend_quota: impl FnOnce() -> Result<(), RateLimited>,
 ) -> (Disposition, Option<RateLimited>) {
     let disposition = match &verdict.decision {
@@ -50,12 +54,14 @@ pub(super) fn dispose(
                 verdict.record(StepName::ShellAnalysis, Outcome::Ask, why);
                 Disposition::Ask {
                     reason: format!("{why}: it is always asked"),
+                    grant: grant(),
                 }
             }
             None => Disposition::Run,
         },
         Decision::Ask { reason } => Disposition::Ask {
             reason: reason.clone(),
+            grant: grant(),
         },
         Decision::Deny { reason, .. } => Disposition::Refuse {
             decision: AuditDecision::Denied,
@@ -219,7 +225,12 @@ impl CallGate {
             policy::decide(&self.soul.id, &self.soul.grant, &self.policy, &call, &ctx);
         let outside = crate::catalog::runs_outside_sandbox(name, args)
             .or_else(|| self.mcp.outside_sandbox(name));
-        let (disposition, limited) = dispose(&mut verdict, outside, || self.check_tool_quota(name));
+        let (disposition, limited) = dispose(
+            &mut verdict,
+            outside,
+            || policy::grantable(&call, &ctx, outside),
+            || self.check_tool_quota(name),
+        );
         Decided {
             tier,
             disposition,
@@ -313,6 +324,10 @@ mod tests {
         })
     }
 
+    fn no_grant() -> Grantable {
+        Grantable::Never("a test".into())
+    }
+
     fn untouched() -> Result<(), RateLimited> {
         panic!("the quota must not be spent")
     }
@@ -320,7 +335,7 @@ mod tests {
     #[test]
     fn an_allowed_call_inside_the_sandbox_runs() {
         let mut v = verdict(Decision::Allow);
-        let (d, limited) = dispose(&mut v, None, || Ok(()));
+        let (d, limited) = dispose(&mut v, None, no_grant, || Ok(()));
         assert!(matches!(d, Disposition::Run));
         assert!(limited.is_none());
         assert!(v.steps.is_empty());
@@ -329,8 +344,10 @@ mod tests {
     #[test]
     fn an_allowed_call_outside_the_sandbox_is_always_asked() {
         let mut v = verdict(Decision::Allow);
-        let (d, _) = dispose(&mut v, Some("it runs in the compositor"), || Ok(()));
-        let Disposition::Ask { reason } = d else {
+        let (d, _) = dispose(&mut v, Some("it runs in the compositor"), no_grant, || {
+            Ok(())
+        });
+        let Disposition::Ask { reason, .. } = d else {
             panic!("expected Ask, got {d:?}");
         };
         assert_eq!(reason, "it runs in the compositor: it is always asked");
@@ -346,7 +363,7 @@ mod tests {
             reason: "~/.ssh is protected".into(),
         });
         // Even outside the sandbox: a deny is never turned into an ask.
-        let (d, limited) = dispose(&mut v, Some("outside"), untouched);
+        let (d, limited) = dispose(&mut v, Some("outside"), no_grant, untouched);
         let Disposition::Refuse { decision, reason } = d else {
             panic!("expected Refuse, got {d:?}");
         };
@@ -365,7 +382,7 @@ mod tests {
             },
         ] {
             let mut v = verdict(decision);
-            let (d, limited) = dispose(&mut v, None, spent);
+            let (d, limited) = dispose(&mut v, None, no_grant, spent);
             let Disposition::Refuse { decision, reason } = d else {
                 panic!("expected Refuse, got {d:?}");
             };
@@ -386,7 +403,7 @@ mod tests {
         let mut v = verdict(Decision::Ask {
             reason: "write tier".into(),
         });
-        let (d, _) = dispose(&mut v, None, || {
+        let (d, _) = dispose(&mut v, None, no_grant, || {
             spent_once = true;
             Ok(())
         });

@@ -22,7 +22,7 @@ use zbus::{Connection, OwnedVariant, interface};
 
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
-use crate::approval::Answer;
+use crate::approval::{Answer, RespondError};
 use crate::dbus::{Error, MAX_GRANT_SECS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use crate::ids::{RequestId, TaskId};
 use crate::ratelimit::Scope;
@@ -273,8 +273,9 @@ impl Service {
             .map_err(|_| no_such())
     }
 
-    /// Approves a request and lets the same task make further calls of its tool without
-    /// asking for `seconds` (1 to 3600): the chooser's timed grant.
+    /// Approves a request and lets the same task make further calls of the request's
+    /// scope without asking for `seconds` (1 to 3600): the chooser's timed grant.
+    /// `NotGrantable` for a request that is always asked (it still waits).
     async fn grant(
         &self,
         request_id: String,
@@ -300,7 +301,10 @@ impl Service {
             .services()
             .approvals
             .respond(&id, answer, &format!("dbus:{caller}"))
-            .map_err(|_| no_such())
+            .map_err(|e| match e {
+                RespondError::UnknownRequest(_) => no_such(),
+                e @ RespondError::NotGrantable { .. } => Error::NotGrantable(e.to_string()),
+            })
     }
 
     /// One task as JSON: id, session_id, soul, status, prompt, plan, usage, result.

@@ -61,6 +61,8 @@ impl<E: super::Effects> Supervisor<E> {
                     "tier": r.tier,
                     "summary": r.summary,
                     "reason": r.reason,
+                    // The timed grant's label; null: the request is always asked.
+                    "grant": r.grant.label(),
                 }))
                 .collect::<Vec<_>>(),
             "parent_task": e.parent,

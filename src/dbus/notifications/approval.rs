@@ -1,6 +1,6 @@
 //! Approval requests as desktop notifications that any server can answer: buttons
 //! where the server draws them (GNOME, KDE, swaync: Approve, Deny, the task's timed
-//! grant), and on every server a `default` action, the click, that opens the choices
+//! grant when the request has a scope, labelled with it), and on every server a `default` action, the click, that opens the choices
 //! in the user's launcher (mako, dunst and fnott draw no buttons).
 //!
 //! Invariant: only our notification's signals answer its request: an action answers
@@ -20,16 +20,15 @@ use super::{
     show,
 };
 use crate::approval::render::LONG_VALUE_BYTES;
-use crate::approval::{
-    Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser, grant_label,
-};
+use crate::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser};
 use crate::ids::RequestId;
 use crate::launcher::{CurrentMenu, Menu};
 
 /// Action keys on approval notifications.
 pub const ACTION_APPROVE: &str = "approve";
 pub const ACTION_DENY: &str = "deny";
-/// The timed grant: this task's calls of the tool for [`GRANT_FOR`].
+/// The timed grant: this task's calls of the request's scope for [`GRANT_FOR`]
+/// (offered only when the request has one; the broker refuses it otherwise).
 pub const ACTION_ALLOW_FOR: &str = "allow-10min";
 
 /// Who answered, as the `approval_resolved` event says it.
@@ -37,12 +36,14 @@ const BY_ACTION: &str = "notification";
 const BY_CHOOSER: &str = "notification chooser";
 const BY_DISMISS: &str = "notification dismissed";
 
-/// The answer an action key stands for.
-pub fn answer_for(action_key: &str) -> Option<Answer> {
+/// The answer an action key stands for, on request `r`: the timed grant only where
+/// it was offered (a server that invokes it anyway answers nothing, and the request
+/// still waits for an answer it can take).
+pub fn answer_for(r: &ApprovalRequest, action_key: &str) -> Option<Answer> {
     match action_key {
         ACTION_APPROVE => Some(Answer::Approve),
         ACTION_DENY => Some(Answer::Deny),
-        ACTION_ALLOW_FOR => Some(Answer::ApproveFor(GRANT_FOR)),
+        ACTION_ALLOW_FOR => r.grant.scope().map(|_| Answer::ApproveFor(GRANT_FOR)),
         _ => None,
     }
 }
@@ -184,31 +185,45 @@ async fn present(
     note: Option<&str>,
 ) -> zbus::Result<u32> {
     let (summary, body) = texts(r, caps, note);
-    let grant = grant_label(&crate::approval::visible(&r.tool));
-    let all = [
+    let actions = actions(r);
+    let actions: Vec<&str> = actions.iter().map(String::as_str).collect();
+    let shown = Shown {
+        replaces,
+        icon: "dialog-question",
+        summary: &summary,
+        body: &body,
+        actions: &actions,
+        urgency: 2,
+        resident: true,
+        expire_ms: 0,
+    };
+    show(proxy, &shown).await
+}
+
+/// The notification's actions, keys and labels alternating: the choices, the timed
+/// grant only for a request that has a scope (labelled with it), and for what the
+/// notification cannot show whole only Review and Deny.
+fn actions(r: &ApprovalRequest) -> Vec<String> {
+    // What the notification cannot show whole is not approved from it.
+    if review_only(r) {
+        return [ACTION_DEFAULT, "Review…", ACTION_DENY, "Deny"]
+            .map(str::to_owned)
+            .to_vec();
+    }
+    let mut all = [
         ACTION_DEFAULT,
         "Choose…",
         ACTION_APPROVE,
         "Approve",
         ACTION_DENY,
         "Deny",
-        ACTION_ALLOW_FOR,
-        grant.as_str(),
-    ];
-    // What the notification cannot show whole is not approved from it.
-    let review = [ACTION_DEFAULT, "Review…", ACTION_DENY, "Deny"];
-    let actions: &[&str] = if review_only(r) { &review } else { &all };
-    let shown = Shown {
-        replaces,
-        icon: "dialog-question",
-        summary: &summary,
-        body: &body,
-        actions,
-        urgency: 2,
-        resident: true,
-        expire_ms: 0,
-    };
-    show(proxy, &shown).await
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if let Some(grant) = r.grant.label() {
+        all.extend([ACTION_ALLOW_FOR.to_owned(), grant]);
+    }
+    all
 }
 
 /// Shows one request and waits for an action, a dismissal, or `stop`.
@@ -258,7 +273,7 @@ async fn watch(
                 id = present(&proxy, r, caps, id, note.as_deref()).await?;
             }
             Signal::Action { id: of, key } if of == id => {
-                let Some(answer) = answer_for(&key) else {
+                let Some(answer) = answer_for(r, &key) else {
                     continue;
                 };
                 respond(broker, r, answer, BY_ACTION);
@@ -298,14 +313,15 @@ async fn choose(
     signals: &mut Signals,
     menu: &Menu,
 ) -> Chosen {
-    let lines = chooser::menu(&r.tool, &r.summary, &r.reason);
+    let grant = r.grant.label();
+    let lines = chooser::menu(&r.summary, &r.reason, grant.as_deref());
     let picked = tokio::select! {
         () = stop.cancelled() => return Chosen::Stopped,
         p = crate::launcher::pick(menu, "approve> ", &lines) => p,
     };
     signals.clear();
     match picked {
-        Ok(Some(line)) => match chooser::parse(&line, &r.tool, &r.summary) {
+        Ok(Some(line)) => match chooser::parse(&line, &r.summary, grant.as_deref()) {
             Some(choice) => Chosen::Answered(choice.answer()),
             None => Chosen::Nothing,
         },
@@ -349,6 +365,11 @@ mod tests {
             args: serde_json::json!({}),
             summary: summary.into(),
             reason: "policy asks".into(),
+            grant: crate::approval::Grantable::Within(crate::approval::Scope {
+                tool: "shell".into(),
+                action: None,
+                about: crate::approval::About::Any,
+            }),
         }
     }
 
@@ -411,12 +432,12 @@ mod tests {
         let (_, body) = texts(&r, PLAIN, None);
         assert!(body.contains("Review opens all of it"), "{body}");
         // The chooser: every character, on lines a launcher shows whole.
-        let menu = chooser::menu(&r.tool, &r.summary, &r.reason);
+        let menu = chooser::menu(&r.summary, &r.reason, r.grant.label().as_deref());
         let shown: String = menu.iter().filter_map(|l| l.strip_prefix("│ ")).collect();
         assert!(shown.contains("; touch marker ;"));
         assert!(menu.iter().all(|l| l.chars().count() <= 102), "{menu:?}");
         assert_eq!(
-            chooser::parse("Approve", &r.tool, &r.summary),
+            chooser::parse("Approve", &r.summary, None),
             Some(chooser::Choice::Approve)
         );
         // The terminal: the whole text.
@@ -429,7 +450,42 @@ mod tests {
         ));
         assert!(crate::approval::render::is_cut(&cut.summary));
         assert!(review_only(&cut));
-        assert_eq!(chooser::parse("Approve", &cut.tool, &cut.summary), None);
-        assert!(!chooser::menu(&cut.tool, &cut.summary, "r").contains(&"Approve".to_owned()));
+        assert_eq!(chooser::parse("Approve", &cut.summary, None), None);
+        assert!(!chooser::menu(&cut.summary, "r", None).contains(&"Approve".to_owned()));
+        assert_eq!(
+            actions(&cut),
+            ["default", "Review…", "deny", "Deny"],
+            "no grant either"
+        );
+    }
+
+    // Regression (issue 39): the notification offered "Allow … for this task" on every
+    // request; it offers the grant only with its scope, in the scope's words.
+    #[test]
+    fn the_grant_button_is_the_scopes_or_none() {
+        let mut r = request("shell: ls");
+        assert_eq!(
+            actions(&r),
+            [
+                "default",
+                "Choose…",
+                "approve",
+                "Approve",
+                "deny",
+                "Deny",
+                "allow-10min",
+                "Allow shell for this task (10 min)"
+            ]
+        );
+        assert_eq!(
+            answer_for(&r, ACTION_ALLOW_FOR),
+            Some(Answer::ApproveFor(GRANT_FOR))
+        );
+        r.grant = crate::approval::Grantable::Never("system_critical".into());
+        assert_eq!(
+            actions(&r),
+            ["default", "Choose…", "approve", "Approve", "deny", "Deny"]
+        );
+        assert_eq!(answer_for(&r, ACTION_ALLOW_FOR), None);
     }
 }

@@ -72,3 +72,65 @@ async fn the_bar_goes_from_idle_to_working_to_asking_and_back() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+// Regression (issue 39): a prompt's `<span size="1">hidden</span>` reached waybar's
+// tooltip as Pango markup; the JSON line carries it escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompts_markup_reaches_waybar_escaped() {
+    let f = Fixture::with(
+        vec![
+            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+            text_reply("not written"),
+        ],
+        "",
+        ASK_WRITES,
+        Default::default(),
+    )
+    .await;
+    let mut child = f
+        .harness
+        .home
+        .familiar_process()
+        .env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address)
+        .arg("bar")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut w = Watch::new(&f.proxy).await;
+    let ws = f.workspace();
+    let opts = HashMap::from([("workspace", zbus::Variant::from(ws.to_str().unwrap()))]);
+    let prompt = r#"<span size="1">hidden</span> & more"#;
+    let task = f.proxy.submit("test", prompt, opts).await.unwrap().0;
+    let (request, ..) = w.approval(&task).await;
+    let asking = tokio::time::timeout(PATIENCE, async {
+        while let Some(l) = lines.recv().await {
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            if v["alt"] == "asking" {
+                return v;
+            }
+        }
+        panic!("the bar ended")
+    })
+    .await
+    .expect("an `asking` line");
+    let tooltip = asking["tooltip"].as_str().unwrap();
+    assert!(
+        tooltip.contains(r#"&lt;span size="1"&gt;hidden&lt;/span&gt; &amp; more"#),
+        "{tooltip}"
+    );
+    assert!(!tooltip.contains('<'), "{tooltip}");
+    f.proxy.respond(&request, false).await.unwrap();
+    w.finished(&task).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -8,6 +8,7 @@ mod cli;
 mod data_dir;
 mod doctor;
 mod follow;
+mod grants;
 mod menus;
 mod name;
 mod notifications;

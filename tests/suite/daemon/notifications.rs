@@ -149,7 +149,7 @@ async fn the_deny_action_denies_and_the_notification_offers_the_choices_and_a_cl
             "deny",
             "Deny",
             "allow-10min",
-            "Allow write_file for this task, 10 min"
+            "Allow write_file in ~/work/ for this task (10 min)"
         ]
     );
     FakeNotifications::action_invoked(&server.emitter().await, id, "deny")

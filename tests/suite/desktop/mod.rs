@@ -181,9 +181,13 @@ async fn approve_and_deny_through_makos_actions() {
         n.actions.get("default").map(String::as_str),
         Some("Choose…")
     );
-    assert_eq!(
-        n.actions.get("allow-10min").map(String::as_str),
-        Some("Allow write_file for this task, 10 min")
+    // The timed grant names its scope: the workspace the note is written in.
+    let grant = n.actions.get("allow-10min").map(String::as_str);
+    assert!(
+        grant.is_some_and(|g| g
+            .starts_with("Allow write_file in ~/.local/state/familiar/workspaces/")
+            && g.ends_with("/ for this task (10 min)")),
+        "{n:?}"
     );
     desk.invoke(n.id, "approve");
     let (outcome, code) = resolved(task);
