@@ -1,6 +1,7 @@
 //! The programs the daemon itself runs outside any sandbox (`xdg-open` or `gio` for
 //! `open`, `systemd-run` to start them as units, `journalctl` for `journal` and the
-//! pre-check), found on a fixed system `PATH`, never the daemon's own.
+//! pre-check, `xdg-dbus-proxy` for a soul's `bus_talk`), found on a fixed system
+//! `PATH`, never the daemon's own.
 //!
 //! A soul that may write a directory early on the user's `PATH` (`~/.local/bin`,
 //! `~/bin`) could otherwise plant an `xdg-open` there that the daemon would run
@@ -14,7 +15,13 @@ pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
                                /run/wrappers/bin:/run/current-system/sw/bin";
 
 /// The programs the daemon may run unconfined, for `familiar doctor`.
-pub const RUN_UNCONFINED: &[&str] = &["xdg-open", "gio", "systemd-run", "journalctl"];
+pub const RUN_UNCONFINED: &[&str] = &[
+    "xdg-open",
+    "gio",
+    "systemd-run",
+    "journalctl",
+    "xdg-dbus-proxy",
+];
 
 /// `name` on [`SYSTEM_PATH`], if it is there as an executable file. Neither the
 /// daemon's `PATH` nor its working directory counts.

@@ -518,6 +518,7 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
         require: false,
         startup: Vec::new(),
         sockets: Vec::new(),
+        bus_talk: Vec::new(),
     };
     let mut policy =
         familiar::sandbox::SandboxPolicy::new(&spec, &[], &workspace, tmp.path()).unwrap();
