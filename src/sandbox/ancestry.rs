@@ -253,8 +253,22 @@ mod tests {
         let p = t.path();
         let owner = format!("{OWNER_ENV}=task t-1 of soul notifier");
         fake(p, 10, 1, "/usr/bin/familiar", &["familiar", "daemon"], &[]);
-        fake(p, 20, 10, "/usr/bin/xdg-dbus-proxy", &["xdg-dbus-proxy"], &[&owner]);
-        fake(p, 30, 1, "/usr/bin/xdg-dbus-proxy", &["xdg-dbus-proxy"], &[]);
+        fake(
+            p,
+            20,
+            10,
+            "/usr/bin/xdg-dbus-proxy",
+            &["xdg-dbus-proxy"],
+            &[&owner],
+        );
+        fake(
+            p,
+            30,
+            1,
+            "/usr/bin/xdg-dbus-proxy",
+            &["xdg-dbus-proxy"],
+            &[],
+        );
         let found = sandboxed(p, 20).unwrap();
         assert_eq!(found.owner.as_deref(), Some("task t-1 of soul notifier"));
         assert_eq!(sandboxed_under(p, 30), Verdict::Outside, "flatpak's proxy");

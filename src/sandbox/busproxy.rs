@@ -51,7 +51,9 @@ pub enum BusProxyError {
         "{PROGRAM} is not installed on the system PATH (Debian package {PACKAGE}; `familiar doctor` checks it)"
     )]
     Missing,
-    #[error("the daemon has no session bus address (DBUS_SESSION_BUS_ADDRESS, $XDG_RUNTIME_DIR/bus)")]
+    #[error(
+        "the daemon has no session bus address (DBUS_SESSION_BUS_ADDRESS, $XDG_RUNTIME_DIR/bus)"
+    )]
     NoBus,
     #[error("making the bus proxy's directory in {}: {source}", dir.display())]
     Dir {
@@ -64,12 +66,16 @@ pub enum BusProxyError {
     NotReady(String),
 }
 
+/// Why a `bus_talk` entry is refused, for the soul file's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadBusName(String);
+
 /// Checks a `bus_talk` entry: a well-known bus name as the D-Bus specification spells
 /// it (two or more dot-separated elements of letters, digits, `_` and `-`, none
 /// starting with a digit, at most 255 bytes), optionally ending in `.*` for the names
-/// below it, as `xdg-dbus-proxy` reads them. The error is the reason, for the file's
-/// message.
-pub fn check_name(name: &str) -> Result<(), String> {
+/// below it, as `xdg-dbus-proxy` reads them; never the bus itself nor familiar's own.
+pub fn check_name(name: &str) -> Result<(), BadBusName> {
     let base = name.strip_suffix(".*").unwrap_or(name);
     let elements: Vec<&str> = base.split('.').collect();
     let element_ok = |e: &&str| {
@@ -79,19 +85,22 @@ pub fn check_name(name: &str) -> Result<(), String> {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     };
     if base.len() > 255 || elements.len() < 2 || !elements.iter().all(element_ok) {
-        return Err(format!(
+        return Err(BadBusName(format!(
             "`{name}` is not a well-known bus name (like `org.freedesktop.Notifications`, or `org.mpris.MediaPlayer2.*` for the names below one)"
-        ));
+        )));
     }
-    if let Some(never) = NEVER_TALK.iter().find(|n| covers(name, n) || covers(n, name)) {
-        return Err(match *never {
+    if let Some(never) = NEVER_TALK
+        .iter()
+        .find(|n| covers(name, n) || covers(n, name))
+    {
+        return Err(BadBusName(match *never {
             "dev.familiar.*" => format!(
                 "`{name}` would let the soul's tools drive familiar itself: a tool never calls the daemon"
             ),
             _ => format!(
                 "`{name}` is the bus itself: its basic methods are always there through the proxy, the others (UpdateActivationEnvironment, BecomeMonitor) never"
             ),
-        });
+        }));
     }
     Ok(())
 }
@@ -107,7 +116,10 @@ pub fn covers(outer: &str, inner: &str) -> bool {
         return false;
     };
     let inner = inner.strip_suffix(".*").unwrap_or(inner);
-    inner == prefix || inner.strip_prefix(prefix).is_some_and(|r| r.starts_with('.'))
+    inner == prefix
+        || inner
+            .strip_prefix(prefix)
+            .is_some_and(|r| r.starts_with('.'))
 }
 
 /// Where the session bus is: what the proxy connects to, what the commands must not
@@ -139,7 +151,11 @@ impl SessionBus {
     /// The bus's socket paths: each `unix:path=` of the address, and `bus` in the
     /// runtime directory, each also with its symlinks resolved.
     pub fn sockets(&self) -> Vec<PathBuf> {
-        let mut out = self.address.as_deref().map(address_paths).unwrap_or_default();
+        let mut out = self
+            .address
+            .as_deref()
+            .map(address_paths)
+            .unwrap_or_default();
         out.push(self.runtime_dir.join("bus"));
         let canonical: Vec<PathBuf> = out.iter().filter_map(|p| p.canonicalize().ok()).collect();
         out.extend(canonical);
@@ -276,7 +292,11 @@ impl BusProxy {
 
     /// The proxy's pid while it runs.
     pub async fn pid(&self) -> Option<u32> {
-        self.running.lock().await.as_ref().and_then(|r| r.child.id())
+        self.running
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|r| r.child.id())
     }
 
     /// Starts the proxy unless it runs, and returns once it listens.
@@ -285,7 +305,10 @@ impl BusProxy {
         if let Some(r) = running.as_mut() {
             match r.child.try_wait() {
                 Ok(None) => return Ok(()),
-                Ok(Some(status)) => tracing::warn!("{PROGRAM} for {} ended ({status}); starting it again", self.owner),
+                Ok(Some(status)) => tracing::warn!(
+                    "{PROGRAM} for {} ended ({status}); starting it again",
+                    self.owner
+                ),
                 Err(e) => tracing::warn!("{PROGRAM} for {}: {e}; starting it again", self.owner),
             }
         }
@@ -304,8 +327,8 @@ impl BusProxy {
         }
         // The proxy writes a byte to its stdout (`--fd=1`) once it listens, and stops
         // when the read end, ours, closes.
-        let (alive, ready_end) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| BusProxyError::Spawn(e.into()))?;
+        let (alive, ready_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| BusProxyError::Spawn(e.into()))?;
         let mut cmd = Command::new(program);
         cmd.arg("--fd=1")
             .arg(&upstream)

@@ -438,7 +438,7 @@ impl Fields<'_> {
         let mut out: Vec<String> = Vec::new();
         for name in list.into_iter().flatten() {
             crate::sandbox::busproxy::check_name(name.get_ref())
-                .map_err(|why| self.at(name.span(), why))?;
+                .map_err(|why| self.at(name.span(), why.to_string()))?;
             if !out.contains(name.get_ref()) {
                 out.push(name.into_inner());
             }

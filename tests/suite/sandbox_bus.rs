@@ -59,11 +59,7 @@ fn bus_with_witness(dir: &Path, env_file: &Path) -> TestBus {
         format!("#!/bin/sh\nenv > '{}'\nexit 1\n", env_file.display()),
     )
     .unwrap();
-    std::fs::set_permissions(
-        &script,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(
         services.join(format!("{WITNESS}.service")),
         format!(
@@ -176,9 +172,29 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     let pid = proxy.pid().await.expect("the proxy runs");
 
     // The bus itself: the basics answer, UpdateActivationEnvironment does not.
-    let basics = sh(&policy, &gdbus_call("--session", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.GetId", "")).await;
+    let basics = sh(
+        &policy,
+        &gdbus_call(
+            "--session",
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.GetId",
+            "",
+        ),
+    )
+    .await;
     assert_eq!(basics.exit_code, Some(0), "{basics:?}");
-    let update = sh(&policy, &gdbus_call("--session", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.UpdateActivationEnvironment", UPDATE)).await;
+    let update = sh(
+        &policy,
+        &gdbus_call(
+            "--session",
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.UpdateActivationEnvironment",
+            UPDATE,
+        ),
+    )
+    .await;
     assert_ne!(update.exit_code, Some(0), "{update:?}");
     assert!(update.stderr.contains("AccessDenied"), "{update:?}");
 
@@ -236,7 +252,10 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     );
     let kind = sh(
         &policy,
-        &format!("test -S '{}' || echo not a socket", bus.socket_path().display()),
+        &format!(
+            "test -S '{}' || echo not a socket",
+            bus.socket_path().display()
+        ),
     )
     .await;
     assert_eq!(kind.stdout, "not a socket\n", "{kind:?}");
@@ -279,7 +298,10 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     // The task's end: the proxy is gone, reaped.
     assert!(alive(i32::try_from(pid).unwrap()));
     proxy.stop().await;
-    assert!(!alive(i32::try_from(pid).unwrap()), "the proxy outlived its task");
+    assert!(
+        !alive(i32::try_from(pid).unwrap()),
+        "the proxy outlived its task"
+    );
 }
 
 #[test]
@@ -287,11 +309,7 @@ fn a_raw_grant_of_the_session_bus_is_refused_at_load_pointing_to_bus_talk() {
     let h = SandboxHome::new();
     // The bus as this process resolves it (`$DBUS_SESSION_BUS_ADDRESS`, else
     // `$XDG_RUNTIME_DIR/bus`), as the daemon would.
-    let bus: PathBuf = SessionBus::from_env()
-        .sockets()
-        .into_iter()
-        .next()
-        .unwrap();
+    let bus: PathBuf = SessionBus::from_env().sockets().into_iter().next().unwrap();
     let err = soul_sandbox(
         &h,
         &format!("read = [\"~\"]\nsockets = [\"{}\"]", bus.display()),
@@ -304,7 +322,11 @@ fn a_raw_grant_of_the_session_bus_is_refused_at_load_pointing_to_bus_talk() {
 #[test]
 fn a_malformed_bus_name_is_an_error_naming_the_line() {
     let h = SandboxHome::new();
-    for bad in ["Notifications", "dev.familiar.Agent1", "org.freedesktop.DBus"] {
+    for bad in [
+        "Notifications",
+        "dev.familiar.Agent1",
+        "org.freedesktop.DBus",
+    ] {
         let err = soul_sandbox(&h, &format!("bus_talk = [\"{bad}\"]")).unwrap_err();
         assert!(err.contains("t.toml:4"), "{bad}: {err}");
     }

@@ -94,7 +94,9 @@ pub(super) fn bus_proxy_check(souls: &[&str]) -> Check {
                 "{PROGRAM} is not installed: the tools of {} (bus_talk) cannot run",
                 souls.join(", ")
             ),
-            format!("install it (Debian and Ubuntu: `apt install {PACKAGE}`), or remove bus_talk from those souls"),
+            format!(
+                "install it (Debian and Ubuntu: `apt install {PACKAGE}`), or remove bus_talk from those souls"
+            ),
         ),
     }
 }
