@@ -29,6 +29,7 @@ use crate::agent::runtime::Runtime;
 use crate::agent::steering::{self, Steering};
 use crate::ids::{SessionId, TaskId};
 use crate::llm::{ContentBlock, Message, Usage};
+use crate::sandbox::busproxy::BusProxy;
 use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, TaskResources};
 use crate::snapshot::conditions::{Checker, Conditions};
 use crate::soul::Soul;
@@ -259,6 +260,18 @@ impl Place {
         )?
         .with_plans(rt.services.plans.clone())
         .with_owner(format!("task {} of soul {}", spec.task_id, spec.soul.id));
+        // The bus proxy starts with the first command that may use it (idle otherwise).
+        let sandbox = match spec.soul.sandbox.bus_talk.is_empty() {
+            true => sandbox,
+            false => sandbox.with_bus(Arc::new(
+                BusProxy::new(
+                    spec.soul.sandbox.bus_talk.clone(),
+                    format!("task {} of soul {}", spec.task_id, spec.soul.id),
+                    crate::sandbox::busproxy::SessionBus::from_env(),
+                )
+                .map_err(SandboxError::BusProxy)?,
+            )),
+        };
         let sandbox = match spec.soul.resources.is_empty() {
             true => sandbox,
             false => sandbox.with_resources(Arc::new(
@@ -347,7 +360,7 @@ impl Task {
                 task.rt
                     .services
                     .enforcement
-                    .for_sockets(&task.spec.soul.sandbox.sockets),
+                    .for_sockets(&task.place.sandbox.sockets),
             )
             .unwrap_or_default(),
             resources: task
@@ -501,6 +514,9 @@ impl Task {
         // Nothing of the task runs any more: its slice goes (with anything left in it).
         if let Some(resources) = &self.place.sandbox.resources {
             resources.close().await;
+        }
+        if let Some(bus) = &self.place.sandbox.bus {
+            bus.stop().await;
         }
         let iterations = self.progress.iteration;
         let usage = self.progress.usage;

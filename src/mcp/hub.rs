@@ -257,6 +257,7 @@ impl McpHub {
             destroy: Vec::new(),
             // A server gets no unix socket: it starts before any approval.
             sockets: vec![],
+            bus_talk: vec![],
         };
         let workspace = self.state_dir.join(&config.name);
         let mut policy = SandboxPolicy::new(&spec, &self.protected, &workspace, &self.home)?

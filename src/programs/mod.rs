@@ -1,8 +1,8 @@
 //! The programs the daemon itself runs outside any sandbox (`xdg-open` or `gio` for
 //! `open`, `systemd-run` to start them as units, `journalctl` for `journal` and the
 //! pre-check, the launcher menus of [`crate::launcher`], what `desktop_dispatch launch`
-//! starts through the compositor: [`argv`]), found on a fixed system `PATH`, never the
-//! daemon's own.
+//! starts through the compositor: [`argv`], `xdg-dbus-proxy` for a soul's `bus_talk`),
+//! found on a fixed system `PATH`, never the daemon's own.
 //!
 //! A soul that may write a directory early on the user's `PATH` (`~/.local/bin`,
 //! `~/bin`) could otherwise plant an `xdg-open` there that the daemon would run
@@ -19,7 +19,13 @@ pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 
 /// The programs the daemon may run unconfined, for `familiar doctor` (which lists the
 /// menus, [`crate::launcher::MENUS`], beside them).
-pub const RUN_UNCONFINED: &[&str] = &["xdg-open", "gio", "systemd-run", "journalctl"];
+pub const RUN_UNCONFINED: &[&str] = &[
+    "xdg-open",
+    "gio",
+    "systemd-run",
+    "journalctl",
+    "xdg-dbus-proxy",
+];
 
 /// `name` on [`SYSTEM_PATH`], if it is there as an executable file. Neither the
 /// daemon's `PATH` nor its working directory counts.

@@ -9,7 +9,10 @@
 //! known by its executable (`/proc/PID/exe`, which no process can point elsewhere):
 //! `familiar-sandbox`, or `familiar` run as `familiar sandbox-exec`; the launcher also
 //! sets [`OWNER_ENV`] in the helper's own environment (never the command's), which
-//! names the task for the audit line.
+//! names the task for the audit line. A task's bus proxy (`xdg-dbus-proxy`, which
+//! connects to the bus as itself, [`super::busproxy`]) counts as a helper when it
+//! carries [`OWNER_ENV`]: the launcher sets it on the proxies it starts, and a process
+//! that sets it on itself only gets itself refused.
 //!
 //! Only `/proc` is read, as the user's own processes allow. The walk fails closed: a
 //! process that is gone, or an ancestor whose files cannot be read, is
@@ -18,6 +21,7 @@
 
 use std::path::Path;
 
+use super::busproxy;
 use super::launcher::{HELPER_NAME, HELPER_SUBCOMMAND, OWNER_ENV};
 
 /// Ancestors looked at before giving up (a process tree is never this deep in practice).
@@ -115,6 +119,7 @@ fn is_helper(proc: &Path, pid: u32) -> bool {
     let name = name.as_deref().map(|n| n.trim_end_matches(" (deleted)"));
     match name {
         Some(HELPER_NAME) => true,
+        Some(busproxy::PROGRAM) => owner(proc, pid).is_some(),
         Some(_) => std::fs::read(dir.join("cmdline"))
             .is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(HELPER_SUBCOMMAND.as_bytes())),
         None => false,
@@ -240,6 +245,33 @@ mod tests {
             Verdict::Outside,
             "a terminal's familiar ask"
         );
+    }
+
+    #[test]
+    fn a_tasks_bus_proxy_is_a_helper_but_flatpaks_is_not() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        let owner = format!("{OWNER_ENV}=task t-1 of soul notifier");
+        fake(p, 10, 1, "/usr/bin/familiar", &["familiar", "daemon"], &[]);
+        fake(
+            p,
+            20,
+            10,
+            "/usr/bin/xdg-dbus-proxy",
+            &["xdg-dbus-proxy"],
+            &[&owner],
+        );
+        fake(
+            p,
+            30,
+            1,
+            "/usr/bin/xdg-dbus-proxy",
+            &["xdg-dbus-proxy"],
+            &[],
+        );
+        let found = sandboxed(p, 20).unwrap();
+        assert_eq!(found.owner.as_deref(), Some("task t-1 of soul notifier"));
+        assert_eq!(sandboxed_under(p, 30), Verdict::Outside, "flatpak's proxy");
     }
 
     #[test]

@@ -230,6 +230,13 @@ impl SandboxLauncher {
         stdin: Option<Vec<u8>>,
         cancel: &CancellationToken,
     ) -> Result<SandboxOutput, SandboxError> {
+        // File operations are the helper's own code: only a command may use the bus.
+        if let Some(bus) = &policy.bus {
+            tokio::select! {
+                ready = bus.ensure() => ready?,
+                () = cancel.cancelled() => return Err(SandboxError::Cancelled),
+            }
+        }
         let mut args = vec!["--".to_owned()];
         args.extend(argv.iter().cloned());
         self.execute(policy, args, stdin, cancel).await
@@ -476,6 +483,7 @@ mod tests {
             startup: Vec::new(),
             destroy: Vec::new(),
             sockets: vec![],
+            bus_talk: vec![],
         };
         SandboxPolicy::new(&spec, &[], &dir.join("ws"), dir).unwrap()
     }

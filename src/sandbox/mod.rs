@@ -20,6 +20,7 @@
 //! - [`capture`]: the command's stdout and stderr, drained into capped buffers.
 //! - [`pin`]: the helper binary, opened and checked once, executed from that descriptor.
 //! - [`ancestry`]: the daemon's check that a bus caller is not one of a sandbox's.
+//! - [`busproxy`]: a task's filtering proxy to the session bus (`[sandbox] bus_talk`).
 //! - `sweep`: what a helper killed by a signal left in its session, killed.
 //!
 //! From `familiar-sandbox`: [`plan`] (protected-path carving, done once in the daemon
@@ -29,6 +30,7 @@
 //! (no unix sockets, no io_uring), [`status`] (what the kernel enforces, [`probe`]).
 
 pub mod ancestry;
+pub mod busproxy;
 mod capture;
 pub mod launcher;
 pub mod lines;
@@ -40,7 +42,7 @@ mod sweep;
 use std::path::PathBuf;
 
 pub use familiar_sandbox::{
-    OpFailure, exec, fileops, limits, plan, ruleset, search, seccomp, status,
+    OpFailure, cover, exec, fileops, limits, plan, ruleset, search, seccomp, status,
 };
 
 pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
@@ -81,6 +83,8 @@ pub enum SandboxError {
     Helper { status: String, stderr: String },
     #[error("bad reply from the sandbox helper: {0}")]
     Reply(String),
+    #[error("the session bus proxy: {0}")]
+    BusProxy(#[from] busproxy::BusProxyError),
     #[error("cancelled")]
     Cancelled,
 }

@@ -47,6 +47,7 @@ pub use familiar_sandbox::spec::{
 };
 
 use super::SandboxError;
+use super::busproxy::BusProxy;
 use super::plan::{PlanCache, Trees};
 use super::resources::TaskResources;
 use crate::policy::closed::Closed;
@@ -78,6 +79,11 @@ pub struct SandboxSpec {
     /// and then no unix socket can be opened at all ([`super::seccomp`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sockets: Vec<PathBuf>,
+    /// Well-known bus names the tools may talk to, through a filtering proxy of the
+    /// task's own (`[sandbox] bus_talk`, [`super::busproxy`]); none by default, and
+    /// then no session bus at all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bus_talk: Vec<String>,
 }
 
 /// Read-only trees every sandboxed program gets (see the module doc for each).
@@ -110,6 +116,9 @@ pub const BASELINE_WRITE: &[&str] = &["/dev/null"];
 /// Environment variables copied from the daemon into the command's environment. Nothing
 /// else crosses: API keys, tokens and session sockets stay with the daemon.
 pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ"];
+
+/// Set, for a soul with `bus_talk` only, to the task's bus proxy.
+pub const BUS_ENV: &str = "DBUS_SESSION_BUS_ADDRESS";
 
 /// Prefixes of variables copied as well (locale categories).
 pub const ENV_ALLOWLIST_PREFIXES: &[&str] = &["LC_"];
@@ -154,6 +163,11 @@ pub struct SandboxPolicy {
     pub require_full: bool,
     /// Unix sockets granted: any lifts the helper's unix-socket block.
     pub sockets: Vec<PathBuf>,
+    /// The task's bus proxy ([`SandboxPolicy::with_bus`]), started by the first command.
+    pub bus: Option<Arc<BusProxy>>,
+    /// Hidden from commands, but `uncover` ([`familiar_sandbox::cover`]).
+    pub cover: Vec<PathBuf>,
+    pub uncover: Vec<PathBuf>,
     pub limits: Limits,
     /// The command's whole environment.
     pub env: Vec<(String, String)>,
@@ -224,6 +238,9 @@ impl SandboxPolicy {
             scope_signals: true,
             require_full: spec.require,
             sockets: spec.sockets.clone(),
+            bus: None,
+            cover: Vec::new(),
+            uncover: Vec::new(),
             limits: Limits::default(),
             env: allowed_env(std::env::vars(), home, workspace),
             cwd: workspace.to_owned(),
@@ -263,6 +280,38 @@ impl SandboxPolicy {
         }
     }
 
+    /// Gives the commands the session bus through `proxy` only: its socket granted and
+    /// named in `DBUS_SESSION_BUS_ADDRESS`, and the user's runtime directory and the
+    /// real bus's sockets hidden from them, but the proxy's directory and the soul's
+    /// own `sockets` ([`super::busproxy`]).
+    pub fn with_bus(mut self, proxy: Arc<BusProxy>) -> SandboxPolicy {
+        let runtime = proxy.bus().runtime_dir.clone();
+        let mut cover = vec![runtime.clone()];
+        cover.extend(
+            proxy
+                .bus()
+                .sockets()
+                .into_iter()
+                .filter(|p| !p.starts_with(&runtime)),
+        );
+        self.uncover = [proxy.dir().to_owned()]
+            .into_iter()
+            .chain(
+                self.sockets
+                    .iter()
+                    .filter(|s| cover.iter().any(|c| s.starts_with(c)))
+                    .cloned(),
+            )
+            .collect();
+        self.cover = cover;
+        self.sockets.push(proxy.socket().to_owned());
+        self.env.retain(|(k, _)| k != BUS_ENV);
+        self.env.push((BUS_ENV.to_owned(), proxy.address()));
+        self.env.sort();
+        self.bus = Some(proxy);
+        self
+    }
+
     /// Keeps this policy's plan in `plans`, a cache shared with other policies.
     pub fn with_plans(mut self, plans: PlanCache) -> SandboxPolicy {
         self.plan = plans;
@@ -289,6 +338,8 @@ impl SandboxPolicy {
             scope_signals: self.scope_signals,
             require_full: self.require_full,
             sockets: &self.sockets,
+            cover: &self.cover,
+            uncover: &self.uncover,
             limits: &self.limits,
             env: &self.env,
             cwd: &self.cwd,
@@ -386,6 +437,7 @@ mod tests {
             startup: Vec::new(),
             destroy: Vec::new(),
             sockets: vec![],
+            bus_talk: vec![],
         };
         let ws = t.path().join("w");
         let p = SandboxPolicy::new(&spec, &[t.path().join(".ssh")], &ws, t.path()).unwrap();

@@ -132,6 +132,19 @@ impl Soul {
                     .filter(|s| parent.sandbox.sockets.contains(s))
                     .cloned()
                     .collect(),
+                bus_talk: self
+                    .sandbox
+                    .bus_talk
+                    .iter()
+                    .filter(|n| {
+                        parent
+                            .sandbox
+                            .bus_talk
+                            .iter()
+                            .any(|p| crate::sandbox::busproxy::covers(p, n))
+                    })
+                    .cloned()
+                    .collect(),
             },
             max_iterations: self.max_iterations.min(parent.max_iterations),
             max_tokens: self.max_tokens.min(parent.max_tokens),

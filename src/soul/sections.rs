@@ -88,6 +88,7 @@ pub(super) struct SandboxToml {
     pub(super) destroy: Option<Vec<Spanned<String>>>,
     pub(super) require: Option<bool>,
     pub(super) sockets: Option<Vec<Spanned<String>>>,
+    pub(super) bus_talk: Option<Vec<Spanned<String>>>,
 }
 
 /// The file being validated: where errors point, and the home `~` means.
@@ -405,15 +406,50 @@ impl Fields<'_> {
         let write = self.write(sb.write, &closed, &startup)?;
         Ok(SandboxSpec {
             read: self.paths(sb.read, &["~"])?,
-
             network: sb.network.unwrap_or(false),
             udp: sb.udp.unwrap_or(false),
             require: sb.require.unwrap_or(false),
             destroy: self.destroy(sb.destroy, &write, &startup)?,
             write,
             startup,
-            sockets: self.paths(sb.sockets, &[])?,
+            sockets: self.sockets(sb.sockets)?,
+            bus_talk: self.bus_talk(sb.bus_talk)?,
         })
+    }
+
+    /// `[sandbox] sockets`: absolute paths, never the session bus's, which a soul
+    /// reaches through `bus_talk` (filtered) or not at all.
+    fn sockets(&self, list: Option<Vec<Spanned<String>>>) -> Result<Vec<PathBuf>, FileError> {
+        let spans: Vec<_> = list.iter().flatten().map(|p| p.span()).collect();
+        let paths = self.paths(list, &[])?;
+        let bus = crate::sandbox::busproxy::session_bus_sockets();
+        for (path, span) in paths.iter().zip(spans) {
+            let resolved = path.canonicalize().unwrap_or_else(|_| path.clone());
+            if bus.contains(path) || bus.contains(&resolved) {
+                return Err(self.at(
+                    span,
+                    format!(
+                        "`{}` is the session bus: a raw grant would let the tools call anything on it (UpdateActivationEnvironment puts code into every service it starts later); list the names the tools may talk to in `bus_talk = [\"org.freedesktop.Notifications\"]` instead (docs/sandbox.md)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(paths)
+    }
+
+    /// `[sandbox] bus_talk`: well-known bus names, each once
+    /// ([`crate::sandbox::busproxy::check_name`]).
+    fn bus_talk(&self, list: Option<Vec<Spanned<String>>>) -> Result<Vec<String>, FileError> {
+        let mut out: Vec<String> = Vec::new();
+        for name in list.into_iter().flatten() {
+            crate::sandbox::busproxy::check_name(name.get_ref())
+                .map_err(|why| self.at(name.span(), why.to_string()))?;
+            if !out.contains(name.get_ref()) {
+                out.push(name.into_inner());
+            }
+        }
+        Ok(out)
     }
 
     /// `[sandbox] destroy`: trees where the tools may delete and truncate for good,

@@ -107,7 +107,8 @@ impl From<SandboxError> for ToolError {
             | SandboxError::Spec(_)
             | SandboxError::Setup(_)
             | SandboxError::Helper { .. }
-            | SandboxError::Reply(_)) => ToolError::Fatal(format!("the sandbox failed: {e}")),
+            | SandboxError::Reply(_)
+            | SandboxError::BusProxy(_)) => ToolError::Fatal(format!("the sandbox failed: {e}")),
         }
     }
 }

@@ -16,6 +16,7 @@ mod memory;
 mod real_model;
 mod reliability;
 mod sandbox;
+mod sandbox_bus;
 mod sandbox_destroy;
 mod sandbox_helper;
 mod sandbox_network;

@@ -148,6 +148,7 @@ async fn a_tool_that_may_write_home_cannot_replace_the_helper_in_local_bin() {
             startup: vec![bin.clone()],
             destroy: Vec::new(),
             sockets: vec![],
+            bus_talk: vec![],
         },
         &[h.home.join(".ssh")],
         &h.workspace,

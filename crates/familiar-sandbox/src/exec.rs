@@ -43,7 +43,7 @@ use crate::spec::HelperSpec;
 use crate::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
 use crate::supervise::supervise;
 pub use crate::supervise::{EXIT_SPAWN_FAILED, TERM_GRACE_SECS};
-use crate::{limits, pidns};
+use crate::{cover, limits, pidns};
 
 /// A spec larger than this on stdin is refused (a plan is a few hundred KiB at most).
 pub const MAX_SPEC_BYTES: u64 = 64 * 1024 * 1024;
@@ -225,7 +225,20 @@ fn run(op: Option<FileOpKind>, argv: &[String]) -> ExitCode {
     }
     // Before Landlock: entering writes the id maps to /proc/self. File operations
     // start nothing, so they stay where they are.
-    let pid_namespace = op.is_none() && policy.pid_namespace && pidns::enter();
+    let covering = op.is_none() && !policy.cover.is_empty();
+    let pid_namespace = op.is_none() && policy.pid_namespace && pidns::enter(covering);
+    // A command that may open unix sockets for the bus proxy alone: the real bus hidden
+    // first, or it does not run (`cover`).
+    if covering {
+        if !pid_namespace {
+            return setup_failed(
+                "cannot hide the session bus from the command: this system refuses user namespaces, which the bus proxy (`[sandbox] bus_talk`) needs".to_owned(),
+            );
+        }
+        if let Err(e) = cover::apply(&policy.cover, &policy.uncover) {
+            return setup_failed(e.to_string());
+        }
+    }
     let enforcement = match restrict_self(&policy, effective_abi(forced)) {
         Ok(e) => e,
         Err(e) => return setup_failed(e.to_string()),

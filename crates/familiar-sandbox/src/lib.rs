@@ -21,9 +21,11 @@
 //! - [`fileops`], [`search`]: file operations performed by the restricted helper.
 //! - [`limits`]: rlimits and the pids cgroup.
 //! - [`pidns`]: the command as PID 1 of a PID namespace of its own.
+//! - [`cover`]: paths hidden from the command in a mount namespace of its own.
 //! - [`status`]: what the running kernel enforces ([`status::probe`]).
 //! - [`glob`]: the shell's pathname matching, shared with the daemon's path policy.
 
+pub mod cover;
 pub mod exec;
 pub mod fileops;
 pub mod glob;

@@ -26,12 +26,17 @@
 use nix::sched::{CloneFlags, unshare};
 use nix::unistd::{getgid, getuid};
 
-/// Enters a new user and PID namespace for the children to come; `false` (logged at
-/// debug) where the system refuses, and then nothing has changed.
-pub fn enter() -> bool {
+/// Enters a new user and PID namespace for the children to come, and with `mounts` a
+/// mount namespace for the helper itself ([`crate::cover`]); `false` (logged at debug)
+/// where the system refuses, and then nothing has changed.
+pub fn enter(mounts: bool) -> bool {
     let (uid, gid) = (getuid(), getgid());
-    if let Err(e) = unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID) {
-        tracing::debug!("unshare(CLONE_NEWUSER | CLONE_NEWPID): {e}");
+    let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID;
+    if mounts {
+        flags |= CloneFlags::CLONE_NEWNS;
+    }
+    if let Err(e) = unshare(flags) {
+        tracing::debug!("unshare({flags:?}): {e}");
         return false;
     }
     // Written once, as the kernel requires; `setgroups` first, or an unprivileged

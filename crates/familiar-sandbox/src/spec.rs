@@ -68,6 +68,15 @@ pub struct HelperSpec {
     pub require_full: bool,
     #[serde(default)]
     pub sockets: Vec<PathBuf>,
+    /// Hidden from the command ([`crate::cover`]): each an empty read-only tmpfs (a
+    /// file: `/dev/null`) in a mount namespace of its own, but the `uncover` entries
+    /// beneath. Set when the session bus is proxied; the call fails when it cannot be
+    /// done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cover: Vec<PathBuf>,
+    /// Under a `cover` path and still seen: bound back in at the same place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncover: Vec<PathBuf>,
     pub limits: Limits,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
@@ -88,6 +97,8 @@ pub struct HelperSpecRef<'a> {
     pub scope_signals: bool,
     pub require_full: bool,
     pub sockets: &'a [PathBuf],
+    pub cover: &'a [PathBuf],
+    pub uncover: &'a [PathBuf],
     pub limits: &'a Limits,
     pub env: &'a [(String, String)],
     pub cwd: &'a Path,

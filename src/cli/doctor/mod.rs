@@ -211,6 +211,15 @@ async fn config_checks(config: &Config) -> Vec<Check> {
             ));
         }
     }
+    let bus_souls: Vec<&str> = souls
+        .souls
+        .values()
+        .filter(|s| !s.sandbox.bus_talk.is_empty())
+        .map(|s| s.id.as_str())
+        .collect();
+    if !bus_souls.is_empty() {
+        checks.push(system::bus_proxy_check(&bus_souls));
+    }
     let Some(soul) = needed(
         &mut checks,
         "souls",

@@ -115,6 +115,32 @@ pub(super) fn menu_check(config: Option<&crate::config::Config>) -> Check {
     }
 }
 
+/// The filtering bus proxy the souls that list `bus_talk` need
+/// ([`crate::sandbox::busproxy`]): without it their tools do not run.
+pub(super) fn bus_proxy_check(souls: &[&str]) -> Check {
+    use crate::sandbox::busproxy::{PACKAGE, PROGRAM};
+    match crate::programs::find(PROGRAM) {
+        Some(path) => Check::ok(
+            "bus_proxy",
+            format!(
+                "the tools of {} reach the session bus through {} only, filtered to the names each lists in bus_talk",
+                souls.join(", "),
+                path.display()
+            ),
+        ),
+        None => Check::fail(
+            "bus_proxy",
+            format!(
+                "{PROGRAM} is not installed: the tools of {} (bus_talk) cannot run",
+                souls.join(", ")
+            ),
+            format!(
+                "install it (Debian and Ubuntu: `apt install {PACKAGE}`), or remove bus_talk from those souls"
+            ),
+        ),
+    }
+}
+
 /// Whether tools are kept off unix sockets (the session bus, the keyring).
 fn unix_sockets_check(enforcement: &crate::sandbox::Enforcement) -> Check {
     match enforcement.unix_sockets {
@@ -192,6 +218,7 @@ async fn enforcement_check() -> Check {
         startup: Vec::new(),
         destroy: Vec::new(),
         sockets: vec![],
+        bus_talk: vec![],
     };
     let home = std::env::var_os("HOME").map_or_else(|| scratch.clone(), PathBuf::from);
     let policy = match SandboxPolicy::new(&spec, &[], &inside, &home) {

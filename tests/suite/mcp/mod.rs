@@ -519,6 +519,7 @@ async fn a_stdio_server_starts_with_no_signal_blocked_and_stops_on_sigterm() {
         startup: Vec::new(),
         destroy: Vec::new(),
         sockets: Vec::new(),
+        bus_talk: Vec::new(),
     };
     let mut policy =
         familiar::sandbox::SandboxPolicy::new(&spec, &[], &workspace, tmp.path()).unwrap();
