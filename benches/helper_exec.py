@@ -46,7 +46,9 @@ def rule(path, grant):
 def spec(work):
     rules = [rule(p, "read") for p in BASELINE
              if os.path.lexists(p) and not os.path.islink(p)]
-    rules += [rule(work, "read"), rule("/dev/null", "write"), rule(work, "write")]
+    # The workspace is the one tree where removing and truncating are granted
+    # ("destroy", issue 40); the soul's other writable trees would be "write".
+    rules += [rule(work, "read"), rule("/dev/null", "write"), rule(work, "destroy")]
     return json.dumps({
         "plan": {"rules": rules}, "network": False, "scope_signals": True,
         "require_full": False,
