@@ -120,7 +120,7 @@ impl Reloadable {
         };
         let policy = crate::policy::load(&config.policy, &config.paths).map_err(keep)?;
         let mut souls = SoulSet::load(&config.paths, &policy).map_err(keep)?;
-        keep_previous_souls(&mut souls, &settings.souls);
+        let soul_notes = keep_previous_souls(&mut souls, &settings.souls);
         let (new, changed) = settings.reloaded(config, policy, souls, &self.services);
         if changed.policy {
             self.services
@@ -138,27 +138,33 @@ impl Reloadable {
         );
         let rt = Arc::new(old.with_settings(Arc::new(new)));
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = (rt, fp);
-        Ok(config_note)
+        let notes: Vec<String> = config_note.into_iter().chain(soul_notes).collect();
+        Ok((!notes.is_empty()).then(|| notes.join("\n")))
     }
 }
 
 /// A soul file that changed but no longer loads keeps its previous version (reported,
-/// as at start-up); one never loaded is skipped.
-fn keep_previous_souls(souls: &mut SoulSet, previous: &SoulSet) {
+/// as at start-up); one never loaded is skipped. Returns what it says of each, for the
+/// caller of `Reload` (`familiar reload` exits 2 with it).
+fn keep_previous_souls(souls: &mut SoulSet, previous: &SoulSet) -> Vec<String> {
+    let mut notes = Vec::new();
     for err in &souls.errors {
         let kept = previous.souls.values().find(
             |s| matches!(&s.origin, SoulOrigin::File(p) if p.display().to_string() == err.file),
         );
-        match kept {
+        let note = match kept {
             Some(s) => {
-                tracing::error!(
-                    "soul file changed but does not load, keeping its previous version: {err}"
-                );
                 souls.souls.insert(s.id.to_string(), s.clone());
+                format!(
+                    "soul file changed but does not load, its previous version stays in force: {err}"
+                )
             }
-            None => tracing::error!("skipping soul file: {err}"),
-        }
+            None => format!("soul file skipped, it does not load: {err}"),
+        };
+        tracing::error!("{note}");
+        notes.push(note);
     }
+    notes
 }
 
 /// config.toml read again: the same `Arc` when it did not change, else the new config

@@ -89,6 +89,24 @@ async fn familiar_reload_reloads_now_and_names_what_it_kept() {
         "{}",
         text(&out.stderr)
     );
+    // Regression (issue 42 §5): a broken soul file said "reloaded", exit 0; only the
+    // daemon's log said the soul was kept.
+    home.write_config("config.toml", &config(&server, "first"));
+    let soul = home.write_config("souls/mine.toml", "prompt = \"p\"\n");
+    let out = familiar(&home, &bus, &["reload"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    home.write_config(
+        "souls/mine.toml",
+        "prompt = \"p\"\nmax_iterations = \"many\"\n",
+    );
+    let out = familiar(&home, &bus, &["reload"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("previous version stays in force")
+            && said.contains(&format!("{}:2", soul.display())),
+        "{said}"
+    );
     assert_eq!(stop_daemon(child).await, Some(0));
 }
 
