@@ -13,6 +13,7 @@ pub mod parse;
 pub mod paths;
 pub mod providers;
 pub mod types;
+pub mod versions;
 pub mod warm;
 
 use std::collections::BTreeMap;
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{ConfigError, FileError, parse_toml, read_file};
 use crate::ids::SoulId;
 
-pub use parse::{DurationError, expand_home, parse_duration};
+pub use parse::{DurationError, expand_home, parse_bytes, parse_duration};
 pub use paths::{
     ConfigSource, Env, Paths, ProcessEnv, config_dir, config_source, default_data_dir,
     ignored_state_directory,
@@ -99,6 +100,7 @@ impl Config {
         let warm = warm::resolve(raw.warm.unwrap_or_default(), &default_soul).map_err(invalid)?;
         let notifications =
             resolve_notifications(raw.notifications.unwrap_or_default()).map_err(invalid)?;
+        let versions = versions::resolve(raw.versions.unwrap_or_default()).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -124,6 +126,7 @@ impl Config {
             memory,
             warm,
             notifications,
+            versions,
             providers,
             mcp,
             paths,

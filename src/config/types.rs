@@ -26,6 +26,7 @@ pub struct ConfigToml {
     pub memory: Option<MemoryToml>,
     pub warm: Option<super::warm::WarmToml>,
     pub notifications: Option<NotificationsToml>,
+    pub versions: Option<super::versions::VersionsToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
     #[serde(default)]
@@ -199,6 +200,8 @@ pub struct Config {
     /// `[warm]`: the prefixes sent ahead to local servers.
     pub warm: super::warm::WarmConfig,
     pub notifications: NotificationsConfig,
+    /// `[versions]`: what is kept of the files tasks change, for undo.
+    pub versions: super::versions::VersionsConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[mcp.NAME]` tool servers, by name.
     pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,

@@ -16,6 +16,7 @@
 
 mod atomic;
 pub mod audit;
+pub mod changes;
 pub mod context;
 mod journal;
 mod lock;
@@ -24,6 +25,8 @@ mod relocate;
 mod remove;
 mod sessions;
 pub mod transcript;
+pub mod undo;
+pub mod versions;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -34,6 +37,9 @@ use std::time::SystemTime;
 use self::atomic::TEMP_MARKER;
 use crate::ids::SessionId;
 
+pub use changes::{Change, TaskChanges};
+pub use undo::{Refusal, UndoError, Undone, undo};
+pub use versions::{Versions, sha256_hex};
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
 pub use context::{
     CONTEXT_VERSION, Context, Outcome, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus,

@@ -80,6 +80,7 @@ fn direct_ctx(h: &Harness) -> ToolContext {
         session: familiar::ids::SessionId::new("s-direct").unwrap(),
         memory: familiar::store::Memory::new(h.store.data_dir(), 100),
         subagents: None,
+        changes: None,
     }
 }
 
