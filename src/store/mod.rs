@@ -38,7 +38,7 @@ use self::atomic::TEMP_MARKER;
 use crate::ids::SessionId;
 
 pub use changes::{Change, TaskChanges};
-pub use undo::{Refusal, UndoError, Undone, undo};
+pub use undo::{Refusal, UndoError, Undone, home_trash, undo};
 pub use versions::{Versions, sha256_hex};
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
 pub use context::{

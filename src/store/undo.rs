@@ -8,10 +8,15 @@
 //! and still in the Trash), and a refusal names each file that is not; the restore is
 //! audited (`audit.jsonl`, tool `undo`). This runs in the daemon as the person's own
 //! action, not the model's, so not in the sandbox.
+//!
+//! A created file goes to the home Trash by a move of our own ([`to_trash`]), not the
+//! `trash` crate the helper uses: the crate finds the Trash only through the process's
+//! environment, and the daemon moves it to the Trash it names (the one the `trash`
+//! tool used, [`home_trash`]), which the tests must be able to point elsewhere.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::changes::{Change, TaskChanges};
@@ -60,8 +65,24 @@ pub struct Undone {
     pub summary: String,
 }
 
-/// Undoes `task`'s changes. `Ok(None)`: the store has no record of it.
-pub fn undo(store: &Store, versions: &Versions, task: &TaskId) -> Result<Option<Undone>, UndoError> {
+/// The home Trash of the freedesktop spec: `$XDG_DATA_HOME/Trash` (when set and
+/// absolute), else `~/.local/share/Trash`.
+pub fn home_trash(home: &Path) -> PathBuf {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| home.join(".local/share"))
+        .join("Trash")
+}
+
+/// Undoes `task`'s changes; a file it created goes to `trash`. `Ok(None)`: the store
+/// has no record of it.
+pub fn undo(
+    store: &Store,
+    versions: &Versions,
+    trash: &Path,
+    task: &TaskId,
+) -> Result<Option<Undone>, UndoError> {
     let Some(mut record) = store.changes(task)? else {
         return Ok(None);
     };
@@ -86,7 +107,7 @@ pub fn undo(store: &Store, versions: &Versions, task: &TaskId) -> Result<Option<
     }
     let total = record.changes.len();
     for (done, change) in record.changes.iter().rev().enumerate() {
-        if let Err(source) = restore(change, versions) {
+        if let Err(source) = restore(change, versions, trash) {
             let why = format!("{}: {source}", change.path().display());
             audit(store, &record, AuditDecision::Approved, AuditOutcome::Failed, why)?;
             return Err(UndoError::Failed {
@@ -186,9 +207,9 @@ fn check(record: &TaskChanges, versions: &Versions) -> Vec<Refusal> {
     refusals
 }
 
-fn restore(change: &Change, versions: &Versions) -> std::io::Result<()> {
+fn restore(change: &Change, versions: &Versions, trash: &Path) -> std::io::Result<()> {
     match change {
-        Change::Created { path, .. } => trash::delete(path).map_err(std::io::Error::other),
+        Change::Created { path, .. } => to_trash(path, trash),
         Change::Changed { path, before, .. } => {
             let bytes = before
                 .as_deref()
@@ -218,6 +239,64 @@ fn restore(change: &Change, versions: &Versions) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// What the Trash spec percent-encodes in a `.trashinfo` `Path=`: all but the
+/// unreserved characters of RFC 3986 and `/`.
+const TRASH_PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Moves `path` into the home Trash `trash` as the freedesktop Trash spec says: a
+/// `info/NAME.trashinfo` made first (`O_EXCL`, `NAME.2`, `NAME.3`… on a collision)
+/// with the absolute `Path=` and the local `DeletionDate=`, then the rename into
+/// `files/NAME`; the info file goes again if the rename fails.
+pub fn to_trash(path: &Path, trash: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let (files, info) = (trash.join("files"), trash.join("info"));
+    for dir in [&files, &info] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let encoded =
+        percent_encoding::percent_encode(path.as_os_str().as_bytes(), TRASH_PATH).to_string();
+    let date = chrono::Local::now().format("%Y-%m-%dT%H:%M:%S");
+    for n in 1u32.. {
+        let mut stem = name.to_owned();
+        if n > 1 {
+            stem.push(format!(".{n}"));
+        }
+        let mut info_name = stem.clone();
+        info_name.push(".trashinfo");
+        let info_path = info.join(&info_name);
+        let mut file = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&info_path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        };
+        let moved = write!(file, "[Trash Info]\nPath={encoded}\nDeletionDate={date}\n")
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(path, files.join(&stem)));
+        if let Err(e) = moved {
+            std::fs::remove_file(&info_path).ok();
+            return Err(e);
+        }
+        return Ok(());
+    }
+    Err(std::io::Error::other("no free name in the Trash"))
 }
 
 /// `bytes` at `path`, atomically, with the mode it has now, never through a symlink.

@@ -6,8 +6,6 @@
 //! this one call ([`crate::sandbox::SandboxPolicy::trashing`]). Outside the workspace
 //! the move is recorded for undo ([`super::changes`]).
 
-use std::path::PathBuf;
-
 use futures::FutureExt;
 use serde_json::{Value, json};
 
@@ -18,16 +16,6 @@ use crate::catalog::{self, ToolInfo};
 use crate::sandbox::fileops::{FileOp, FileReply};
 
 pub struct Trash;
-
-/// The home Trash of the freedesktop spec: `$XDG_DATA_HOME/Trash` (when set and
-/// absolute), else `~/.local/share/Trash`.
-pub fn home_trash(home: &std::path::Path) -> PathBuf {
-    std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute())
-        .unwrap_or_else(|| home.join(".local/share"))
-        .join("Trash")
-}
 
 impl Tool for Trash {
     fn info(&self) -> &'static ToolInfo {
@@ -54,7 +42,7 @@ impl Tool for Trash {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let policy = ctx
                 .sandbox
-                .trashing(&home_trash(&ctx.home))
+                .trashing(&crate::store::home_trash(&ctx.home))
                 .map_err(ToolError::from)?;
             let op = FileOp::Trash { path: path.clone() };
             match sandboxed_in(&ctx, &policy, op).await? {

@@ -17,6 +17,7 @@ mod real_model;
 mod reliability;
 mod sandbox;
 mod sandbox_destroy;
+mod undo;
 mod sandbox_helper;
 mod sandbox_network;
 mod sandbox_plan;
