@@ -59,9 +59,7 @@ pub(super) fn named_paths(call: &Call) -> Vec<String> {
     let str_arg = |k: &str| call.args.get(k).and_then(|v| v.as_str());
     let key = match call.tool {
         "read_file" | "list_dir" | "search_files" | "disk_usage" | "write_file" | "edit_file"
-        | "trash" => {
-            "path"
-        }
+        | "trash" => "path",
         "shell" => "cwd",
         "open" => "target",
         name if crate::catalog::mcp_parts(name).is_some() => {

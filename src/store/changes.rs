@@ -171,9 +171,15 @@ mod tests {
         };
         assert_eq!(record(vec![]).summary(), None);
         assert_eq!(
-            record(vec![changed("a"), changed("b"), changed("c"), trashed("d"), trashed("e")])
-                .summary()
-                .unwrap(),
+            record(vec![
+                changed("a"),
+                changed("b"),
+                changed("c"),
+                trashed("d"),
+                trashed("e")
+            ])
+            .summary()
+            .unwrap(),
             "changed 3 files, trashed 2"
         );
         assert_eq!(
@@ -194,10 +200,17 @@ mod tests {
         };
         store.record_change(&task, &soul, made.clone()).unwrap();
         store.record_change(&task, &soul, made.clone()).unwrap();
-        let again = Store::open(t.path()).unwrap().changes(&task).unwrap().unwrap();
-        assert_eq!(again, TaskChanges {
-            changes: vec![made.clone(), made],
-            ..record(vec![])
-        });
+        let again = Store::open(t.path())
+            .unwrap()
+            .changes(&task)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            again,
+            TaskChanges {
+                changes: vec![made.clone(), made],
+                ..record(vec![])
+            }
+        );
     }
 }

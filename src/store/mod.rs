@@ -37,10 +37,8 @@ use std::time::SystemTime;
 use self::atomic::TEMP_MARKER;
 use crate::ids::SessionId;
 
-pub use changes::{Change, TaskChanges};
-pub use undo::{Refusal, UndoError, Undone, home_trash, undo};
-pub use versions::{Versions, sha256_hex};
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
+pub use changes::{Change, TaskChanges};
 pub use context::{
     CONTEXT_VERSION, Context, Outcome, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus,
     ToolStats, now_rfc3339, title_from_prompt,
@@ -51,6 +49,8 @@ pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
 pub use relocate::{Relocated, holds_data};
 pub use sessions::SessionSummary;
 pub use transcript::{Transcript, TranscriptContents};
+pub use undo::{Refusal, UndoError, Undone, home_trash, undo};
+pub use versions::{Versions, sha256_hex};
 
 const CONTEXT_DIR: &str = "context";
 const TRANSCRIPT_DIR: &str = "transcripts";

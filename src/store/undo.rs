@@ -102,14 +102,26 @@ pub fn undo(
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        audit(store, &record, AuditDecision::Denied, AuditOutcome::NotRun, why)?;
+        audit(
+            store,
+            &record,
+            AuditDecision::Denied,
+            AuditOutcome::NotRun,
+            why,
+        )?;
         return Err(UndoError::Refused { refusals });
     }
     let total = record.changes.len();
     for (done, change) in record.changes.iter().rev().enumerate() {
         if let Err(source) = restore(change, versions, trash) {
             let why = format!("{}: {source}", change.path().display());
-            audit(store, &record, AuditDecision::Approved, AuditOutcome::Failed, why)?;
+            audit(
+                store,
+                &record,
+                AuditDecision::Approved,
+                AuditOutcome::Failed,
+                why,
+            )?;
             return Err(UndoError::Failed {
                 done,
                 total,
@@ -167,9 +179,15 @@ fn check(record: &TaskChanges, versions: &Versions) -> Vec<Refusal> {
         last.insert(change.path(), change);
         if let Change::Changed { path, before, .. } = change {
             match before.as_deref().map(|h| versions.get(h)) {
-                None => refuse(path, "its previous content was larger than [versions] max_file and was not kept"),
+                None => refuse(
+                    path,
+                    "its previous content was larger than [versions] max_file and was not kept",
+                ),
                 Some(Ok(Some(_))) => {}
-                Some(Ok(None)) => refuse(path, "its kept version is gone (past [versions] max_age or max_total)"),
+                Some(Ok(None)) => refuse(
+                    path,
+                    "its kept version is gone (past [versions] max_age or max_total)",
+                ),
                 Some(Err(e)) => refuse(path, &e.to_string()),
             }
         }
@@ -189,8 +207,12 @@ fn check(record: &TaskChanges, versions: &Versions) -> Vec<Refusal> {
                     refuse(path, changed_since);
                 }
             }
-            Change::Changed { after: None, .. } => refuse(path, "what the task wrote was not recorded"),
-            Change::Changed { after: Some(after), .. } => {
+            Change::Changed { after: None, .. } => {
+                refuse(path, "what the task wrote was not recorded")
+            }
+            Change::Changed {
+                after: Some(after), ..
+            } => {
                 if now != Now::File(after.clone()) {
                     refuse(path, changed_since);
                 }

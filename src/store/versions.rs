@@ -173,9 +173,14 @@ mod tests {
             .set_modified(old)
             .unwrap();
         let second = v.keep(b"abcdef").unwrap();
-        assert_eq!(v.get(&first).unwrap(), None, "over 10 bytes: the oldest went");
+        assert_eq!(
+            v.get(&first).unwrap(),
+            None,
+            "over 10 bytes: the oldest went"
+        );
         assert!(v.get(&second).unwrap().is_some());
-        v.prune(SystemTime::now() + Duration::from_secs(7200)).unwrap();
+        v.prune(SystemTime::now() + Duration::from_secs(7200))
+            .unwrap();
         assert_eq!(v.get(&second).unwrap(), None, "older than max_age");
     }
 }

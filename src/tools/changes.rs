@@ -77,7 +77,9 @@ pub(super) async fn record_write(
         },
         Previous::Kept { .. } => {
             let bytes = previous.bytes().ok_or_else(|| {
-                ToolError::Fatal("the sandbox helper sent a previous content that is not base64".into())
+                ToolError::Fatal(
+                    "the sandbox helper sent a previous content that is not base64".into(),
+                )
             })?;
             let change = Change::Changed {
                 path,

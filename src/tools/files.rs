@@ -261,7 +261,10 @@ impl Tool for EditFile {
                 FileReply::Replaced { bytes, previous } => {
                     let after = edited_hash(&previous, &old, &new);
                     let note = record_write(&ctx, &path, &previous, after).await?;
-                    Ok(format!("edited {} ({bytes} bytes now){note}", path.display()))
+                    Ok(format!(
+                        "edited {} ({bytes} bytes now){note}",
+                        path.display()
+                    ))
                 }
                 other => Err(unexpected("edit", &other)),
             }

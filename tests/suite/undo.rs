@@ -66,7 +66,13 @@ async fn trash_moves_a_writable_file_to_the_trash_spec_place_and_refuses_a_read_
         .await
         .unwrap();
     assert!(
-        matches!(reply, FileReply::Error { errno: Some(libc::EACCES), .. }),
+        matches!(
+            reply,
+            FileReply::Error {
+                errno: Some(libc::EACCES),
+                ..
+            }
+        ),
         "{reply:?}"
     );
     assert_eq!(
@@ -153,7 +159,12 @@ async fn undo_gives_back_the_old_bytes_removes_what_was_made_and_brings_back_the
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         stdout,
         format!("task {task} undone: created 1 file, changed 1, trashed 1\n")
@@ -171,7 +182,10 @@ async fn undo_gives_back_the_old_bytes_removes_what_was_made_and_brings_back_the
         "dev.familiar.Agent1.Error.NothingToUndo"
     );
     let audit = read(&f.harness.store.audit_path());
-    let line = audit.lines().find(|l| l.contains("\"tool\":\"undo\"")).unwrap();
+    let line = audit
+        .lines()
+        .find(|l| l.contains("\"tool\":\"undo\""))
+        .unwrap();
     assert!(line.contains("\"outcome\":\"succeeded\""), "{line}");
     assert!(line.contains(&task), "{line}");
 }

@@ -10,12 +10,21 @@ use crate::store::{TaskStatus, UndoError, Versions, home_trash};
 
 impl Service {
     pub(super) async fn undo_task(&self, id: TaskId, caller: &str) -> Result<String, Error> {
-        let known = self.ask(|reply| Op::GetTask { id: id.clone(), reply }).await?;
+        let known = self
+            .ask(|reply| Op::GetTask {
+                id: id.clone(),
+                reply,
+            })
+            .await?;
         let status = known
             .as_ref()
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-            .and_then(|t| t["status"].as_str().and_then(|s| s.parse::<TaskStatus>().ok()));
+            .and_then(|t| {
+                t["status"]
+                    .as_str()
+                    .and_then(|s| s.parse::<TaskStatus>().ok())
+            });
         if status.is_some_and(|s| !s.is_finished()) {
             return Err(Error::UndoRefused(format!(
                 "task {id} is still running: cancel it (`familiar cancel {id}`) or let it end, then undo"
