@@ -79,6 +79,12 @@ pub const EDIT_FILE: ToolInfo = tool!(
     true,
     "replace one exact snippet in a file"
 );
+pub const TRASH: ToolInfo = tool!(
+    "trash",
+    Write,
+    true,
+    "move a file or directory to the Trash (instead of deleting it)"
+);
 pub const SHELL: ToolInfo = tool!("shell", Execute, true, "run a shell command");
 pub const SYSTEMD_USER: ToolInfo = tool!(
     "systemd_user",
@@ -141,6 +147,7 @@ pub const CATALOG: &[ToolInfo] = &[
     HYPR_STATE,
     WRITE_FILE,
     EDIT_FILE,
+    TRASH,
     SHELL,
     SYSTEMD_USER,
     NOTIFY,

@@ -397,6 +397,15 @@ impl Task {
                 session: session_id,
                 memory: self.rt.settings.memory.clone(),
                 subagents: self.delegator(),
+                changes: Some(crate::tools::changes::ChangeLog {
+                    store: Arc::clone(&self.rt.services.store),
+                    versions: crate::store::Versions::new(
+                        self.rt.services.store.data_dir(),
+                        self.rt.settings.config.versions,
+                    ),
+                    task: self.spec.task_id.clone(),
+                    soul: self.spec.soul.id.clone(),
+                }),
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),

@@ -63,7 +63,9 @@ pub fn classify(e: impl Into<Error>) -> Failure {
         | Error::RateLimited(m)
         | Error::TaskNotRunning(m)
         | Error::NotGrantable(m)
-        | Error::SandboxedCaller(m) => (Exit::Failed, m),
+        | Error::SandboxedCaller(m)
+        | Error::NothingToUndo(m)
+        | Error::UndoRefused(m) => (Exit::Failed, m),
     };
     Failure { exit, message }
 }
@@ -261,6 +263,15 @@ pub fn cancel(task_id: &str, out: &mut Out) -> anyhow::Result<Exit> {
             &format!("task {task_id} had already ended ({status}): nothing to cancel"),
         ),
         Ok(_) => said(out, &done_line(Done::Cancel, task_id)),
+        Err(f) => f.report(),
+    }
+}
+
+/// `familiar undo ID`: the daemon puts back what the task changed outside its
+/// workspace, or refuses naming the files that changed since.
+pub fn undo(task_id: &str, out: &mut Out) -> anyhow::Result<Exit> {
+    match with_proxy(async |_, p| p.undo(task_id).await)? {
+        Ok(restored) => said(out, &format!("task {task_id} undone: {restored}")),
         Err(f) => f.report(),
     }
 }

@@ -135,6 +135,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ),
     ("tasks", &["familiar tasks", "familiar tasks --json"]),
     ("cancel", &["familiar cancel t-1a2b3c4d5e6f"]),
+    ("undo", &["familiar undo t-1a2b3c4d5e6f"]),
     ("reload", &["familiar reload"]),
     (
         "approve",

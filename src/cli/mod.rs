@@ -114,6 +114,13 @@ pub enum Command {
         /// The task's id (t-…), as `familiar tasks` lists it
         task_id: String,
     },
+    /// Put back the files a task changed outside its workspace (created ones go to
+    /// the Trash, changed ones get their previous content, trashed ones come back);
+    /// refused, naming them, if any changed since
+    Undo {
+        /// The task's id (t-…), as `familiar tasks` lists it
+        task_id: String,
+    },
     /// Approve a pending approval request, or choose the answer in the launcher
     Approve {
         /// The request's id (r-…), from the notification or the approval_requested event
@@ -404,6 +411,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Bar { plain } => bar::bar(plain, &mut out),
         Command::Steer { task_id, message } => client::steer(&task_id, &message, &mut out),
         Command::Cancel { task_id } => client::cancel(&task_id, &mut out),
+        Command::Undo { task_id } => client::undo(&task_id, &mut out),
         Command::Reload => client::reload(&mut out),
         Command::Approve {
             request_id,

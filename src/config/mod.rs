@@ -14,6 +14,7 @@ pub mod parse;
 pub mod paths;
 pub mod providers;
 pub mod types;
+pub mod versions;
 pub mod warm;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ use crate::error::{ConfigError, FileError, parse_toml, read_file};
 use crate::ids::SoulId;
 
 pub use desktop::DesktopConfig;
-pub use parse::{DurationError, expand_home, parse_duration};
+pub use parse::{DurationError, expand_home, parse_bytes, parse_duration};
 pub use paths::{
     ConfigSource, Env, Paths, ProcessEnv, config_dir, config_source, default_data_dir,
     ignored_state_directory,
@@ -103,6 +104,7 @@ impl Config {
             resolve_notifications(raw.notifications.unwrap_or_default()).map_err(invalid)?;
         let desktop =
             desktop::resolve(raw.desktop.unwrap_or_default(), &paths.home).map_err(invalid)?;
+        let versions = versions::resolve(raw.versions.unwrap_or_default()).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -129,6 +131,7 @@ impl Config {
             warm,
             notifications,
             desktop,
+            versions,
             providers,
             mcp,
             paths,

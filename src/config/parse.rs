@@ -1,4 +1,4 @@
-//! Small parsing helpers for user files: durations and `~` paths.
+//! Small parsing helpers for user files: durations, sizes and `~` paths.
 //!
 //! Invariant: this file imports nothing from the crate, so the config, souls and
 //! policies all use it without reaching up or around.
@@ -21,6 +21,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
         text: s.to_owned(),
         source,
     })
+}
+
+/// Bytes from `"512M"`, `"2G"`, `"1048576"`: a whole number with an optional K, M, G or
+/// T suffix, powers of 1024 as systemd reads `MemoryMax=` (a dozen lines do not need a
+/// dependency; the crates for it read `M` as 10^6).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last()? {
+        (i, 'K' | 'k') => (&text[..i], 10),
+        (i, 'M' | 'm') => (&text[..i], 20),
+        (i, 'G' | 'g') => (&text[..i], 30),
+        (i, 'T' | 't') => (&text[..i], 40),
+        _ => (text, 0),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    n.checked_mul(1u64 << shift)
 }
 
 /// `~` and `~/x` become the home directory; other paths are returned as they are.

@@ -27,6 +27,7 @@ pub struct ConfigToml {
     pub warm: Option<super::warm::WarmToml>,
     pub notifications: Option<NotificationsToml>,
     pub desktop: Option<super::desktop::DesktopToml>,
+    pub versions: Option<super::versions::VersionsToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
     #[serde(default)]
@@ -202,6 +203,8 @@ pub struct Config {
     pub notifications: NotificationsConfig,
     /// `[desktop]`: the menu familiar opens.
     pub desktop: super::desktop::DesktopConfig,
+    /// `[versions]`: what is kept of the files tasks change, for undo.
+    pub versions: super::versions::VersionsConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[mcp.NAME]` tool servers, by name.
     pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,

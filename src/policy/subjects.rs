@@ -66,9 +66,8 @@ pub(super) fn command_of(call: &Call) -> Option<(String, Option<String>)> {
 pub(super) fn named_paths(call: &Call) -> Vec<String> {
     let str_arg = |k: &str| call.args.get(k).and_then(|v| v.as_str());
     let key = match call.tool {
-        "read_file" | "list_dir" | "search_files" | "disk_usage" | "write_file" | "edit_file" => {
-            "path"
-        }
+        "read_file" | "list_dir" | "search_files" | "disk_usage" | "write_file" | "edit_file"
+        | "trash" => "path",
         "shell" => "cwd",
         "open" => "target",
         name if crate::catalog::mcp_parts(name).is_some() => {

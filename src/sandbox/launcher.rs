@@ -194,6 +194,7 @@ impl SandboxLauncher {
             cmd.arg0(HELPER_NAME);
         }
         cmd.env_clear();
+        cmd.envs(policy.helper_env.iter().map(|(k, v)| (k, v)));
         if let Some(owner) = &policy.owner {
             cmd.env(OWNER_ENV, owner);
         }

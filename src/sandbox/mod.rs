@@ -60,6 +60,11 @@ pub enum SandboxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("creating the Trash {}: {source}", path.display())]
+    Trash {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("finding our own binary to use as sandbox helper: {0}")]
     CurrentExe(std::io::Error),
     #[error("starting the sandbox helper {}: {source}", path.display())]

@@ -173,6 +173,9 @@ pub struct SandboxPolicy {
     pub env: Vec<(String, String)>,
     /// The command's working directory.
     pub cwd: PathBuf,
+    /// Set in the helper's own environment (which is otherwise empty): the home Trash's
+    /// `XDG_DATA_HOME` for a `trash` operation ([`SandboxPolicy::trashing`]).
+    pub helper_env: Vec<(String, String)>,
     /// Shared by clones (one task's calls reuse one plan) and, through
     /// [`SandboxPolicy::with_plans`], by the tasks of one daemon.
     plan: PlanCache,
@@ -244,6 +247,7 @@ impl SandboxPolicy {
             limits: Limits::default(),
             env: allowed_env(std::env::vars(), home, workspace),
             cwd: workspace.to_owned(),
+            helper_env: Vec::new(),
             plan: PlanCache::default(),
             resources: None,
             owner: None,
@@ -310,6 +314,28 @@ impl SandboxPolicy {
         self.env.sort();
         self.bus = Some(proxy);
         self
+    }
+
+    /// This policy for the `trash` operation: the home Trash `trash` (made, mode 0700,
+    /// if missing) writable and removable for this call alone, and named to the helper
+    /// through `XDG_DATA_HOME` (the `trash` crate reads it). What may be moved there is
+    /// still only what the soul may write: moving a file out of its directory needs the
+    /// remove right there. The launcher makes it brokered.
+    pub fn trashing(&self, trash: &Path) -> Result<SandboxPolicy, SandboxError> {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(trash)
+            .map_err(|source| SandboxError::Trash {
+                path: trash.to_owned(),
+                source,
+            })?;
+        let mut p = self.clone();
+        p.write.push(trash.to_owned());
+        p.destroy.push(trash.to_owned());
+        if let Some(data_home) = trash.parent() {
+            p.helper_env
+                .push(("XDG_DATA_HOME".to_owned(), data_home.display().to_string()));
+        }
+        Ok(p)
     }
 
     /// Keeps this policy's plan in `plans`, a cache shared with other policies.

@@ -13,7 +13,7 @@ use super::{
     DEFAULT_TOOLS, MAX_MAX_ITERATIONS, Precheck, PromptSource, load_prompt,
 };
 use crate::catalog::{self, Tier};
-use crate::config::{expand_home, parse_duration};
+use crate::config::{expand_home, parse_bytes, parse_duration};
 use crate::error::FileError;
 use crate::ids::SoulId;
 use crate::policy::closed::Closed;
@@ -564,22 +564,6 @@ fn allowed_modes(ceiling: Mode) -> String {
 const MIN_MEMORY_MAX: u64 = 1 << 20;
 /// Largest `cpu_quota`, percent (a hundred CPUs).
 const MAX_CPU_QUOTA: u32 = 10_000;
-
-/// Bytes from `"512M"`, `"2G"`, `"1048576"`: a whole number with an optional K, M, G or
-/// T suffix, powers of 1024 as systemd reads `MemoryMax=` (a dozen lines do not need a
-/// dependency; the crates for it read `M` as 10^6).
-fn parse_bytes(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, shift) = match text.char_indices().last()? {
-        (i, 'K' | 'k') => (&text[..i], 10),
-        (i, 'M' | 'm') => (&text[..i], 20),
-        (i, 'G' | 'g') => (&text[..i], 30),
-        (i, 'T' | 't') => (&text[..i], 40),
-        _ => (text, 0),
-    };
-    let n: u64 = digits.trim().parse().ok()?;
-    n.checked_mul(1u64 << shift)
-}
 
 #[cfg(test)]
 mod tests {

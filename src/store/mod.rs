@@ -16,6 +16,7 @@
 
 mod atomic;
 pub mod audit;
+pub mod changes;
 pub mod context;
 mod journal;
 mod lock;
@@ -24,6 +25,8 @@ mod relocate;
 mod remove;
 mod sessions;
 pub mod transcript;
+pub mod undo;
+pub mod versions;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -35,6 +38,7 @@ use self::atomic::TEMP_MARKER;
 use crate::ids::SessionId;
 
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
+pub use changes::{Change, TaskChanges};
 pub use context::{
     CONTEXT_VERSION, Context, Outcome, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus,
     ToolStats, now_rfc3339, title_from_prompt,
@@ -45,6 +49,8 @@ pub use memory::{Memory, MemoryEntry, MemoryError, MemoryScope, Remembered};
 pub use relocate::{Relocated, holds_data};
 pub use sessions::SessionSummary;
 pub use transcript::{Transcript, TranscriptContents};
+pub use undo::{Refusal, UndoError, Undone, home_trash, undo};
+pub use versions::{Versions, sha256_hex};
 
 const CONTEXT_DIR: &str = "context";
 const TRANSCRIPT_DIR: &str = "transcripts";

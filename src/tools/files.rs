@@ -4,15 +4,19 @@
 //! under the task's Landlock rules: the policy check before it gives the model a clear
 //! reason, but what keeps a tool inside the soul's paths is the kernel, even if a path
 //! check had a bug. Writes are atomic and never follow a final symlink. Output is
-//! bounded: a tool never returns more than [`MAX_READ_BYTES`].
+//! bounded: a tool never returns more than [`MAX_READ_BYTES`]. A write or edit
+//! outside the workspace keeps what it replaced and is recorded for undo
+//! ([`super::changes`]).
 
 use futures::FutureExt;
 use serde_json::{Value, json};
 
+use super::changes::{edited_hash, keep_for, record_write};
 use super::util::{object_schema, opt_u64, sandboxed, str_arg, unexpected};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 use crate::sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
+use crate::store::sha256_hex;
 
 /// Largest slice of a file `read_file` returns to the model.
 pub const MAX_READ_BYTES: usize = 256 * 1024;
@@ -171,7 +175,8 @@ impl Tool for WriteFile {
     fn description(&self) -> &'static str {
         "Create or replace a text file with `content` (atomically; never through a symlink). \
          Relative paths are relative to the task workspace. Needs the user's approval unless \
-         the policy allows writes."
+         the policy allows writes. The previous content is kept so the user can undo the \
+         change. To delete a file use `trash`, never `rm`."
     }
 
     fn schema(&self) -> Value {
@@ -188,13 +193,19 @@ impl Tool for WriteFile {
         async move {
             let path = ctx.resolve(str_arg(&args, "path")?);
             let content = str_arg(&args, "content")?.to_owned();
+            let after = sha256_hex(content.as_bytes());
             let op = FileOp::Write {
                 path: path.clone(),
                 content,
+                keep: keep_for(&ctx, &path),
             };
             match sandboxed(&ctx, op).await? {
                 FileReply::Written { bytes } => {
                     Ok(format!("wrote {bytes} bytes to {}", path.display()))
+                }
+                FileReply::Replaced { bytes, previous } => {
+                    let note = record_write(&ctx, &path, &previous, Some(after)).await?;
+                    Ok(format!("wrote {bytes} bytes to {}{note}", path.display()))
                 }
                 other => Err(unexpected("write", &other)),
             }
@@ -239,12 +250,21 @@ impl Tool for EditFile {
             }
             let op = FileOp::Edit {
                 path: path.clone(),
-                old,
-                new,
+                old: old.clone(),
+                new: new.clone(),
+                keep: keep_for(&ctx, &path),
             };
             match sandboxed(&ctx, op).await? {
                 FileReply::Written { bytes } => {
                     Ok(format!("edited {} ({bytes} bytes now)", path.display()))
+                }
+                FileReply::Replaced { bytes, previous } => {
+                    let after = edited_hash(&previous, &old, &new);
+                    let note = record_write(&ctx, &path, &previous, after).await?;
+                    Ok(format!(
+                        "edited {} ({bytes} bytes now){note}",
+                        path.display()
+                    ))
                 }
                 other => Err(unexpected("edit", &other)),
             }

@@ -8,6 +8,7 @@
 //! as a tool error it can correct, [`ToolError::Fatal`] ends the task.
 
 pub mod bus;
+pub mod changes;
 pub mod delegate;
 pub mod desktop;
 mod disk;
@@ -23,6 +24,7 @@ mod search;
 mod shell;
 mod system;
 pub mod systemd;
+mod trash;
 mod util;
 
 use std::collections::BTreeMap;
@@ -57,6 +59,9 @@ pub struct ToolContext {
     /// Runs `delegate`'s sub-tasks; `None` where the task may not delegate (a
     /// delegated sub-task itself).
     pub subagents: Option<Arc<dyn delegate::Subagents>>,
+    /// Where the task records what it changes outside its workspace, and keeps what
+    /// that replaced (issue 40, undo); `None` where nothing is recorded (a test).
+    pub changes: Option<changes::ChangeLog>,
 }
 
 impl ToolContext {
@@ -100,6 +105,7 @@ impl From<SandboxError> for ToolError {
             SandboxError::NotEnforced(_) => ToolError::model(format!(
                 "refused: {e}; this soul's tools do not run on this kernel"
             )),
+            e @ SandboxError::Trash { .. } => ToolError::model(e.to_string()),
             e @ (SandboxError::Workspace { .. }
             | SandboxError::CurrentExe(_)
             | SandboxError::Spawn { .. }
@@ -154,6 +160,7 @@ impl Registry {
             Arc::new(files::ListDir),
             Arc::new(files::WriteFile),
             Arc::new(files::EditFile),
+            Arc::new(trash::Trash),
             Arc::new(search::SearchFiles),
             Arc::new(disk::DiskUsage),
             Arc::new(journald::Journal::detect()),

@@ -62,7 +62,16 @@ pub(crate) fn object_schema(properties: serde_json::Value, required: &[&str]) ->
 /// model can read (the kernel's errno included, so "Permission denied" is visible as
 /// such).
 pub(crate) async fn sandboxed(ctx: &ToolContext, op: FileOp) -> Result<FileReply, ToolError> {
-    let (reply, _enforcement) = ctx.launcher.file_op(&ctx.sandbox, &op, &ctx.cancel).await?;
+    sandboxed_in(ctx, &ctx.sandbox, op).await
+}
+
+/// [`sandboxed`] under `policy` (the task's, with something added for this call).
+pub(crate) async fn sandboxed_in(
+    ctx: &ToolContext,
+    policy: &crate::sandbox::SandboxPolicy,
+    op: FileOp,
+) -> Result<FileReply, ToolError> {
+    let (reply, _enforcement) = ctx.launcher.file_op(policy, &op, &ctx.cancel).await?;
     match reply {
         FileReply::Error { errno, message } => Err(ToolError::model(match errno {
             Some(libc::EACCES) | Some(libc::EPERM) => {

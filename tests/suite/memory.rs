@@ -84,6 +84,7 @@ async fn memory_is_out_of_reach_of_tools_even_where_the_data_dir_is_writable() {
     let write = FileOp::Write {
         path: memory.path().to_owned(),
         content: "{\"version\":1,\"entries\":[]}".into(),
+        keep: None,
     };
     for op in [read, write] {
         let (reply, _) = launcher().file_op(&p, &op, &cancel).await.unwrap();

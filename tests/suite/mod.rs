@@ -28,3 +28,4 @@ mod snapshot;
 mod store;
 mod subagents;
 mod tools;
+mod undo;

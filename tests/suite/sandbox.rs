@@ -491,6 +491,7 @@ async fn file_ops_write_inside_and_are_refused_outside() {
     let write = |path: std::path::PathBuf| FileOp::Write {
         path,
         content: "hello\n".into(),
+        keep: None,
     };
     let (reply, _) = launcher()
         .file_op(&p, &write(h.ws("a.txt")), &cancel)

@@ -131,6 +131,7 @@ async fn write_file_and_edit_file_replace_a_file_outside_the_workspace_a_command
             &FileOp::Write {
                 path: f.clone(),
                 content: "new\n".into(),
+                keep: None,
             },
             &cancel,
         )
@@ -144,6 +145,7 @@ async fn write_file_and_edit_file_replace_a_file_outside_the_workspace_a_command
                 path: f.clone(),
                 old: "new".into(),
                 new: "edited".into(),
+                keep: None,
             },
             &cancel,
         )

@@ -129,6 +129,11 @@ pub enum Error {
     /// The caller is one of a sandbox's processes (a tool, what it started, an MCP
     /// server): it may not drive the daemon.
     SandboxedCaller(String),
+    /// `Undo` of a task that changed nothing outside its workspace, or was undone.
+    NothingToUndo(String),
+    /// `Undo` touched nothing: the message names each file changed since the task
+    /// touched it (or whose previous content was not kept).
+    UndoRefused(String),
 }
 
 impl Error {

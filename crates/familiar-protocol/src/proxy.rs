@@ -56,6 +56,10 @@ pub trait Agent1 {
 
     fn forget(&self, id: &str) -> Result<(), Error>;
 
+    /// Puts back the files the task changed outside its workspace; what was restored
+    /// ("changed 3 files, trashed 2").
+    fn undo(&self, task_id: &str) -> Result<String, Error>;
+
     #[zbus(property)]
     fn version(&self) -> Result<String, Error>;
 

@@ -1,5 +1,5 @@
 //! File operations performed by the helper itself, after it has restricted itself:
-//! `familiar-sandbox --op read|list|write|edit|search` with the request as JSON on stdin and the
+//! `familiar-sandbox --op read|list|write|edit|trash|search` with the request as JSON on stdin and the
 //! reply as JSON on stdout.
 //!
 //! The invariant: these run under the same Landlock domain as a command would, so a
@@ -10,6 +10,8 @@
 //! A search never follows a symlink, never opens anything but a regular file (a fifo
 //! would block it), and is bounded in matches, files and bytes per file; what the
 //! kernel refuses is skipped and counted, never fatal (see [`crate::search`]).
+//! A write or edit asked to `keep` sends back what it replaced ([`Previous`]), read
+//! under the same rules, so the daemon never opens a path a model chose itself.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -33,6 +35,7 @@ pub enum FileOpKind {
     List,
     Write,
     Edit,
+    Trash,
     Search,
 }
 
@@ -41,7 +44,7 @@ impl FileOpKind {
     /// kept it, so it may run with destroy rights ([`crate::spec::HelperSpec::brokered`]).
     pub fn is_brokered(self) -> bool {
         match self {
-            FileOpKind::Write | FileOpKind::Edit => true,
+            FileOpKind::Write | FileOpKind::Edit | FileOpKind::Trash => true,
             FileOpKind::Read | FileOpKind::List | FileOpKind::Search => false,
         }
     }
@@ -60,15 +63,24 @@ pub enum FileOp {
     List {
         path: PathBuf,
     },
+    /// `keep`: reply [`FileReply::Replaced`] with what was there, up to that many bytes.
     Write {
         path: PathBuf,
         content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keep: Option<u64>,
     },
-    /// Replaces the one occurrence of `old` with `new`.
+    /// Replaces the one occurrence of `old` with `new`; `keep` as for `Write`.
     Edit {
         path: PathBuf,
         old: String,
         new: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keep: Option<u64>,
+    },
+    /// Moves a file or directory to the home Trash ([`crate::trash`]).
+    Trash {
+        path: PathBuf,
     },
     /// Lines matching the regex `pattern` in the files under `path` whose name matches
     /// the shell glob `glob`.
@@ -86,6 +98,7 @@ impl FileOp {
             FileOp::List { .. } => FileOpKind::List,
             FileOp::Write { .. } => FileOpKind::Write,
             FileOp::Edit { .. } => FileOpKind::Edit,
+            FileOp::Trash { .. } => FileOpKind::Trash,
             FileOp::Search { .. } => FileOpKind::Search,
         }
     }
@@ -124,12 +137,54 @@ pub enum FileReply {
     Written {
         bytes: usize,
     },
+    /// A write or edit asked to keep what it replaced.
+    Replaced {
+        bytes: usize,
+        previous: Previous,
+    },
+    /// Moved to the Trash: `original` (its parent resolved, as the `.trashinfo` says
+    /// it), now at `files`, described by `info`.
+    Trashed {
+        original: PathBuf,
+        files: PathBuf,
+        info: PathBuf,
+    },
     Search(SearchReply),
     /// The kernel or the operation said no; `errno` when it was the kernel.
     Error {
         errno: Option<i32>,
         message: String,
     },
+}
+
+/// What a write or edit replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "was", rename_all = "snake_case")]
+pub enum Previous {
+    /// Nothing: the file was made.
+    Missing,
+    /// The bytes that were there, base64.
+    Kept { base64: String },
+    /// More than `keep` bytes: not sent.
+    TooLarge { size: u64 },
+}
+
+impl Previous {
+    /// The bytes kept, if any (`None` for a reply that is not base64: a bug upstream).
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        match self {
+            Previous::Kept { base64 } => {
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, base64).ok()
+            }
+            Previous::Missing | Previous::TooLarge { .. } => None,
+        }
+    }
+
+    fn of(bytes: &[u8]) -> Previous {
+        Previous::Kept {
+            base64: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes),
+        }
+    }
 }
 
 impl FileReply {
@@ -182,8 +237,18 @@ pub fn perform(op: &FileOp) -> FileReply {
             limit,
         } => read(path, *offset, *limit),
         FileOp::List { path } => list(path),
-        FileOp::Write { path, content } => write(path, content.as_bytes()),
-        FileOp::Edit { path, old, new } => edit(path, old, new),
+        FileOp::Write {
+            path,
+            content,
+            keep,
+        } => write_keeping(path, content.as_bytes(), *keep),
+        FileOp::Edit {
+            path,
+            old,
+            new,
+            keep,
+        } => edit(path, old, new, *keep),
+        FileOp::Trash { path } => crate::trash::trash(path),
         FileOp::Search {
             path,
             pattern,
@@ -252,6 +317,57 @@ fn write(path: &Path, content: &[u8]) -> FileReply {
     }
 }
 
+/// [`write`], sending back what it replaces when asked to `keep` up to that many bytes.
+fn write_keeping(path: &Path, content: &[u8], keep: Option<u64>) -> FileReply {
+    let Some(max) = keep else {
+        return write(path, content);
+    };
+    let previous = match read_previous(path, max) {
+        Ok(p) => p,
+        Err(e) => return FileReply::from_io(path, &e),
+    };
+    replaced(write(path, content), previous)
+}
+
+/// A `Written` reply as `Replaced`, with `previous`.
+fn replaced(reply: FileReply, previous: Previous) -> FileReply {
+    match reply {
+        FileReply::Written { bytes } => FileReply::Replaced { bytes, previous },
+        other => other,
+    }
+}
+
+/// What is at `path` now, through no symlink: nothing, its bytes, or its size when
+/// over `max`. Not a regular file: an error (a write would fail on it anyway).
+fn read_previous(path: &Path, max: u64) -> std::io::Result<Previous> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Previous::Missing),
+        // A final symlink (ELOOP): the write refuses it with its own words.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Previous::Missing),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > max {
+        return Ok(Previous::TooLarge { size: meta.len() });
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Ok(Previous::TooLarge {
+            size: bytes.len() as u64,
+        });
+    }
+    Ok(Previous::of(&bytes))
+}
+
 /// Through a `tempfile` temp file beside `path`, opened by us: `O_EXCL | O_NOFOLLOW`
 /// (never through a symlink planted at its name) and with the target's mode before any
 /// byte is written. `tempfile` picks a fresh name, removes the file when anything fails,
@@ -286,7 +402,7 @@ fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn edit(path: &Path, old: &str, new: &str) -> FileReply {
+fn edit(path: &Path, old: &str, new: &str, keep: Option<u64>) -> FileReply {
     if path.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
         return FileReply::Error {
             errno: None,
@@ -311,7 +427,17 @@ fn edit(path: &Path, old: &str, new: &str) -> FileReply {
             ),
         };
     }
-    write(path, text.replacen(old, new, 1).as_bytes())
+    let reply = write(path, text.replacen(old, new, 1).as_bytes());
+    match keep {
+        None => reply,
+        Some(max) if text.len() as u64 > max => replaced(
+            reply,
+            Previous::TooLarge {
+                size: text.len() as u64,
+            },
+        ),
+        Some(_) => replaced(reply, Previous::of(text.as_bytes())),
+    }
 }
 
 #[cfg(test)]
@@ -362,8 +488,38 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let p = t.path().join("f");
         std::fs::write(&p, "x x y").unwrap();
-        assert!(matches!(edit(&p, "x", "z"), FileReply::Error { .. }));
-        assert_eq!(edit(&p, "y", "z"), FileReply::Written { bytes: 5 });
+        assert!(matches!(edit(&p, "x", "z", None), FileReply::Error { .. }));
+        assert_eq!(edit(&p, "y", "z", None), FileReply::Written { bytes: 5 });
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "x x z");
+    }
+
+    #[test]
+    fn a_kept_write_sends_back_what_it_replaced() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        let made = write_keeping(&p, b"one", Some(8));
+        assert_eq!(
+            made,
+            FileReply::Replaced {
+                bytes: 3,
+                previous: Previous::Missing
+            }
+        );
+        let FileReply::Replaced { previous, .. } = write_keeping(&p, b"two", Some(8)) else {
+            panic!("not replaced");
+        };
+        assert_eq!(previous.bytes().unwrap(), b"one");
+        let big = write_keeping(&p, b"three", Some(2));
+        assert_eq!(
+            big,
+            FileReply::Replaced {
+                bytes: 5,
+                previous: Previous::TooLarge { size: 3 }
+            }
+        );
+        let FileReply::Replaced { previous, .. } = edit(&p, "three", "four", Some(8)) else {
+            panic!("not replaced");
+        };
+        assert_eq!(previous.bytes().unwrap(), b"three");
     }
 }

@@ -18,7 +18,7 @@
 //! - [`seccomp`]: the helper's filter (no unix sockets unless granted, no io_uring).
 //! - [`exec`]: the helper's entry point, its arguments and its report ([`main`]).
 //! - `supervise`: the command run as the helper's child; all it leaves is killed.
-//! - [`fileops`], [`search`]: file operations performed by the restricted helper.
+//! - [`fileops`], [`search`], [`trash`]: file operations performed by the restricted helper.
 //! - [`limits`]: rlimits and the pids cgroup.
 //! - [`pidns`]: the command as PID 1 of a PID namespace of its own.
 //! - [`cover`]: paths hidden from the command in a mount namespace of its own.
@@ -38,6 +38,7 @@ pub mod seccomp;
 pub mod spec;
 pub mod status;
 mod supervise;
+pub mod trash;
 
 pub use exec::main;
 

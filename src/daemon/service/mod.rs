@@ -10,6 +10,7 @@
 mod caller;
 mod options;
 mod recent_callers;
+mod undo;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -419,6 +420,20 @@ impl Service {
                 | MemoryError::TooLong(_)),
             ) => Err(failed(e)),
         }
+    }
+
+    /// Puts back what the task changed outside its workspace, as the person's own
+    /// action (audited); returns what was restored.
+    #[zbus(out_args("restored"))]
+    async fn undo(
+        &self,
+        task_id: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, Error> {
+        let caller = self.caller(&hdr, conn).await?;
+        let id = self::task_id(&task_id)?;
+        self.undo_task(id, &caller).await
     }
 
     /// Re-reads config.toml, the souls and the policies for new tasks, as SIGHUP does;

@@ -371,6 +371,7 @@ pub fn builtin_plus(extra: Vec<Arc<dyn Tool>>) -> Registry {
         "list_dir",
         "write_file",
         "edit_file",
+        "trash",
         "system_snapshot",
         "process_list",
     ] {
