@@ -255,7 +255,18 @@ impl SandboxLauncher {
         let request = serde_json::to_vec(op).map_err(SandboxError::Spec)?;
         let brokered;
         let policy = if op.kind().is_brokered() {
-            brokered = policy.brokered();
+            let mut p = policy.brokered();
+            // The reply carries the replaced content, base64 (4 bytes per 3), whole: cut
+            // at the output cap it would be no reply at all.
+            if let Some(keep) = op.keep() {
+                let base64 = usize::try_from((keep.saturating_add(2) / 3).saturating_mul(4))
+                    .unwrap_or(usize::MAX);
+                p.limits.output_cap_bytes = p
+                    .limits
+                    .output_cap_bytes
+                    .max(base64.saturating_add(64 * 1024));
+            }
+            brokered = p;
             &brokered
         } else {
             policy
@@ -263,8 +274,10 @@ impl SandboxLauncher {
         let out = self
             .execute(policy, vec!["--op".to_owned(), kind], Some(request), cancel)
             .await?;
-        let reply = serde_json::from_str(out.stdout.trim())
-            .map_err(|e| SandboxError::Reply(format!("{e}: {:?} {:?}", out.stdout, out.stderr)))?;
+        let reply = serde_json::from_str(out.stdout.trim()).map_err(|e| {
+            let head: String = out.stdout.chars().take(300).collect();
+            SandboxError::Reply(format!("{e}: {head:?}… {:?}", out.stderr))
+        })?;
         Ok((reply, out.enforcement))
     }
 

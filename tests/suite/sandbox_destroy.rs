@@ -192,3 +192,34 @@ fn destroy_outside_the_writable_trees_is_refused_at_load() {
         "{err}"
     );
 }
+
+/// Regression: the replaced content of a file larger than the output cap (128 KiB) came
+/// back cut, which is no reply at all: every `write_file` over such a file outside the
+/// workspace failed.
+#[tokio::test]
+async fn a_large_replaced_file_comes_back_whole() {
+    if !landlock_available() {
+        return;
+    }
+    let h = SandboxHome::new();
+    let docs = h.home.join("Documents");
+    std::fs::create_dir_all(&docs).unwrap();
+    let f = docs.join("big");
+    let old = "o".repeat(1 << 20);
+    std::fs::write(&f, &old).unwrap();
+    let p = h.policy_with("read = [\"~\"]\nwrite = [\"~/Documents\"]");
+    let op = FileOp::Write {
+        path: f.clone(),
+        content: "new\n".into(),
+        keep: Some(32 << 20),
+    };
+    let (reply, _) = launcher()
+        .file_op(&p, &op, &CancellationToken::new())
+        .await
+        .unwrap();
+    let FileReply::Replaced { previous, .. } = reply else {
+        panic!("no Replaced reply");
+    };
+    assert_eq!(previous.bytes().map(|b| b.len()), Some(old.len()));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "new\n");
+}

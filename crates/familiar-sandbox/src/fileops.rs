@@ -102,6 +102,17 @@ impl FileOp {
             FileOp::Search { .. } => FileOpKind::Search,
         }
     }
+
+    /// How much of the replaced content the reply may carry (`keep` of a write or edit).
+    pub fn keep(&self) -> Option<u64> {
+        match self {
+            FileOp::Write { keep, .. } | FileOp::Edit { keep, .. } => *keep,
+            FileOp::Read { .. }
+            | FileOp::List { .. }
+            | FileOp::Trash { .. }
+            | FileOp::Search { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,7 +370,7 @@ fn read_previous(path: &Path, max: u64) -> std::io::Result<Previous> {
         return Ok(Previous::TooLarge { size: meta.len() });
     }
     let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes)?;
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Ok(Previous::TooLarge {
             size: bytes.len() as u64,

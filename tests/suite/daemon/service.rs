@@ -499,7 +499,8 @@ async fn soul_changes_are_picked_up_and_a_broken_file_keeps_its_previous_version
 
     // Broken now: reported, and the previous version stays in force.
     home.write_config("souls/extra.toml", "id = \"extra\"\nmax_iteratons = 3\n");
-    f.daemon.as_ref().unwrap().reload().unwrap();
+    let kept = f.daemon.as_ref().unwrap().reload().unwrap_err().to_string();
+    assert!(kept.contains("previous version stays in force"), "{kept}");
     let (task, _) = f.submit("extra", "still there?").await.unwrap();
     assert_eq!(w.finished(&task).await.0, "completed");
 
