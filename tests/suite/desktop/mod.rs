@@ -14,6 +14,8 @@ use super::agent::harness::{text_reply, tools_reply};
 use crate::common::llm_server::{Gate, LlmServer, Reply, Step, oa_done, oa_finish, oa_text, sse};
 use crate::common::sway::{Desktop, Options};
 
+mod undo;
+
 const SOUL: &str = "id = \"test\"\ndescription = \"a test soul\"\nprompt = \"You are a test soul.\"\nmax_iterations = 5\ntools = [\"read_file\", \"list_dir\", \"write_file\"]\n";
 const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
 
