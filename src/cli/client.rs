@@ -207,9 +207,11 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     };
     if json {
         for ((id, soul, status, prompt), parent, pending, undoable) in &list {
-            out.json_line(&serde_json::json!({"id": id, "soul": soul, "status": status,
+            out.json_line(
+                &serde_json::json!({"id": id, "soul": soul, "status": status,
                 "prompt": prompt, "parent_task": parent, "approvals": pending,
-                "undoable": undoable.is_some(), "changes": undoable}))?;
+                "undoable": undoable.is_some(), "changes": undoable}),
+            )?;
         }
         return Ok(Exit::Completed);
     }

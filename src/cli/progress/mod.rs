@@ -26,8 +26,8 @@ use crate::store::TaskStatus;
 
 mod undo;
 
-pub(super) use undo::Undo;
 use undo::ACTION_UNDO;
+pub(super) use undo::Undo;
 
 /// At most one update per this, so a fast task does not flicker and a busy one does
 /// not flood the server.

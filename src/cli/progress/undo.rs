@@ -81,6 +81,9 @@ mod tests {
         let undone = serde_json::json!({"changes": "changed 1 file", "undoable": false});
         assert_eq!(summary_of(&undone), None);
         // An older daemon says neither.
-        assert_eq!(summary_of(&serde_json::json!({"status": "completed"})), None);
+        assert_eq!(
+            summary_of(&serde_json::json!({"status": "completed"})),
+            None
+        );
     }
 }
