@@ -3,7 +3,8 @@
 //! `--plain` the text alone (i3blocks, yambar, a script). States: `off` (no daemon),
 //! `idle`, `working` (how many tasks), `asking` (an approval waits), `failed` (the last
 //! task failed; until the next task starts). The tooltip lists the running tasks and
-//! what each does now.
+//! what each does now, and the last finished task that can be undone (`GetTask`'s
+//! `undoable`, asked once when a task finishes): `↶ undo: familiar undo t-…`.
 //!
 //! waybar renders Pango markup in `text` and `tooltip`: both are markup-escaped
 //! (`&`, `<`, `>`, as a notification's body is), so a prompt's `<span size="1">` shows
@@ -52,6 +53,8 @@ struct State {
     asking: BTreeSet<String>,
     /// The last task's failure, until the next task starts.
     failed: Option<String>,
+    /// The last finished task that can be undone, and what it changed.
+    undo: Option<(String, String)>,
     percentage: u64,
 }
 
@@ -100,7 +103,13 @@ async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<(
             Update::Owner(true) => load(&proxy, &mut state).await,
             Update::Owner(false) => state = State::default(),
             Update::Event(task, kind, payload) => event(&mut state, &task, &kind, &payload),
-            Update::Finished(task, status, result) => finished(&mut state, &task, &status, &result),
+            Update::Finished(task, status, result) => {
+                let top = state.tasks.contains_key(&task);
+                finished(&mut state, &task, &status, &result);
+                if top && let Some(changes) = undoable(&proxy, &task).await {
+                    state.undo = Some((task, changes));
+                }
+            }
         }
     }
 }
@@ -154,6 +163,13 @@ async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
     let Ok(tasks) = proxy.list_tasks().await else {
         return;
     };
+    // The newest finished task, if it can be undone (one call, not one per task).
+    let newest = tasks.iter().rev().find(|t| !unfinished(&t.2));
+    if let Some((id, ..)) = newest
+        && let Some(changes) = undoable(proxy, id).await
+    {
+        state.undo = Some((id.clone(), changes));
+    }
     for (id, _, status, prompt) in tasks {
         if !unfinished(&status) {
             continue;
@@ -177,6 +193,16 @@ async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
             "thinking"
         };
         state.tasks.insert(id, (title(&prompt), now.to_owned()));
+    }
+}
+
+/// What a top-level task changed outside its workspace, when it can be undone.
+async fn undoable(proxy: &Agent1Proxy<'_>, task: &str) -> Option<String> {
+    let json = proxy.get_task(task).await.ok()?;
+    let v: serde_json::Value = serde_json::from_str(&json).ok()?;
+    match (v["undoable"].as_bool(), v["parent_task"].is_null()) {
+        (Some(true), true) => v["changes"].as_str().map(str::to_owned),
+        _ => None,
     }
 }
 
@@ -265,6 +291,10 @@ fn render(state: &State, plain: bool) -> String {
             _ => "familiar: nothing running".to_owned(),
         });
     }
+    if let Some((id, changes)) = state.undo.as_ref().filter(|_| state.up) {
+        let changes = crate::approval::visible(changes);
+        tooltip.push(format!("↶ undo: familiar undo {id} ({changes})"));
+    }
     let percentage = if n > 0 { state.percentage } else { 0 };
     serde_json::json!({
         "text": escape_markup(&text),
@@ -349,6 +379,20 @@ mod tests {
             "{tooltip}"
         );
         assert_eq!(line["text"], "failed");
+    }
+
+    #[test]
+    fn the_last_undoable_task_is_a_tooltip_line() {
+        let s = State {
+            undo: Some(("t-7".to_owned(), "changed 1 file, trashed 2".to_owned())),
+            ..up()
+        };
+        let line: serde_json::Value = serde_json::from_str(&render(&s, false)).unwrap();
+        assert_eq!(
+            line["tooltip"],
+            "familiar: nothing running\n↶ undo: familiar undo t-7 (changed 1 file, trashed 2)"
+        );
+        assert_eq!(line["alt"], "idle");
     }
 
     #[test]

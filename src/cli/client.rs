@@ -192,7 +192,12 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
                 .filter(|_| row.2.parse() == Ok(TaskStatus::Running))
                 .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
                 .unwrap_or_default();
-            rows.push((row, parent, pending));
+            // What `familiar undo` would take back; an older daemon does not say.
+            let undoable = task
+                .as_ref()
+                .filter(|v| v["undoable"] == serde_json::json!(true))
+                .and_then(|v| v["changes"].as_str().map(str::to_owned));
+            rows.push((row, parent, pending, undoable));
         }
         Ok(rows)
     })?;
@@ -201,10 +206,11 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         Err(f) => return f.report(),
     };
     if json {
-        for ((id, soul, status, prompt), parent, pending) in &list {
+        for ((id, soul, status, prompt), parent, pending, undoable) in &list {
             out.json_line(
                 &serde_json::json!({"id": id, "soul": soul, "status": status,
-                "prompt": prompt, "parent_task": parent, "approvals": pending}),
+                "prompt": prompt, "parent_task": parent, "approvals": pending,
+                "undoable": undoable.is_some(), "changes": undoable}),
             )?;
         }
         return Ok(Exit::Completed);
@@ -214,7 +220,7 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
         return Ok(Exit::Completed);
     }
     let mut table = Table::new(["ID", "SOUL", "STATUS", "PROMPT"]);
-    for ((id, soul, status, prompt), parent, _) in &list {
+    for ((id, soul, status, prompt), parent, _, _) in &list {
         let id = match parent {
             Some(_) => format!("└ {id}"),
             None => id.clone(),
@@ -227,8 +233,15 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     if let Some(header) = lines.next() {
         writeln!(out, "{header}")?;
     }
-    for (line, (_, _, pending)) in lines.zip(&list) {
+    for (line, ((id, ..), _, pending, undoable)) in lines.zip(&list) {
         writeln!(out, "{line}")?;
+        if let Some(changes) = undoable {
+            writeln!(
+                out,
+                "  ↶ {} outside its workspace — `familiar undo {id}` takes it back",
+                crate::approval::visible(changes)
+            )?;
+        }
         for a in pending {
             writeln!(
                 out,

@@ -149,6 +149,18 @@ async fn undo_gives_back_the_old_bytes_removes_what_was_made_and_brings_back_the
     assert_eq!(read(&docs.join("made.txt")), "made\n");
     assert!(!docs.join("b.txt").exists());
     assert_eq!(read(&trash.join("files/b.txt")), "bee\n");
+    // What the answer notification, `tasks` and `bar` read.
+    let shown = |json: String| {
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        (v["changes"].clone(), v["undoable"].clone())
+    };
+    assert_eq!(
+        shown(f.proxy.get_task(&task).await.unwrap()),
+        (
+            serde_json::json!("created 1 file, changed 1, trashed 1"),
+            serde_json::json!(true)
+        )
+    );
 
     let out = f
         .harness
@@ -180,6 +192,10 @@ async fn undo_gives_back_the_old_bytes_removes_what_was_made_and_brings_back_the
     assert_eq!(
         error_name(f.proxy.undo(&task).await),
         "dev.familiar.Agent1.Error.NothingToUndo"
+    );
+    assert_eq!(
+        shown(f.proxy.get_task(&task).await.unwrap()).1,
+        serde_json::json!(false)
     );
     let audit = read(&f.harness.store.audit_path());
     let line = audit

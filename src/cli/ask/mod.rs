@@ -19,7 +19,7 @@ mod signals;
 use super::client::{Failure, block_on, connect};
 use super::follow::{DaemonWatch, daemon_gone, parse_status, say_why_cancelled};
 use super::printer::exit_for;
-use super::progress::{self, Progress};
+use super::progress::{self, Progress, Undo};
 use super::prompt::{read_prompt, resolve_workspace};
 use super::submit::{Subscribed, subscribe_and_submit};
 use super::{AskArgs, Exit, Out};
@@ -230,8 +230,13 @@ async fn submit_and_follow(
     printer.await.context("the output printer failed")??;
     say_why_cancelled(status, &result, cancelled)?;
     let notice = Notice::new(notify, quiet, &facts);
+    // What it changed outside its workspace, for the answer's Undo.
+    let undo = match notify {
+        true => Undo::of(&proxy, &task).await,
+        false => None,
+    };
     notice
-        .end(&task, &prompt, status, &result, progress)
+        .end(&task, &prompt, status, &result, progress, undo.as_ref())
         .await?;
     if cancelled {
         return Ok(Exit::Interrupted);
@@ -299,8 +304,8 @@ impl Notice {
         }
     }
 
-    /// The result in place of the progress; under a keybinding, the log's one line
-    /// when the task did not complete.
+    /// The result in place of the progress (with the task's Undo when it has one);
+    /// under a keybinding, the log's one line when the task did not complete.
     async fn end(
         &self,
         task: &str,
@@ -308,6 +313,7 @@ impl Notice {
         status: TaskStatus,
         result: &str,
         progress: Option<Progress>,
+        undo: Option<&Undo>,
     ) -> std::io::Result<()> {
         if self.quiet && status != TaskStatus::Completed {
             let first = result.lines().next().unwrap_or_default();
@@ -320,7 +326,10 @@ impl Notice {
         // A skipped task has no news: the journal (this command's output) says why.
         if self.notify && status != TaskStatus::Skipped {
             match progress {
-                Some(p) => p.finish(status, result, self.expire, self.quiet).await?,
+                Some(p) => {
+                    p.finish(status, result, self.expire, self.quiet, undo)
+                        .await?;
+                }
                 None => Progress::result_only(prompt, status, result, self.expire).await,
             }
         } else if let Some(p) = progress {

@@ -68,6 +68,9 @@ impl<E: super::Effects> Supervisor<E> {
             "parent_task": e.parent,
             "parent_session": parent_session,
             "children": e.children,
+            // From the change record (below): what it changed outside its workspace.
+            "changes": null,
+            "undoable": false,
         });
         let store = Arc::clone(&self.shared.runtime.services().store);
         let (session, task) = (e.session_id.clone(), id.clone());
@@ -81,6 +84,15 @@ impl<E: super::Effects> Supervisor<E> {
                 if v["usage"] == json!(Usage::default()) {
                     v["usage"] = serde_json::to_value(t.usage).unwrap_or_default();
                 }
+            }
+            match store.changes(&task) {
+                Ok(Some(record)) => {
+                    v["changes"] = json!(record.summary());
+                    v["undoable"] = json!(record.undoable());
+                }
+                Ok(None) => {}
+                // The rest of the task is still worth showing.
+                Err(e) => tracing::warn!(task_id = %task, "{e}"),
             }
             send_reply(reply, Ok(v.to_string()));
         });

@@ -14,6 +14,8 @@ use super::agent::harness::{text_reply, tools_reply};
 use crate::common::llm_server::{Gate, LlmServer, Reply, Step, oa_done, oa_finish, oa_text, sse};
 use crate::common::sway::{Desktop, Options};
 
+mod undo;
+
 const SOUL: &str = "id = \"test\"\ndescription = \"a test soul\"\nprompt = \"You are a test soul.\"\nmax_iterations = 5\ntools = [\"read_file\", \"list_dir\", \"write_file\"]\n";
 const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
 
@@ -374,6 +376,11 @@ async fn two_requests_are_two_notifications_and_their_results_expire() {
     let r1 = desk.wait_notification(|n| n.body == "answer one");
     let r2 = desk.wait_notification(|n| n.body == "answer two");
     assert_eq!((r1.id, r2.id), (p1.id, p2.id));
+    // A task that changed nothing offers no Undo (issue 40).
+    assert!(
+        r1.actions.is_empty() && r2.actions.is_empty(),
+        "{r1:?} {r2:?}"
+    );
     for child in [first, second] {
         let out = child.wait_with_output().expect("familiar ask");
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -4,8 +4,9 @@
 //! "thinking"), is updated in place (`replaces_id`) at most twice a second, and is
 //! replaced by the answer, or by the failure and what to do, when the task ends. The
 //! result expires after the daemon's `[notifications] result_timeout`; its `default`
-//! action (a click) shows the whole answer in the launcher. Errors before a task
-//! exists are notifications too ([`failure`]).
+//! action (a click) shows the whole answer in the launcher. A task that changed files
+//! outside its workspace says so in one more line, with an **Undo** action ([`undo`]).
+//! Errors before a task exists are notifications too ([`failure`]).
 //!
 //! Invariant: every text shown is the model's or the call's made visible and escaped
 //! for the server ([`Capabilities::body`]); a notification that cannot be shown is a
@@ -22,6 +23,11 @@ use crate::dbus::notifications::{
     ACTION_DEFAULT, Capabilities, NotificationsProxy, Shown, Signal, Signals, show,
 };
 use crate::store::TaskStatus;
+
+mod undo;
+
+use undo::ACTION_UNDO;
+pub(super) use undo::Undo;
 
 /// At most one update per this, so a fast task does not flicker and a busy one does
 /// not flood the server.
@@ -196,31 +202,46 @@ impl Progress {
     }
 
     /// Replaces the progress by the result (same id). With `wait`, stays until the
-    /// notification is closed or expires, and shows the whole answer when clicked.
+    /// notification is closed or expires, shows the whole answer when clicked, and
+    /// undoes the task when its Undo is invoked (`undo`: the task has one).
     pub(super) async fn finish(
         self,
         status: TaskStatus,
         result: &str,
         expire: Duration,
         wait: bool,
+        undo: Option<&Undo>,
     ) -> std::io::Result<()> {
         let done = async {
             let proxy = NotificationsProxy::new(&self.conn).await?;
             let mut signals = crate::dbus::notifications::signals(&self.conn).await?;
-            let (summary, body, more) = result_texts(&self.title, status, result);
+            let (summary, mut body, more) = result_texts(&self.title, status, result);
+            // Nothing waits for a button the server cannot show.
+            let button = wait && self.caps.actions;
+            if let Some(u) = undo {
+                body = format!("{body}\n{}", u.line(button));
+            }
             let body = self.caps.body(&body);
-            let actions: &[&str] = if more || status != TaskStatus::Completed {
-                &[ACTION_DEFAULT, "Show all"]
-            } else {
-                &[]
-            };
+            let mut actions: Vec<&str> = Vec::new();
+            if more || status != TaskStatus::Completed {
+                actions.extend([ACTION_DEFAULT, "Show all"]);
+            }
+            if button && undo.is_some() {
+                actions.extend([ACTION_UNDO, "Undo"]);
+            }
             let id = show(
                 &proxy,
-                &result_shown(self.id, &summary, &body, actions, expire),
+                &result_shown(self.id, &summary, &body, &actions, expire),
             )
             .await?;
             if wait && !actions.is_empty() {
-                wait_for_click(&proxy, &mut signals, id, expire, &summary, result).await?;
+                let answer = Answer {
+                    id,
+                    summary: &summary,
+                    result,
+                    undo,
+                };
+                wait_for_click(&proxy, &mut signals, expire, &answer).await?;
             }
             Ok::<_, zbus::Error>(())
         };
@@ -258,7 +279,7 @@ impl Progress {
         expire: Duration,
     ) {
         if let Some(p) = Progress::start(prompt).await
-            && let Err(e) = p.finish(status, result, expire, false).await
+            && let Err(e) = p.finish(status, result, expire, false, None).await
         {
             tracing::debug!("result notification: {e}");
         }
@@ -329,17 +350,25 @@ fn result_texts(title: &str, status: TaskStatus, result: &str) -> (String, Strin
     (summary, body, more)
 }
 
-/// Waits for the result to be closed or to expire; a click shows the whole answer.
+/// The answer as shown: its id, its summary, the whole answer, the task's undo.
+struct Answer<'a> {
+    id: u32,
+    summary: &'a str,
+    result: &'a str,
+    undo: Option<&'a Undo>,
+}
+
+/// Waits for the result to be closed or to expire; a click shows the whole answer, its
+/// Undo undoes the task and the outcome replaces the answer.
 async fn wait_for_click(
     proxy: &NotificationsProxy<'_>,
     signals: &mut Signals,
-    id: u32,
     expire: Duration,
-    summary: &str,
-    result: &str,
+    answer: &Answer<'_>,
 ) -> zbus::Result<()> {
     // A server that never says it closed the notification must not keep us forever.
     let deadline = (!expire.is_zero()).then(|| tokio::time::Instant::now() + expire + MIN_UPDATE);
+    let id = answer.id;
     loop {
         let signal = tokio::select! {
             s = signals.recv() => s,
@@ -349,7 +378,16 @@ async fn wait_for_click(
             None => return Ok(()),
             Some(Signal::Closed { id: of, .. }) if of == id => return Ok(()),
             Some(Signal::Action { id: of, key }) if of == id && key == ACTION_DEFAULT => {
-                show_whole(proxy, summary, result).await?;
+                show_whole(proxy, answer.summary, answer.result).await?;
+                return Ok(());
+            }
+            Some(Signal::Action { id: of, key }) if of == id && key == ACTION_UNDO => {
+                let Some(undo) = answer.undo else { continue };
+                let outcome = undo.run().await;
+                let caps = Capabilities::read(proxy).await;
+                let body = caps.body(&crate::approval::terminal_safe(&outcome));
+                let n = result_shown(id, answer.summary, &body, &[], expire);
+                show(proxy, &n).await?;
                 return Ok(());
             }
             Some(_) => {}
