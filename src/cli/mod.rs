@@ -271,6 +271,14 @@ pub struct AskArgs {
     /// fuzzel, wofi, rofi or bemenu)
     #[arg(long)]
     pub dmenu: bool,
+    /// Send what you point at with the request, read once now: the primary
+    /// `selection`, the `clipboard` text, the focused `window` (repeatable)
+    #[arg(long, value_name = "SOURCE", value_parser = parse_context_source)]
+    pub context: Vec<crate::dbus::ContextSource>,
+}
+
+fn parse_context_source(s: &str) -> Result<crate::dbus::ContextSource, String> {
+    s.parse()
 }
 
 #[derive(Debug, Subcommand)]
