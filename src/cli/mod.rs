@@ -273,12 +273,8 @@ pub struct AskArgs {
     pub dmenu: bool,
     /// Send what you point at with the request, read once now: the primary
     /// `selection`, the `clipboard` text, the focused `window` (repeatable)
-    #[arg(long, value_name = "SOURCE", value_parser = parse_context_source)]
+    #[arg(long, value_name = "SOURCE", value_parser = clap::value_parser!(crate::dbus::ContextSource))]
     pub context: Vec<crate::dbus::ContextSource>,
-}
-
-fn parse_context_source(s: &str) -> Result<crate::dbus::ContextSource, String> {
-    s.parse()
 }
 
 #[derive(Debug, Subcommand)]

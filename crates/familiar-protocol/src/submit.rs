@@ -88,16 +88,19 @@ impl ContextSource {
     }
 }
 
-impl std::str::FromStr for ContextSource {
-    type Err = String;
+/// A `context` source that is none of [`ContextSource::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is no context source; one of selection, clipboard, window")]
+pub struct UnknownContextSource(pub String);
 
-    fn from_str(s: &str) -> Result<ContextSource, String> {
+impl std::str::FromStr for ContextSource {
+    type Err = UnknownContextSource;
+
+    fn from_str(s: &str) -> Result<ContextSource, UnknownContextSource> {
         ContextSource::ALL
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| {
-                format!("`{s}` is no context source; one of selection, clipboard, window")
-            })
+            .ok_or_else(|| UnknownContextSource(s.to_owned()))
     }
 }
 
