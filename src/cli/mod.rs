@@ -278,6 +278,10 @@ pub struct AskArgs {
     /// fuzzel, wofi, rofi or bemenu)
     #[arg(long)]
     pub dmenu: bool,
+    /// Send what you point at with the request, read once now: the primary
+    /// `selection`, the `clipboard` text, the focused `window` (repeatable)
+    #[arg(long, value_name = "SOURCE", value_parser = clap::value_parser!(crate::dbus::ContextSource))]
+    pub context: Vec<crate::dbus::ContextSource>,
 }
 
 #[derive(Debug, Subcommand)]

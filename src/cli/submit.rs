@@ -4,6 +4,7 @@
 //! Invariant: the subscriptions exist before `Submit` is sent, so no event of the task
 //! can be missed, and each is drained from the moment it exists.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -12,11 +13,18 @@ use tokio::sync::mpsc;
 
 use super::client::{Failure, classify, unfinished};
 use super::{AskArgs, Exit};
-use crate::dbus::{Error, SubmitOptions};
+use crate::dbus::{ContextSource, Error, SubmitOptions};
+
+/// What the user pointed at (`--context`), as the client read it.
+pub(super) type Context = BTreeMap<ContextSource, String>;
 
 /// `Submit`'s options for these arguments; a `--session` that is no session id is
 /// refused as the daemon would refuse it.
-fn submit_options(args: &AskArgs, workspace: Option<PathBuf>) -> Result<SubmitOptions, Failure> {
+fn submit_options(
+    args: &AskArgs,
+    workspace: Option<PathBuf>,
+    context: Context,
+) -> Result<SubmitOptions, Failure> {
     let origin = if args.dmenu {
         "dmenu"
     } else if std::env::var_os("INVOCATION_ID").is_some() {
@@ -37,6 +45,7 @@ fn submit_options(args: &AskArgs, workspace: Option<PathBuf>) -> Result<SubmitOp
         provider: args.task.provider.clone(),
         model: args.task.model.clone(),
         when: args.task.when.as_ref().map(ToString::to_string),
+        context,
     })
 }
 
@@ -88,6 +97,7 @@ pub(super) async fn subscribe_and_submit(
     args: &AskArgs,
     prompt: &str,
     workspace: Option<PathBuf>,
+    context: Context,
 ) -> Result<(Subscribed, String, String), Failure> {
     let streams = async {
         Ok::<_, Error>(Subscribed {
@@ -97,7 +107,7 @@ pub(super) async fn subscribe_and_submit(
         })
     };
     let subscribed = streams.await.map_err(classify)?;
-    let (task, session) = submit(proxy, args, prompt, workspace).await?;
+    let (task, session) = submit(proxy, args, prompt, workspace, context).await?;
     Ok((subscribed, task, session))
 }
 
@@ -132,14 +142,17 @@ async fn submit(
     args: &AskArgs,
     prompt: &str,
     workspace: Option<PathBuf>,
+    context: Context,
 ) -> Result<(String, String), Failure> {
     let soul = args.task.soul.clone().unwrap_or_default();
-    let options = submit_options(args, workspace)?;
+    let options = submit_options(args, workspace, context)?;
     match proxy.submit(&soul, prompt, options.to_dict()).await {
         Ok(v) => Ok(v),
         Err(Error::SessionBusy(_)) if args.task.session.is_some() => {
             let session = args.task.session.clone().unwrap_or_default();
-            let task = steer_session(proxy, &session, prompt).await?;
+            // The context goes with the message, delimited as the daemon puts it.
+            let message = crate::agent::context::attached::with_context(prompt, &options.context);
+            let task = steer_session(proxy, &session, &message).await?;
             Ok((task, session))
         }
         Err(e) => Err(classify(e)),
@@ -174,7 +187,7 @@ mod tests {
             "ac",
             "hi",
         ]);
-        let o = submit_options(&args, Some(PathBuf::from("/w"))).unwrap();
+        let o = submit_options(&args, Some(PathBuf::from("/w")), Context::new()).unwrap();
         assert_eq!(o.session.as_ref().map(|s| s.as_str()), Some("s-1"));
         assert_eq!(
             (o.provider.as_deref(), o.model.as_deref(), o.when.as_deref()),
@@ -183,11 +196,31 @@ mod tests {
         assert_eq!(o.workspace, Some(PathBuf::from("/w")));
         assert_eq!(o.max_iterations, None);
         assert!(o.origin.is_some());
+        assert!(o.context.is_empty());
+    }
+
+    #[test]
+    fn context_is_repeatable_and_names_only_known_sources() {
+        let args = ask_args(&["--context", "selection", "--context", "window", "hi"]);
+        assert_eq!(
+            args.context,
+            [ContextSource::Selection, ContextSource::Window]
+        );
+        let e = Cli::try_parse_from(["familiar", "ask", "--context", "screen", "hi"]).unwrap_err();
+        assert!(
+            e.to_string().contains("`screen` is no context source"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_session_that_is_no_id_is_refused_as_the_daemon_refuses_it() {
-        let f = submit_options(&ask_args(&["--session", "../x", "hi"]), None).unwrap_err();
+        let f = submit_options(
+            &ask_args(&["--session", "../x", "hi"]),
+            None,
+            Context::new(),
+        )
+        .unwrap_err();
         assert_eq!(f.exit, Exit::Usage);
         assert!(
             f.message.starts_with("option `session`: session id `../x`"),

@@ -12,6 +12,7 @@ pub mod notifications;
 pub mod systemd;
 
 pub use familiar_protocol::{
-    ERROR_PREFIX, Error, INTERFACE, LIST_PROMPT_CHARS, MAX_GRANT_SECS, MAX_ORIGIN_CHARS,
-    MAX_PROMPT_BYTES, MAX_STEER_BYTES, NAME, PATH, SubmitOptions, proxy,
+    ContextSource, ERROR_PREFIX, Error, INTERFACE, LIST_PROMPT_CHARS, MAX_CONTEXT_BYTES,
+    MAX_GRANT_SECS, MAX_ORIGIN_CHARS, MAX_PROMPT_BYTES, MAX_STEER_BYTES, NAME, PATH, SubmitOptions,
+    proxy,
 };

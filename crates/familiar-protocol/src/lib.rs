@@ -82,7 +82,7 @@ pub mod submit;
 pub mod task;
 pub mod tier;
 
-pub use submit::SubmitOptions;
+pub use submit::{ContextSource, MAX_CONTEXT_BYTES, SubmitOptions};
 
 /// The well-known bus name.
 pub const NAME: &str = "dev.familiar.Agent1";

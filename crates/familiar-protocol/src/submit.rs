@@ -5,8 +5,14 @@
 //! key or a wrong type with an `InvalidArgument` that names the key. What needs the
 //! daemon's machine is the daemon's to check after it: that the workspace exists, and
 //! what the `when` conditions mean (their grammar lives with the probes that read them).
+//!
+//! `context` carries text the client read at the key press (the primary selection, the
+//! clipboard, the focused window), not names of things for the daemon to read: the
+//! client runs in the user's graphical session (it has `WAYLAND_DISPLAY`; the daemon
+//! under systemd may not), and a daemon that read the clipboard on request would hand
+//! it to any caller on the bus, a soul's sandboxed tool among them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use zbus::zvariant::{OwnedVariant, Variant};
@@ -36,11 +42,70 @@ pub struct SubmitOptions {
     /// Run only when these hold (`ac,battery>30,idle>5m`: docs/cli.md); the daemon
     /// parses them.
     pub when: Option<String>,
+    /// What the user pointed at, read by the client once at the key press: each
+    /// source at most once, its text at most [`MAX_CONTEXT_BYTES`]. Empty: none.
+    pub context: BTreeMap<ContextSource, String>,
+}
+
+/// Longest text one `context` source may carry (a longer one is cut by the client,
+/// with a note saying so, before it is sent).
+pub const MAX_CONTEXT_BYTES: usize = 16 * 1024;
+
+/// Where a `context` text was read, in the order the request shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ContextSource {
+    /// The primary selection: the text selected last, anywhere.
+    Selection,
+    /// The clipboard's text (never an offer a password manager marks as secret).
+    Clipboard,
+    /// The focused window's app, title and workspace.
+    Window,
+}
+
+impl ContextSource {
+    pub const ALL: [ContextSource; 3] = [
+        ContextSource::Selection,
+        ContextSource::Clipboard,
+        ContextSource::Window,
+    ];
+
+    /// The word on the command line and the key in the `context` option.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextSource::Selection => "selection",
+            ContextSource::Clipboard => "clipboard",
+            ContextSource::Window => "window",
+        }
+    }
+
+    /// How the request and the progress bubble name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ContextSource::Selection => "primary selection",
+            ContextSource::Clipboard => "clipboard",
+            ContextSource::Window => "focused window",
+        }
+    }
+}
+
+/// A `context` source that is none of [`ContextSource::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is no context source; one of selection, clipboard, window")]
+pub struct UnknownContextSource(pub String);
+
+impl std::str::FromStr for ContextSource {
+    type Err = UnknownContextSource;
+
+    fn from_str(s: &str) -> Result<ContextSource, UnknownContextSource> {
+        ContextSource::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| UnknownContextSource(s.to_owned()))
+    }
 }
 
 /// What `from_dict` says about a key it does not know.
-const KNOWN_KEYS: &str =
-    "session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s)";
+const KNOWN_KEYS: &str = "session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s), context (a{ss})";
 
 impl SubmitOptions {
     /// A session id for the `session` option, refused as the daemon refuses it.
@@ -69,6 +134,14 @@ impl SubmitOptions {
         }
         if let Some(n) = self.max_iterations {
             dict.insert("max_iterations", Variant::from(n));
+        }
+        if !self.context.is_empty() {
+            let context: BTreeMap<&str, &str> = self
+                .context
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            dict.insert("context", Variant::from(context));
         }
         dict
     }
@@ -110,6 +183,7 @@ impl SubmitOptions {
                 "provider" => o.provider = Some(string_option(&key, value)?),
                 "model" => o.model = Some(string_option(&key, value)?),
                 "when" => o.when = Some(string_option(&key, value)?),
+                "context" => o.context = context_option(value)?,
                 other => {
                     return Err(Error::InvalidArgument(format!(
                         "unknown option `{other}`; Submit takes {KNOWN_KEYS}"
@@ -123,6 +197,28 @@ impl SubmitOptions {
 
 fn string_option(key: &str, value: OwnedVariant) -> Result<String, Error> {
     String::try_from(value).map_err(|_| wrong_type(key, "s (string)"))
+}
+
+/// The `context` option: each key a [`ContextSource`], each text within
+/// [`MAX_CONTEXT_BYTES`].
+fn context_option(value: OwnedVariant) -> Result<BTreeMap<ContextSource, String>, Error> {
+    let raw = BTreeMap::<String, String>::try_from(value)
+        .map_err(|_| wrong_type("context", "a{ss} (source → text)"))?;
+    let mut context = BTreeMap::new();
+    for (key, text) in raw {
+        let source = key
+            .parse::<ContextSource>()
+            .map_err(|e| Error::InvalidArgument(format!("option `context`: {e}")))?;
+        if text.len() > MAX_CONTEXT_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "option `context`: the {} is {} bytes, more than {MAX_CONTEXT_BYTES}",
+                source.describe(),
+                text.len()
+            )));
+        }
+        context.insert(source, text);
+    }
+    Ok(context)
 }
 
 fn wrong_type(key: &str, want: &str) -> Error {
@@ -157,6 +253,10 @@ mod tests {
             provider: Some("local".into()),
             model: Some("qwen".into()),
             when: Some("ac,battery>30".into()),
+            context: BTreeMap::from([
+                (ContextSource::Selection, "a </context> b".to_owned()),
+                (ContextSource::Window, "app: foot".to_owned()),
+            ]),
         };
         for o in [all, SubmitOptions::default()] {
             assert_eq!(SubmitOptions::from_dict(received(o.to_dict())).unwrap(), o);
@@ -201,7 +301,25 @@ mod tests {
             ),
             (
                 one("colour", Variant::from("blue")),
-                "unknown option `colour`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s)",
+                "unknown option `colour`; Submit takes session (s), origin (s), workspace (s), max_iterations (u), provider (s), model (s), when (s), context (a{ss})",
+            ),
+            (
+                one("context", Variant::from(BTreeMap::from([("screen", "x")]))),
+                "option `context`: `screen` is no context source; one of selection, clipboard, window",
+            ),
+            (
+                one("context", Variant::from("selection")),
+                "option `context` must be of type a{ss} (source → text)",
+            ),
+            (
+                one(
+                    "context",
+                    Variant::from(BTreeMap::from([(
+                        "clipboard",
+                        "x".repeat(MAX_CONTEXT_BYTES + 1),
+                    )])),
+                ),
+                "option `context`: the clipboard is 16385 bytes, more than 16384",
             ),
         ];
         for (dict, want) in cases {

@@ -14,6 +14,7 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+mod context;
 mod signals;
 
 use super::client::{Failure, block_on, connect};
@@ -31,6 +32,8 @@ use signals::{Follow, Followed, Inputs, output, typed_steering};
 pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow::Result<Exit> {
     warn_config_flag(config)?;
     block_on(async {
+        // At the key press, before a menu opens: what the user pointed at then.
+        let taken = context::read(&args.context).await;
         let prompt = if args.dmenu {
             match menu_prompt(args.notify).await? {
                 Ok(Some(p)) => p,
@@ -59,7 +62,7 @@ pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow:
                 }
             }
         }
-        submit_and_follow(args, prompt, workspace, out).await
+        submit_and_follow(args, prompt, workspace, taken, out).await
     })?
 }
 
@@ -164,16 +167,18 @@ async fn submit_and_follow(
     args: AskArgs,
     prompt: String,
     workspace: Option<PathBuf>,
+    taken: context::Taken,
     mut out: Out,
 ) -> anyhow::Result<Exit> {
     let notify = args.notify && !args.detach;
+    taken.warn_skipped()?;
     // Up before the daemon answers: the person sees at once that the key worked.
     let mut progress = match notify {
-        true => Progress::start(&prompt).await,
+        true => Progress::start(&prompt, &taken.summary()).await,
         false => None,
     };
     let (_conn, proxy, watch, subscribed, task, session) =
-        match submitted(&args, &prompt, workspace, &mut progress).await? {
+        match submitted(&args, &prompt, workspace, taken.context, &mut progress).await? {
             Ok(v) => v,
             Err(exit) => return Ok(exit),
         };
@@ -261,6 +266,7 @@ async fn submitted(
     args: &AskArgs,
     prompt: &str,
     workspace: Option<PathBuf>,
+    context: super::submit::Context,
     progress: &mut Option<Progress>,
 ) -> anyhow::Result<Result<Submitted, Exit>> {
     let submitted = async {
@@ -268,7 +274,7 @@ async fn submitted(
         // Before `Submit`, so a daemon that dies at once is still seen going.
         let watch = DaemonWatch::start(&conn).await;
         let (subscribed, task, session) =
-            subscribe_and_submit(&proxy, args, prompt, workspace).await?;
+            subscribe_and_submit(&proxy, args, prompt, workspace, context).await?;
         Ok::<_, Failure>((conn, proxy, watch, subscribed, task, session))
     };
     match submitted.await {

@@ -130,6 +130,8 @@ pub(super) struct Progress {
     caps: Capabilities,
     id: u32,
     title: String,
+    /// Shown above what the task does (what `--context` took), unless empty.
+    header: String,
     shown: String,
     /// A newer text, waiting for [`MIN_UPDATE`] to pass.
     pending: Option<String>,
@@ -137,21 +139,23 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    /// Puts up the task's notification; `None` (after one warning) when no server
-    /// shows it.
-    pub(super) async fn start(prompt: &str) -> Option<Progress> {
+    /// Puts up the task's notification, `header` above what the task does; `None`
+    /// (after one warning) when no server shows it.
+    pub(super) async fn start(prompt: &str, header: &str) -> Option<Progress> {
         let started = async {
             let conn = Connection::session().await?;
             let proxy = NotificationsProxy::new(&conn).await?;
             let caps = Capabilities::read(&proxy).await;
             let title = title(prompt);
             let text = "thinking".to_owned();
-            let id = show(&proxy, &progress_shown(0, &title, &text)).await?;
+            let body = caps.body(&with_header(header, &text));
+            let id = show(&proxy, &progress_shown(0, &title, &body)).await?;
             Ok::<_, zbus::Error>(Progress {
                 conn,
                 caps,
                 id,
                 title,
+                header: header.to_owned(),
                 shown: text,
                 pending: None,
                 last: Instant::now(),
@@ -188,7 +192,7 @@ impl Progress {
         let Some(text) = self.pending.take() else {
             return;
         };
-        let body = self.caps.body(&text);
+        let body = self.caps.body(&with_header(&self.header, &text));
         let shown = async {
             let proxy = NotificationsProxy::new(&self.conn).await?;
             show(&proxy, &progress_shown(self.id, &self.title, &body)).await
@@ -278,7 +282,7 @@ impl Progress {
         result: &str,
         expire: Duration,
     ) {
-        if let Some(p) = Progress::start(prompt).await
+        if let Some(p) = Progress::start(prompt, "").await
             && let Err(e) = p.finish(status, result, expire, false, None).await
         {
             tracing::debug!("result notification: {e}");
@@ -296,6 +300,14 @@ pub(super) async fn until(due: Option<tokio::time::Instant>) {
 
 fn not_asked(title: &str) -> String {
     format!("{title}: not asked")
+}
+
+/// `text` under `header`, or alone when there is none.
+fn with_header(header: &str, text: &str) -> String {
+    match header {
+        "" => text.to_owned(),
+        h => format!("{h}\n{text}"),
+    }
 }
 
 fn progress_shown<'a>(replaces: u32, title: &'a str, body: &'a str) -> Shown<'a> {

@@ -123,6 +123,9 @@ impl Service {
             | ChoiceError::Config(_)
             | ChoiceError::EmptyModel => Error::InvalidArgument(e.to_string()),
         })?;
+        // The context joins the task's first message: the session's history, the
+        // audit and `familiar sessions show` hold what the model was sent.
+        let prompt = crate::agent::context::attached::with_context(&prompt, &o.context);
         Ok(SubmitRequest {
             soul,
             prompt,

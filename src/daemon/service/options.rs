@@ -3,12 +3,12 @@
 //! this machine is checked here (the workspace exists, the `when` conditions parse).
 //! Every refusal is an `InvalidArgument` that names the key.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use zbus::OwnedVariant;
 
-use crate::dbus::{Error, SubmitOptions};
+use crate::dbus::{ContextSource, Error, SubmitOptions};
 use crate::ids::SessionId;
 use crate::snapshot::conditions::Conditions;
 
@@ -22,6 +22,8 @@ pub(super) struct Options {
     pub(super) provider: Option<String>,
     pub(super) model: Option<String>,
     pub(super) when: Option<Conditions>,
+    /// What the user pointed at, read by the client ([`crate::agent::context::attached`]).
+    pub(super) context: BTreeMap<ContextSource, String>,
 }
 
 /// Checks `Submit`'s options: each key known, of its type, its value valid.
@@ -48,5 +50,6 @@ pub(super) fn parse(options: HashMap<String, OwnedVariant>) -> Result<Options, E
         provider: o.provider,
         model: o.model,
         when,
+        context: o.context,
     })
 }

@@ -117,6 +117,12 @@ async fn bad_arguments_are_typed_errors_and_the_daemon_stays_up() {
             "UnknownSession",
         ),
         ("session", Variant::from("../../etc"), "InvalidArgument"),
+        (
+            "context",
+            Variant::from(std::collections::BTreeMap::from([("screen", "pixels")])),
+            "InvalidArgument",
+        ),
+        ("context", Variant::from("selection"), "InvalidArgument"),
     ] {
         let r = p.submit("", "hi", opts(key, value)).await;
         assert_eq!(error_name(r), format!("{E}{want}"), "option {key}");

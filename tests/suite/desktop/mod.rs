@@ -5,6 +5,8 @@
 // The key-to-answer test prints its timings (BENCHMARKS.md).
 #![allow(clippy::print_stderr)]
 
+mod context;
+
 use std::path::Path;
 use std::time::Instant;
 
