@@ -394,9 +394,16 @@ impl Task {
                 sandbox: Arc::clone(&self.place.sandbox),
                 launcher: Arc::clone(&self.rt.services.launcher),
                 soul: self.spec.soul.id.clone(),
-                session: session_id,
+                session: session_id.clone(),
                 memory: self.rt.settings.memory.clone(),
                 subagents: self.delegator(),
+                screen: crate::tools::screen::ScreenPlace {
+                    dir: crate::tools::screen::session_dir(
+                        &self.rt.settings.config.paths.data_dir,
+                        &session_id,
+                    ),
+                    max_edge: self.rt.settings.config.screen.max_edge,
+                },
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),

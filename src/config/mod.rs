@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod parse;
 pub mod paths;
 pub mod providers;
+pub mod screen;
 pub mod types;
 pub mod warm;
 
@@ -103,6 +104,7 @@ impl Config {
             resolve_notifications(raw.notifications.unwrap_or_default()).map_err(invalid)?;
         let desktop =
             desktop::resolve(raw.desktop.unwrap_or_default(), &paths.home).map_err(invalid)?;
+        let screen = screen::resolve(raw.screen.unwrap_or_default()).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -129,6 +131,7 @@ impl Config {
             warm,
             notifications,
             desktop,
+            screen,
             providers,
             mcp,
             paths,

@@ -27,6 +27,7 @@ pub struct ConfigToml {
     pub warm: Option<super::warm::WarmToml>,
     pub notifications: Option<NotificationsToml>,
     pub desktop: Option<super::desktop::DesktopToml>,
+    pub screen: Option<super::screen::ScreenToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
     #[serde(default)]
@@ -76,6 +77,8 @@ pub struct ProviderToml {
     pub max_retries: Option<u32>,
     pub max_output_tokens: Option<u32>,
     pub temperature: Option<f32>,
+    /// Whether the model takes images (a screenshot); default false.
+    pub vision: Option<bool>,
 }
 
 /// Which wire protocol a provider speaks.
@@ -165,6 +168,9 @@ pub struct ProviderConfig {
     pub max_retries: u32,
     pub max_output_tokens: u32,
     pub temperature: Option<f32>,
+    /// Whether the model takes images: a screenshot is sent to it as one, else the
+    /// model is told it cannot see and offered `ui_read`.
+    pub vision: bool,
 }
 
 /// Daemon limits.
@@ -202,6 +208,8 @@ pub struct Config {
     pub notifications: NotificationsConfig,
     /// `[desktop]`: the menu familiar opens.
     pub desktop: super::desktop::DesktopConfig,
+    /// `[screen]`: the size of screenshots sent to a model.
+    pub screen: super::screen::ScreenConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[mcp.NAME]` tool servers, by name.
     pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,

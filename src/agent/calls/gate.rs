@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::calls::dispatch::Disposition;
 use crate::agent::calls::mcp::McpTools;
+use crate::agent::calls::screen::ScreenRoute;
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::runtime::Runtime;
@@ -42,6 +43,7 @@ use crate::tools::{Registry, Tool};
 pub(super) fn dispose(
     verdict: &mut Verdict,
     outside_sandbox: Option<&str>,
+    screen: impl FnOnce(&mut Verdict, Disposition) -> Disposition,
     spend_quota: impl FnOnce() -> Result<(), RateLimited>,
 ) -> (Disposition, Option<RateLimited>) {
     let disposition = match &verdict.decision {
@@ -62,6 +64,7 @@ pub(super) fn dispose(
             reason: reason.clone(),
         },
     };
+    let disposition = screen(verdict, disposition);
     if matches!(disposition, Disposition::Refuse { .. }) {
         return (disposition, None);
     }
@@ -105,6 +108,8 @@ pub(in crate::agent) struct CallGate {
     hub: Arc<McpHub>,
     /// The MCP tools its soul names, found before the first model call.
     mcp: McpTools,
+    /// Where what its tools see of the screen may go.
+    screen: ScreenRoute,
 }
 
 /// A call, decided.
@@ -134,6 +139,7 @@ impl CallGate {
                 .map(|(session, soul)| (session.to_string(), Arc::clone(soul))),
         );
         CallGate {
+            screen: ScreenRoute::new(&soul, &rt.settings.config),
             soul,
             policy: Arc::clone(&rt.settings.policy),
             limiters: Arc::clone(&rt.services.limiters),
@@ -156,6 +162,7 @@ impl CallGate {
     /// its MCP tools sorted by name.
     pub(in crate::agent) fn definitions(&self) -> Vec<ToolDef> {
         let mut defs = self.tools.definitions(&self.soul.grant.tools);
+        defs.retain(|d| self.screen.offers(&d.name));
         defs.extend_from_slice(self.mcp.definitions());
         defs
     }
@@ -166,6 +173,7 @@ impl CallGate {
             .offered(&self.soul.grant.tools)
             .iter()
             .map(|t| t.info().name)
+            .filter(|name| self.screen.offers(name))
             .chain(self.mcp.names())
             .map(str::to_owned)
             .collect()
@@ -219,7 +227,13 @@ impl CallGate {
             policy::decide(&self.soul.id, &self.soul.grant, &self.policy, &call, &ctx);
         let outside = crate::catalog::runs_outside_sandbox(name, args)
             .or_else(|| self.mcp.outside_sandbox(name));
-        let (disposition, limited) = dispose(&mut verdict, outside, || self.check_tool_quota(name));
+        let screen = &self.screen;
+        let (disposition, limited) = dispose(
+            &mut verdict,
+            outside,
+            |v, d| screen.dispose(name, v, d),
+            || self.check_tool_quota(name),
+        );
         Decided {
             tier,
             disposition,
@@ -313,6 +327,10 @@ mod tests {
         })
     }
 
+    fn same(_: &mut Verdict, d: Disposition) -> Disposition {
+        d
+    }
+
     fn untouched() -> Result<(), RateLimited> {
         panic!("the quota must not be spent")
     }
@@ -320,7 +338,7 @@ mod tests {
     #[test]
     fn an_allowed_call_inside_the_sandbox_runs() {
         let mut v = verdict(Decision::Allow);
-        let (d, limited) = dispose(&mut v, None, || Ok(()));
+        let (d, limited) = dispose(&mut v, None, same, || Ok(()));
         assert!(matches!(d, Disposition::Run));
         assert!(limited.is_none());
         assert!(v.steps.is_empty());
@@ -329,7 +347,7 @@ mod tests {
     #[test]
     fn an_allowed_call_outside_the_sandbox_is_always_asked() {
         let mut v = verdict(Decision::Allow);
-        let (d, _) = dispose(&mut v, Some("it runs in the compositor"), || Ok(()));
+        let (d, _) = dispose(&mut v, Some("it runs in the compositor"), same, || Ok(()));
         let Disposition::Ask { reason } = d else {
             panic!("expected Ask, got {d:?}");
         };
@@ -346,7 +364,7 @@ mod tests {
             reason: "~/.ssh is protected".into(),
         });
         // Even outside the sandbox: a deny is never turned into an ask.
-        let (d, limited) = dispose(&mut v, Some("outside"), untouched);
+        let (d, limited) = dispose(&mut v, Some("outside"), same, untouched);
         let Disposition::Refuse { decision, reason } = d else {
             panic!("expected Refuse, got {d:?}");
         };
@@ -365,7 +383,7 @@ mod tests {
             },
         ] {
             let mut v = verdict(decision);
-            let (d, limited) = dispose(&mut v, None, spent);
+            let (d, limited) = dispose(&mut v, None, same, spent);
             let Disposition::Refuse { decision, reason } = d else {
                 panic!("expected Refuse, got {d:?}");
             };
@@ -386,7 +404,7 @@ mod tests {
         let mut v = verdict(Decision::Ask {
             reason: "write tier".into(),
         });
-        let (d, _) = dispose(&mut v, None, || {
+        let (d, _) = dispose(&mut v, None, same, || {
             spent_once = true;
             Ok(())
         });
