@@ -15,6 +15,7 @@
 //! without vision before anything is captured.
 
 pub mod png;
+pub mod wayland;
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -181,7 +182,7 @@ impl Tool for Screenshot {
                 tokio::task::spawn_blocking(move || plan(&locate, &target, ctx.screen.max_edge))
                     .await
                     .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))??;
-            let bytes = capture(&plan.args, &ctx).await?;
+            let bytes = capture(&plan, &ctx).await?;
             let (width, height) =
                 png::size(&bytes).ok_or_else(|| ToolError::model("grim returned no PNG image"))?;
             let path = save(&ctx.screen.dir, &bytes)?;
@@ -220,9 +221,10 @@ impl Tool for Screenshot {
     }
 }
 
-/// What a capture will take: grim's arguments and what they show, in words.
+/// What a capture will take: grim's arguments, the display, what they show in words.
 struct Plan {
     args: Vec<String>,
+    display: PathBuf,
     what: String,
 }
 
@@ -284,18 +286,28 @@ fn plan(locate: &Locate, target: &Target, max_edge: u32) -> Result<Plan, ToolErr
         }
         t @ (Target::Window | Target::Output(Some(_)) | Target::Region(_)) => t.clone(),
     };
+    let env = std::env::var("WAYLAND_DISPLAY").ok();
+    let display = wayland::display(&c, env.as_deref()).ok_or_else(|| {
+        ToolError::model(format!(
+            "no Wayland display beside {}'s socket {}",
+            c.name(),
+            c.socket().display()
+        ))
+    })?;
     Ok(Plan {
         args: grim_args(&target, rect, size, max_edge),
+        display,
         what: what(&c, &target),
     })
 }
 
 /// Runs grim; its PNG.
-async fn capture(args: &[String], ctx: &ToolContext) -> Result<Vec<u8>, ToolError> {
+async fn capture(plan: &Plan, ctx: &ToolContext) -> Result<Vec<u8>, ToolError> {
     let grim = crate::programs::find("grim")
         .ok_or_else(|| ToolError::model("grim is not installed in the system's directories"))?;
     let child = tokio::process::Command::new(&grim)
-        .args(args)
+        .args(&plan.args)
+        .env("WAYLAND_DISPLAY", &plan.display)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -11,5 +11,6 @@ mod overflow;
 mod precheck;
 mod run_cli;
 mod run_habits;
+mod screen_sway;
 mod stops;
 mod typed;

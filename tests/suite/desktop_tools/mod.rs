@@ -81,6 +81,10 @@ pub(crate) fn direct_ctx(h: &Harness) -> ToolContext {
         session: familiar::ids::SessionId::new("s-direct").unwrap(),
         memory: familiar::store::Memory::new(h.store.data_dir(), 100),
         subagents: None,
+        screen: familiar::tools::screen::ScreenPlace {
+            dir: h.home.path().join("screens"),
+            max_edge: 1280,
+        },
     }
 }
 
