@@ -143,7 +143,7 @@ fn push_message(m: &Message, images: &Images, out: &mut Vec<Value>) {
                     .iter()
                     .any(|(id, w)| id == tool_use_id && w.data_url().is_some())
                 {
-                    content.push_str("\n");
+                    content.push('\n');
                     content.push_str(&image::follows_note(tool_use_id));
                 }
                 out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));

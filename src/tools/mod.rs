@@ -216,6 +216,12 @@ impl Registry {
             Arc::new(screen::Screenshot {
                 locate: desktop::locate_from_env(),
             }),
+            Arc::new(ui::UiRead {
+                ui: ui::Ui::session(),
+            }),
+            Arc::new(ui::UiAct {
+                ui: ui::Ui::session(),
+            }),
             Arc::new(hypr::HyprState {
                 locate: hypr::locate_from_env(),
             }),

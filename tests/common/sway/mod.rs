@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::skip;
 
+mod a11y;
 mod mako;
 mod windows;
 

@@ -14,3 +14,4 @@ mod run_habits;
 mod screen_sway;
 mod stops;
 mod typed;
+mod ui_sway;
