@@ -178,27 +178,7 @@ impl Tool for Screenshot {
         let locate = Arc::clone(&self.locate);
         async move {
             let target = Target::from_args(&args)?;
-            let plan =
-                tokio::task::spawn_blocking(move || plan(&locate, &target, ctx.screen.max_edge))
-                    .await
-                    .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))??;
-            let bytes = capture(&plan, &ctx).await?;
-            let (width, height) =
-                png::size(&bytes).ok_or_else(|| ToolError::model("grim returned no PNG image"))?;
-            let path = save(&ctx.screen.dir, &bytes)?;
-            Ok(ToolOutput {
-                text: format!(
-                    "screenshot of {} ({width}x{height} PNG, {} KB): the image is attached",
-                    plan.what,
-                    bytes.len().div_ceil(1024)
-                ),
-                image: Some(ImageFile {
-                    path,
-                    media_type: "image/png",
-                    width,
-                    height,
-                }),
-            })
+            shoot(locate, target, &ctx.screen, &ctx.cancel).await
         }
         .boxed()
     }
@@ -219,6 +199,36 @@ impl Tool for Screenshot {
             .boxed(),
         )
     }
+}
+
+/// Captures `target` into `place` (what `screenshot` runs; public for the bench).
+pub async fn shoot(
+    locate: Locate,
+    target: Target,
+    place: &ScreenPlace,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ToolOutput, ToolError> {
+    let max_edge = place.max_edge;
+    let plan = tokio::task::spawn_blocking(move || plan(&locate, &target, max_edge))
+        .await
+        .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))??;
+    let bytes = capture(&plan, cancel).await?;
+    let (width, height) =
+        png::size(&bytes).ok_or_else(|| ToolError::model("grim returned no PNG image"))?;
+    let path = save(&place.dir, &bytes)?;
+    Ok(ToolOutput {
+        text: format!(
+            "screenshot of {} ({width}x{height} PNG, {} KB): the image is attached",
+            plan.what,
+            bytes.len().div_ceil(1024)
+        ),
+        image: Some(ImageFile {
+            path,
+            media_type: "image/png",
+            width,
+            height,
+        }),
+    })
 }
 
 /// What a capture will take: grim's arguments, the display, what they show in words.
@@ -302,7 +312,10 @@ fn plan(locate: &Locate, target: &Target, max_edge: u32) -> Result<Plan, ToolErr
 }
 
 /// Runs grim; its PNG.
-async fn capture(plan: &Plan, ctx: &ToolContext) -> Result<Vec<u8>, ToolError> {
+async fn capture(
+    plan: &Plan,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Vec<u8>, ToolError> {
     let grim = crate::programs::find("grim")
         .ok_or_else(|| ToolError::model("grim is not installed in the system's directories"))?;
     let child = tokio::process::Command::new(&grim)
@@ -318,7 +331,7 @@ async fn capture(plan: &Plan, ctx: &ToolContext) -> Result<Vec<u8>, ToolError> {
         out = tokio::time::timeout(CAPTURE_TIMEOUT, child.wait_with_output()) => out
             .map_err(|_| ToolError::model("grim took too long"))?
             .map_err(|e| ToolError::model(format!("grim: {e}")))?,
-        () = ctx.cancel.cancelled() => return Err(ToolError::model("cancelled: the task was stopped")),
+        () = cancel.cancelled() => return Err(ToolError::model("cancelled: the task was stopped")),
     };
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);

@@ -47,6 +47,21 @@ pub struct Ui {
     pub locate: Locate,
 }
 
+/// Whether the session serves `org.a11y.Bus` (running, or started on first use), for
+/// [`Tool::available`]: without it no window can be read.
+fn a11y_present(ui: &Ui) -> bool {
+    static SESSION: std::sync::LazyLock<super::bus::Presence> = std::sync::LazyLock::new(|| {
+        super::bus::Presence::new(super::bus::Bus::Session, "org.a11y.Bus")
+    });
+    match &ui.a11y {
+        A11ySource::Address(_) => true,
+        A11ySource::Session(super::bus::Bus::Session) => SESSION.check(),
+        A11ySource::Session(other) => {
+            super::bus::Presence::new(other.clone(), "org.a11y.Bus").check()
+        }
+    }
+}
+
 /// The focused window: its application's name and pid, and the window's node.
 struct Focused {
     app: String,
@@ -129,6 +144,14 @@ impl Ui {
             )),
             None => ToolError::model("no window is active on the accessibility bus"),
         })
+    }
+
+    /// The focused window in words (`zenity's dialog "Question"`), for an approval.
+    pub async fn focused_label(&self) -> Result<String, ToolError> {
+        let conn = self.connect().await?;
+        let f = self.focused(&conn).await?;
+        let (window, _) = tree::fetch(&conn, &f.window).await.map_err(bus_error)?;
+        Ok(format!("{}'s {}", f.app, window.label()))
     }
 
     /// Reads the focused window.
@@ -283,9 +306,27 @@ impl Tool for UiRead {
         object_schema(json!({}), &[])
     }
 
+    fn available(&self) -> bool {
+        a11y_present(&self.ui)
+    }
+
     fn execute(&self, _args: Value, _ctx: ToolContext) -> ToolFuture {
         let ui = self.ui.clone();
         async move { ui.read().await }.boxed()
+    }
+
+    /// Asked (a hosted model, or the policy): the approval names the window.
+    fn describe(&self, _args: &Value) -> Option<ToolFuture> {
+        let ui = self.ui.clone();
+        Some(
+            async move {
+                Ok(format!(
+                    "read the controls of {}",
+                    ui.focused_label().await?
+                ))
+            }
+            .boxed(),
+        )
     }
 }
 
@@ -313,6 +354,10 @@ impl Tool for UiAct {
             }),
             &["id", "action"],
         )
+    }
+
+    fn available(&self) -> bool {
+        a11y_present(&self.ui)
     }
 
     fn execute(&self, args: Value, _ctx: ToolContext) -> ToolFuture {
