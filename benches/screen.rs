@@ -56,6 +56,15 @@ async fn main() {
     );
 
     let ui = Ui::session();
+    // The window may show before its app registered on the accessibility bus.
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while ui.read().await.map_or(true, |t| t.lines().count() < 2) {
+        assert!(
+            Instant::now() < deadline,
+            "ui_read: the focused window shows no controls"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let mut reads = Vec::new();
     let mut text = String::new();
     for _ in 0..RUNS {
