@@ -1,9 +1,10 @@
 //! Where the focused window is on the screen, in the compositor's logical pixels: what
 //! `screenshot` captures for its `window` target.
 //!
-//! Hyprland (`activewindow`'s `at` and `size`) and sway (`GET_TREE`'s `rect` of the
-//! focused container, its border included) say; niri's IPC gives a window's size but
-//! not where it is on the output, so there the answer is `None` and the caller says so.
+//! Hyprland (`activewindow`'s `at` and `size`, when they are a size) and sway
+//! (`GET_TREE`'s `rect` of the focused container, its border included) say; niri's IPC
+//! gives a window's size but not where it is on the output, so there the answer is
+//! `None` and the caller says so.
 
 use serde_json::Value;
 
@@ -61,20 +62,25 @@ fn int(v: Option<&Value>) -> Option<i64> {
     v.and_then(Value::as_i64)
 }
 
+/// `None` for Hyprland's `{}` (no window has the focus). A size that is no size (a
+/// headless Hyprland 0.55.2 answered `[-12, -7]`) leaves the place unknown.
 fn hyprland_window(v: &Value) -> Option<FocusedWindow> {
-    let at = v.get("at")?.as_array()?;
-    let size = v.get("size")?.as_array()?;
-    let rect = Rect {
-        x: int(at.first())?,
-        y: int(at.get(1))?,
-        width: u32::try_from(int(size.first())?).ok()?,
-        height: u32::try_from(int(size.get(1))?).ok()?,
-    };
+    v.get("address")?;
+    let rect = (|| {
+        let at = v.get("at")?.as_array()?;
+        let size = v.get("size")?.as_array()?;
+        Some(Rect {
+            x: int(at.first())?,
+            y: int(at.get(1))?,
+            width: u32::try_from(int(size.first())?).ok().filter(|w| *w > 0)?,
+            height: u32::try_from(int(size.get(1))?).ok().filter(|h| *h > 0)?,
+        })
+    })();
     Some(FocusedWindow {
         app_id: super::cut(v.get("class").and_then(Value::as_str).unwrap_or("")),
         title: super::cut(v.get("title").and_then(Value::as_str).unwrap_or("")),
         pid: int(v.get("pid")),
-        rect: Some(rect),
+        rect,
     })
 }
 
@@ -136,10 +142,28 @@ mod tests {
 
     #[test]
     fn hyprland_gives_at_and_size() {
-        let v = json!({"class": "firefox", "title": "Mozilla Firefox", "pid": 9,
-                       "at": [10, 40], "size": [1200, 800]});
+        let v = json!({"address": "0x1", "class": "firefox", "title": "Mozilla Firefox",
+                       "pid": 9, "at": [10, 40], "size": [1200, 800]});
         let w = hyprland_window(&v).unwrap();
         assert_eq!(w.rect.unwrap().grim(), "10,40 1200x800");
         assert_eq!(hyprland_window(&json!({})), None);
+    }
+
+    /// The replies recorded from a real (headless) Hyprland 0.55.2.
+    #[test]
+    fn hyprlands_recorded_replies_give_the_window_and_no_false_size() {
+        let recorded: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/hyprland-0.55.2/activewindow.json"
+        ))
+        .unwrap();
+        let w = hyprland_window(&recorded).unwrap();
+        assert_eq!((w.app_id.as_str(), w.pid), ("foot", Some(19244)));
+        // It answered `size: [-12, -7]`: the place is unknown, not a wrapped-around one.
+        assert_eq!(w.rect, None);
+        let none: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/hyprland-0.55.2/activewindow-none-focused.json"
+        ))
+        .unwrap();
+        assert_eq!(hyprland_window(&none), None);
     }
 }

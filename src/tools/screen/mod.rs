@@ -262,7 +262,7 @@ fn plan(locate: &Locate, target: &Target, max_edge: u32) -> Result<Plan, ToolErr
                 .ok_or_else(|| ToolError::model("no window has the focus"))?;
             let rect = w.rect.ok_or_else(|| {
                 ToolError::model(format!(
-                    "{} does not say where its windows are: use target output",
+                    "{} does not say where the focused window is: use target output",
                     c.name()
                 ))
             })?;
