@@ -1,6 +1,7 @@
 //! The session's accessibility bus: `at-spi-bus-launcher` (at-spi2-core) started on
 //! the session's private bus, as a desktop session starts it, so GTK windows in the
-//! session register their controls with its registry.
+//! session register their controls with its registry. The launcher is stopped first
+//! when the session ends, with SIGTERM, so it takes its bus along ([`stop`]).
 
 use std::process::Stdio;
 
@@ -25,7 +26,7 @@ impl Desktop {
             .stderr(Stdio::null())
             .spawn()
             .expect("at-spi-bus-launcher");
-        self.children.push(child);
+        self.a11y = Some(child);
         let address = self.wait_until(|| {
             let out = self.run(
                 "gdbus",
@@ -60,4 +61,17 @@ impl Desktop {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {program}: {e}"))
     }
+}
+
+/// Stops the launcher with SIGTERM and waits: it then stops the accessibility bus it
+/// started. SIGKILL (what the session's other children get) would leave that
+/// `dbus-daemon` running after the test, one per session.
+pub(super) fn stop(mut launcher: std::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(i32::try_from(launcher.id()).expect("a pid"));
+    if kill(pid, Signal::SIGTERM).is_err() {
+        launcher.kill().ok();
+    }
+    launcher.wait().ok();
 }
