@@ -72,6 +72,18 @@ pub const HYPR_STATE: ToolInfo = tool!(
     false,
     "Hyprland workspaces, windows, active window (deprecated: desktop_state)"
 );
+pub const SCREENSHOT: ToolInfo = tool!(
+    "screenshot",
+    Read,
+    false,
+    "an image of the focused window, an output or a region (vision models)"
+);
+pub const UI_READ: ToolInfo = tool!(
+    "ui_read",
+    Read,
+    false,
+    "the focused window's controls, from its accessibility tree"
+);
 pub const WRITE_FILE: ToolInfo = tool!("write_file", Write, true, "create or replace a file");
 pub const EDIT_FILE: ToolInfo = tool!(
     "edit_file",
@@ -105,6 +117,12 @@ pub const HYPR_DISPATCH: ToolInfo = tool!(
     Execute,
     true,
     "run a Hyprland dispatcher (deprecated: desktop_dispatch)"
+);
+pub const UI_ACT: ToolInfo = tool!(
+    "ui_act",
+    Execute,
+    true,
+    "press a control or set a field's text in the focused window, by ui_read's id"
 );
 pub const OPEN: ToolInfo = tool!(
     "open",
@@ -145,6 +163,8 @@ pub const CATALOG: &[ToolInfo] = &[
     JOURNAL,
     DESKTOP_STATE,
     HYPR_STATE,
+    SCREENSHOT,
+    UI_READ,
     WRITE_FILE,
     EDIT_FILE,
     TRASH,
@@ -153,6 +173,7 @@ pub const CATALOG: &[ToolInfo] = &[
     NOTIFY,
     DESKTOP_DISPATCH,
     HYPR_DISPATCH,
+    UI_ACT,
     OPEN,
     KILL_PROCESS,
     POWER,
@@ -198,6 +219,16 @@ pub fn runs_outside_sandbox(name: &str, args: &serde_json::Value) -> Option<&'st
         "desktop_dispatch" => (args.get("action").and_then(|a| a.as_str()) == Some("launch"))
             .then_some("the program is started by the compositor, outside familiar's sandbox"),
         "open" => Some("the file or URL opens in an application outside familiar's sandbox"),
+        _ => None,
+    }
+}
+
+/// What of the screen a tool's result carries, if it carries any (pixels, or the text
+/// of the windows' controls): a soul's `screen` setting decides where it may go.
+pub fn shows_screen(name: &str) -> Option<&'static str> {
+    match name {
+        "screenshot" => Some("a screenshot"),
+        "ui_read" => Some("the window's controls and their text"),
         _ => None,
     }
 }

@@ -394,7 +394,7 @@ impl Task {
                 sandbox: Arc::clone(&self.place.sandbox),
                 launcher: Arc::clone(&self.rt.services.launcher),
                 soul: self.spec.soul.id.clone(),
-                session: session_id,
+                session: session_id.clone(),
                 memory: self.rt.settings.memory.clone(),
                 subagents: self.delegator(),
                 changes: Some(crate::tools::changes::ChangeLog {
@@ -406,6 +406,13 @@ impl Task {
                     task: self.spec.task_id.clone(),
                     soul: self.spec.soul.id.clone(),
                 }),
+                screen: crate::tools::screen::ScreenPlace {
+                    dir: crate::tools::screen::session_dir(
+                        &self.rt.settings.config.paths.data_dir,
+                        &session_id,
+                    ),
+                    max_edge: self.rt.settings.config.screen.max_edge,
+                },
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),

@@ -468,6 +468,12 @@ fn history_line(block: &crate::llm::ContentBlock, reminders: bool) -> Option<Str
             format!("(system reminder, {} characters)", text.chars().count())
         }
         ContentBlock::Thinking { .. } => "(thinking)".to_owned(),
+        ContentBlock::Image {
+            width,
+            height,
+            path,
+            ..
+        } => format!("(image {width}x{height}: {})", path.display()),
         ContentBlock::ToolUse { name, input, .. } => {
             format!("→ {name} {}", first_line(&input.to_string(), 80))
         }

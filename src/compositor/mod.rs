@@ -13,6 +13,7 @@
 //! snapshot, never hang the daemon or fill its memory; the lists a [`Desktop`] holds are
 //! capped ([`MAX_LISTED`]).
 
+pub mod geometry;
 pub mod hyprland;
 pub mod niri;
 pub mod sway;

@@ -18,7 +18,7 @@ const MAGIC: &[u8; 6] = b"i3-ipc";
 const RUN_COMMAND: u32 = 0;
 const GET_WORKSPACES: u32 = 1;
 const GET_OUTPUTS: u32 = 3;
-const GET_TREE: u32 = 4;
+pub(crate) const GET_TREE: u32 = 4;
 
 /// A sway (or i3) instance's IPC socket.
 #[derive(Debug, Clone, PartialEq, Eq)]

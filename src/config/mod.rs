@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod parse;
 pub mod paths;
 pub mod providers;
+pub mod screen;
 pub mod types;
 pub mod versions;
 pub mod warm;
@@ -105,6 +106,7 @@ impl Config {
         let desktop =
             desktop::resolve(raw.desktop.unwrap_or_default(), &paths.home).map_err(invalid)?;
         let versions = versions::resolve(raw.versions.unwrap_or_default()).map_err(invalid)?;
+        let screen = screen::resolve(raw.screen.unwrap_or_default()).map_err(invalid)?;
         let default_provider = raw
             .default_provider
             .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
@@ -132,6 +134,7 @@ impl Config {
             notifications,
             desktop,
             versions,
+            screen,
             providers,
             mcp,
             paths,

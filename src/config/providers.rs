@@ -96,6 +96,7 @@ pub(super) fn resolve_provider(name: &str, p: ProviderToml) -> Result<ProviderCo
         max_retries: p.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
         max_output_tokens: p.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
         temperature: p.temperature,
+        vision: p.vision.unwrap_or(false),
     })
 }
 
@@ -229,6 +230,7 @@ fn preset(name: &str, which: Preset) -> ProviderConfig {
         max_retries: DEFAULT_MAX_RETRIES,
         max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
         temperature: None,
+        vision: false,
     }
 }
 

@@ -28,6 +28,7 @@ pub struct ConfigToml {
     pub notifications: Option<NotificationsToml>,
     pub desktop: Option<super::desktop::DesktopToml>,
     pub versions: Option<super::versions::VersionsToml>,
+    pub screen: Option<super::screen::ScreenToml>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderToml>,
     #[serde(default)]
@@ -77,6 +78,8 @@ pub struct ProviderToml {
     pub max_retries: Option<u32>,
     pub max_output_tokens: Option<u32>,
     pub temperature: Option<f32>,
+    /// Whether the model takes images (a screenshot); default false.
+    pub vision: Option<bool>,
 }
 
 /// Which wire protocol a provider speaks.
@@ -166,6 +169,9 @@ pub struct ProviderConfig {
     pub max_retries: u32,
     pub max_output_tokens: u32,
     pub temperature: Option<f32>,
+    /// Whether the model takes images: a screenshot is sent to it as one, else the
+    /// model is told it cannot see and offered `ui_read`.
+    pub vision: bool,
 }
 
 /// Daemon limits.
@@ -205,6 +211,8 @@ pub struct Config {
     pub desktop: super::desktop::DesktopConfig,
     /// `[versions]`: what is kept of the files tasks change, for undo.
     pub versions: super::versions::VersionsConfig,
+    /// `[screen]`: the size of screenshots sent to a model.
+    pub screen: super::screen::ScreenConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[mcp.NAME]` tool servers, by name.
     pub mcp: BTreeMap<String, super::mcp::McpServerConfig>,

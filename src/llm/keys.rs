@@ -234,6 +234,7 @@ mod tests {
             max_retries: 0,
             max_output_tokens: 10,
             temperature: None,
+            vision: false,
         }
     }
 

@@ -21,6 +21,7 @@ mod anthropic;
 mod client;
 mod error;
 mod http;
+pub mod image;
 pub use http::new_client;
 mod keys;
 pub mod models;
@@ -88,6 +89,17 @@ pub enum ContentBlock {
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+    },
+    /// An image a tool returned (a screenshot), right after that call's result in the
+    /// same user message. The pixels stay in `path` (under the data directory's
+    /// `screens/`), so the history stays small; a provider reads them when it builds a
+    /// request ([`image`]).
+    Image {
+        tool_use_id: CallId,
+        media_type: String,
+        path: std::path::PathBuf,
+        width: u32,
+        height: u32,
     },
     /// A `<system-reminder>` block familiar appended to a user message (the machine's
     /// state, the task's budget): sent as text, stored apart from the user's words so

@@ -23,6 +23,7 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use super::http::{Endpoint, Framing, HttpCtx, drive};
+use super::image::{self, ImageWire, Images, image_wires};
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
@@ -221,13 +222,14 @@ pub(crate) fn request_body(req: &Request, cfg: &ProviderConfig, num_ctx: u32) ->
     }
     // Ollama's tool messages name the tool, not the call: map ids to names.
     let mut names: HashMap<&CallId, &str> = HashMap::new();
+    let images = Images::new(&req.messages, cfg.vision);
     for m in &req.messages {
         for b in &m.content {
             if let ContentBlock::ToolUse { id, name, .. } = b {
                 names.insert(id, name);
             }
         }
-        push_message(m, &names, &mut messages);
+        push_message(m, &names, &images, &mut messages);
     }
     let tools = req
         .tools
@@ -252,7 +254,15 @@ pub(crate) fn request_body(req: &Request, cfg: &ProviderConfig, num_ctx: u32) ->
     }
 }
 
-fn push_message(m: &Message, names: &HashMap<&CallId, &str>, out: &mut Vec<Value>) {
+fn push_message(
+    m: &Message,
+    names: &HashMap<&CallId, &str>,
+    images: &Images,
+    out: &mut Vec<Value>,
+) {
+    // Ollama takes `images` on any message but its chat templates place them for the
+    // user's only: the pixels follow the tool messages in a user message.
+    let wires = image_wires(m, images);
     let mut text = String::new();
     let mut thinking = String::new();
     let mut calls = Vec::new();
@@ -273,15 +283,27 @@ fn push_message(m: &Message, names: &HashMap<&CallId, &str>, out: &mut Vec<Value
                 content,
                 is_error,
             } => {
-                let content = if *is_error {
+                let mut content = if *is_error {
                     format!("error: {content}")
                 } else {
                     content.clone()
                 };
+                if wires
+                    .iter()
+                    .any(|(id, w)| id == tool_use_id && matches!(w, ImageWire::Data { .. }))
+                {
+                    content.push('\n');
+                    content.push_str(&image::follows_note(tool_use_id));
+                }
                 let name = names.get(tool_use_id).copied().unwrap_or_default();
                 out.push(json!({"role": "tool", "tool_name": name, "content": content}));
             }
+            ContentBlock::Image { .. } => {}
         }
+    }
+    if m.role == Role::User && !wires.is_empty() {
+        out.push(image::ollama_user_message(wires, text));
+        return;
     }
     match m.role {
         Role::User if !text.is_empty() => out.push(json!({"role": "user", "content": text})),

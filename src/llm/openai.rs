@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::http::Wire;
+use super::image::{self, ImageWire, Images, image_wires};
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
@@ -42,7 +43,7 @@ impl Wire for OpenAi {
     type Body = Body;
 
     fn body(req: &Request, cfg: &ProviderConfig) -> Body {
-        let mut body = request_body(req);
+        let mut body = request_body(req, cfg.vision);
         // llama.cpp reports its prefill as `prompt_progress` chunks when asked. Only a
         // server of one's own is asked: OpenAI refuses fields it does not know, and
         // Ollama, vLLM and LM Studio ignore this one.
@@ -74,13 +75,14 @@ pub(crate) struct Body {
 }
 
 /// The chat completions body for `req`.
-pub(crate) fn request_body(req: &Request) -> Body {
+pub(crate) fn request_body(req: &Request, vision: bool) -> Body {
+    let images = Images::new(&req.messages, vision);
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if !req.system.is_empty() {
         messages.push(json!({"role": "system", "content": req.system}));
     }
     for m in &req.messages {
-        push_message(m, &mut messages);
+        push_message(m, &images, &mut messages);
     }
     let tools = (!req.tools.is_empty()).then(|| {
         req.tools
@@ -104,9 +106,13 @@ pub(crate) fn request_body(req: &Request) -> Body {
     }
 }
 
-fn push_message(m: &Message, out: &mut Vec<Value>) {
+fn push_message(m: &Message, images: &Images, out: &mut Vec<Value>) {
     let mut text = String::new();
     let mut calls = Vec::new();
+    // A tool message takes no image (chat completions accept only text there, and
+    // llama.cpp and vLLM refuse one): the pixels follow in a user message.
+    let wires = image_wires(m, images);
+    let mut parts = Vec::new();
     // Tool results must directly follow the assistant turn that asked for them, so
     // they go before any text the same user message carries.
     for block in &m.content {
@@ -128,14 +134,42 @@ fn push_message(m: &Message, out: &mut Vec<Value>) {
                 content,
                 is_error,
             } => {
-                let content = if *is_error {
+                let mut content = if *is_error {
                     format!("error: {content}")
                 } else {
                     content.clone()
                 };
+                if wires
+                    .iter()
+                    .any(|(id, w)| id == tool_use_id && w.data_url().is_some())
+                {
+                    content.push('\n');
+                    content.push_str(&image::follows_note(tool_use_id));
+                }
                 out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
             }
+            ContentBlock::Image { .. } => {}
         }
+    }
+    for (id, wire) in &wires {
+        match wire.data_url() {
+            Some(url) => {
+                parts.push(json!({"type": "text", "text": format!("The image of call {id}:")}));
+                parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+            }
+            None => {
+                if let ImageWire::Text(t) = wire {
+                    parts.push(json!({"type": "text", "text": t}));
+                }
+            }
+        }
+    }
+    if !parts.is_empty() && m.role == Role::User {
+        if !text.is_empty() {
+            parts.push(json!({"type": "text", "text": text}));
+        }
+        out.push(json!({"role": "user", "content": parts}));
+        return;
     }
     match m.role {
         Role::User if !text.is_empty() => out.push(json!({"role": "user", "content": text})),

@@ -143,9 +143,16 @@ fn message_tokens(m: &Message) -> u64 {
                             text_tokens(name) + json_tokens(input)
                         }
                         ContentBlock::ToolResult { content, .. } => text_tokens(content),
+                        ContentBlock::Image { width, height, .. } => image_tokens(*width, *height),
                     }
             })
             .sum::<u64>()
+}
+
+/// An image's tokens as Anthropic bills them (width × height / 750); OpenAI's tiles
+/// come to about the same at the sizes familiar sends.
+fn image_tokens(width: u32, height: u32) -> u64 {
+    (u64::from(width) * u64::from(height)).div_ceil(750)
 }
 
 fn tool_tokens(t: &ToolDef) -> u64 {

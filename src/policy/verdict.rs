@@ -68,6 +68,8 @@ pub enum StepName {
     RateLimit,
     AskPatterns,
     ShellAnalysis,
+    /// Recorded by the agent loop: the soul's `screen` against where the model runs.
+    Screen,
 }
 
 impl StepName {
@@ -80,6 +82,7 @@ impl StepName {
             StepName::RateLimit => "rate_limit",
             StepName::AskPatterns => "ask_patterns",
             StepName::ShellAnalysis => "shell_analysis",
+            StepName::Screen => "screen",
         }
     }
 }

@@ -74,7 +74,41 @@ pub struct Soul {
     /// Memory, CPU share and processes of its tool processes together (`[resources]`).
     #[serde(skip_serializing_if = "Resources::is_empty")]
     pub resources: Resources,
+    /// Where what its tools see of the screen may go (`screen`).
+    #[serde(skip_serializing_if = "ScreenPrivacy::is_default")]
+    pub screen: ScreenPrivacy,
     pub origin: SoulOrigin,
+}
+
+/// A soul's `screen`: where screenshots and the text of the windows' controls
+/// (`screenshot`, `ui_read`) may be sent. Ordered from the strictest.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ScreenPrivacy {
+    /// The screen tools are not offered.
+    Off,
+    /// Only to a model on this machine (a loopback address or a unix socket).
+    #[default]
+    Local,
+    /// To a hosted model too, each time asked, the approval naming where.
+    Hosted,
+}
+
+impl ScreenPrivacy {
+    fn is_default(&self) -> bool {
+        *self == ScreenPrivacy::default()
+    }
+
+    /// As a soul file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScreenPrivacy::Off => "off",
+            ScreenPrivacy::Local => "local",
+            ScreenPrivacy::Hosted => "hosted",
+        }
+    }
 }
 
 /// A soul's `[precheck]`: what is looked at before the model is asked anything.
@@ -150,6 +184,7 @@ impl Soul {
             max_tokens: self.max_tokens.min(parent.max_tokens),
             max_wall_clock: self.max_wall_clock.min(parent.max_wall_clock),
             resources: self.resources.tighten(&parent.resources),
+            screen: self.screen.min(parent.screen),
             ..self.clone()
         }
     }
@@ -226,6 +261,7 @@ pub fn parse(
         memory: raw.memory.unwrap_or(false),
         precheck: f.precheck(raw.precheck)?,
         resources: f.resources(raw.resources)?,
+        screen: raw.screen.unwrap_or_default(),
         origin,
     })
 }
@@ -324,6 +360,10 @@ mod tests {
             (
                 "prompt = \"p\"\nmax_iterations = \"ten\"\n",
                 "mine.toml:2: key `max_iterations`: invalid type: string \"ten\", expected u32",
+            ),
+            (
+                "prompt = \"p\"\nscreen = \"cloud\"\n",
+                "mine.toml:2: key `screen`: unknown variant `cloud`, expected one of `off`, `local`, `hosted`",
             ),
             (
                 "prompt = \"p\"\nmax_iterations = 0\n",

@@ -41,6 +41,8 @@ pub(super) struct SoulToml {
     pub(super) memory: Option<bool>,
     pub(super) precheck: Option<PrecheckToml>,
     pub(super) resources: Option<ResourcesToml>,
+    /// Where the screen tools' results may go: `off`, `local` (default), `hosted`.
+    pub(super) screen: Option<super::ScreenPrivacy>,
 }
 
 /// `[resources]` as written: sizes and percentages as systemd spells them, or numbers.

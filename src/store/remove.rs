@@ -73,11 +73,16 @@ impl Store {
                 Err(e) => return Err(StoreError::io("cannot remove", &file, e)),
             }
         }
-        let ws = self.workspace_dir(id);
-        match fs::remove_dir_all(&ws) {
-            Ok(()) => existed = true,
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::io("cannot remove", &ws, e)),
+        // The session's screenshots (`screenshot`) go with the history naming them.
+        for dir in [
+            self.workspace_dir(id),
+            self.data_dir.join("screens").join(id.as_str()),
+        ] {
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => existed = true,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io("cannot remove", &dir, e)),
+            }
         }
         Ok(existed)
     }

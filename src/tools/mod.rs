@@ -20,11 +20,13 @@ pub mod notify;
 pub mod open;
 pub mod power;
 mod process;
+pub mod screen;
 mod search;
 mod shell;
 mod system;
 pub mod systemd;
 mod trash;
+pub mod ui;
 mod util;
 
 use std::collections::BTreeMap;
@@ -62,6 +64,8 @@ pub struct ToolContext {
     /// Where the task records what it changes outside its workspace, and keeps what
     /// that replaced (issue 40, undo); `None` where nothing is recorded (a test).
     pub changes: Option<changes::ChangeLog>,
+    /// Where this session's screenshots are kept, and their size.
+    pub screen: screen::ScreenPlace,
 }
 
 impl ToolContext {
@@ -142,10 +146,52 @@ pub trait Tool: Send + Sync {
 
     /// Runs the call. Must stop promptly when `ctx.cancel` fires.
     fn execute(&self, args: serde_json::Value, ctx: ToolContext) -> ToolFuture;
+
+    /// Runs the call for the loop: [`Tool::execute`]'s text, and an image for a tool
+    /// that returns one (`screenshot`).
+    fn run(&self, args: serde_json::Value, ctx: ToolContext) -> OutputFuture {
+        use futures::FutureExt;
+        self.execute(args, ctx)
+            .map(|r| r.map(ToolOutput::text))
+            .boxed()
+    }
+
+    /// What an approval of this call shows, when the tool can say it better than the
+    /// arguments do (the app and the control a `ui_act` id names, found now); `None`
+    /// keeps the rendering of the arguments. An error ends the call unasked: there is
+    /// nothing to approve (the control is gone).
+    fn describe(&self, _args: &serde_json::Value) -> Option<ToolFuture> {
+        None
+    }
 }
 
 /// What a running call resolves to: the text for the model, or who receives the error.
 pub type ToolFuture = BoxFuture<'static, Result<String, ToolError>>;
+
+/// What [`Tool::run`] resolves to.
+pub type OutputFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
+
+/// A call's result for the loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub image: Option<ImageFile>,
+}
+
+impl ToolOutput {
+    pub fn text(text: String) -> ToolOutput {
+        ToolOutput { text, image: None }
+    }
+}
+
+/// An image a tool saved for the model (under [`ToolContext::screens`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageFile {
+    pub path: PathBuf,
+    pub media_type: &'static str,
+    pub width: u32,
+    pub height: u32,
+}
 
 /// The implemented tools.
 pub struct Registry {
@@ -174,6 +220,15 @@ impl Registry {
             }),
             Arc::new(desktop::DesktopDispatch {
                 locate: desktop::locate_from_env(),
+            }),
+            Arc::new(screen::Screenshot {
+                locate: desktop::locate_from_env(),
+            }),
+            Arc::new(ui::UiRead {
+                ui: ui::Ui::session(),
+            }),
+            Arc::new(ui::UiAct {
+                ui: ui::Ui::session(),
             }),
             Arc::new(hypr::HyprState {
                 locate: hypr::locate_from_env(),

@@ -33,6 +33,7 @@ fn config(server: &LlamaServer) -> ProviderConfig {
         max_retries: 0,
         max_output_tokens: 4,
         temperature: Some(0.0),
+        vision: false,
     }
 }
 

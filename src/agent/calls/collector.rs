@@ -69,7 +69,8 @@ pub(super) fn streamed_text(blocks: &[ContentBlock], tail: &str) -> String {
             ContentBlock::Thinking { .. }
             | ContentBlock::Reminder { .. }
             | ContentBlock::ToolUse { .. }
-            | ContentBlock::ToolResult { .. } => None,
+            | ContentBlock::ToolResult { .. }
+            | ContentBlock::Image { .. } => None,
         })
         .collect();
     text.push_str(tail);

@@ -30,7 +30,7 @@ use crate::approval::{ApprovalBroker, ApprovalRequest, Grantable, Resolution, de
 use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
 use crate::policy::Tier;
 use crate::store::{AuditDecision, AuditOutcome};
-use crate::tools::{Tool, ToolContext, ToolError};
+use crate::tools::{ImageFile, Tool, ToolContext, ToolError};
 
 /// Non-mutating calls running at once.
 pub const MAX_PARALLEL: usize = 10;
@@ -84,6 +84,8 @@ pub struct CallResult {
     pub ok: bool,
     /// The full output (or the error/denial text the model will see).
     pub output: String,
+    /// The image the tool returned with it (a screenshot), saved.
+    pub image: Option<ImageFile>,
     pub decision: AuditDecision,
     pub reason: Option<String>,
     pub outcome: AuditOutcome,
@@ -99,6 +101,7 @@ impl CallResult {
         CallResult {
             ok: false,
             output: reason.clone(),
+            image: None,
             decision,
             reason: Some(reason),
             outcome: AuditOutcome::NotRun,
@@ -214,6 +217,7 @@ impl Dispatcher {
                 handle.await.unwrap_or_else(|e| CallResult {
                     ok: false,
                     output: format!("the tool call {crashed_id} crashed: {e}"),
+                    image: None,
                     decision: AuditDecision::Allowed,
                     reason: None,
                     outcome: AuditOutcome::Failed,
@@ -366,6 +370,32 @@ fn deletes_for_good(
     format!("{reason}; it deletes for good in {}", trees.join(", "))
 }
 
+/// Lets the tool word its approval from what the call names now (`ui_act`: the app and
+/// the control behind an id): the summary is replaced; a call the tool finds nothing
+/// to ask about (the control is gone) ends here, unasked, with the tool's answer.
+async fn describe(spec: &mut CallSpec) -> Result<(), CallResult> {
+    let Some(described) = spec.tool.as_ref().and_then(|t| t.describe(&spec.args)) else {
+        return Ok(());
+    };
+    match described.await {
+        Ok(summary) => {
+            spec.summary = summary;
+            Ok(())
+        }
+        Err(ToolError::RespondToModel(msg) | ToolError::Fatal(msg)) => Err(CallResult {
+            ok: false,
+            output: msg,
+            image: None,
+            decision: AuditDecision::Allowed,
+            reason: None,
+            outcome: AuditOutcome::Failed,
+            fatal: false,
+            duration_ms: 0,
+            trail: spec.trail.clone(),
+        }),
+    }
+}
+
 async fn decide_and_run(
     env: &CallEnv,
     mut spec: CallSpec,
@@ -379,6 +409,9 @@ async fn decide_and_run(
         }
         Disposition::Run => AuditDecision::Allowed,
         Disposition::Ask { reason, grant } => {
+            if let Err(refused) = describe(&mut spec).await {
+                return refused;
+            }
             let asked = Instant::now();
             let ctx = &env.tool_ctx;
             let reason = deletes_for_good(reason, &spec.name, &ctx.sandbox.destroy, &ctx.workspace);
@@ -398,6 +431,7 @@ async fn decide_and_run(
                 "the tool `{}` is not available in this build of familiar",
                 spec.name
             ),
+            image: None,
             decision,
             reason: None,
             outcome: AuditOutcome::NotRun,
@@ -423,18 +457,19 @@ async fn decide_and_run(
     });
     let started = Instant::now();
     let result = tokio::select! {
-        r = tool.execute(spec.args.clone(), env.tool_ctx.clone()) => r,
+        r = tool.run(spec.args.clone(), env.tool_ctx.clone()) => r,
         () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),
     };
     let duration_ms = started.elapsed().as_millis() as u64;
-    let (ok, output, fatal) = match result {
-        Ok(out) => (true, out, false),
-        Err(ToolError::RespondToModel(msg)) => (false, msg, false),
-        Err(ToolError::Fatal(msg)) => (false, msg, true),
+    let (ok, output, image, fatal) = match result {
+        Ok(out) => (true, out.text, out.image, false),
+        Err(ToolError::RespondToModel(msg)) => (false, msg, None, false),
+        Err(ToolError::Fatal(msg)) => (false, msg, None, true),
     };
     CallResult {
         ok,
         output,
+        image,
         decision,
         reason: None,
         outcome: if ok {

@@ -93,6 +93,15 @@ impl<'t> Collector<'t> {
                 content: wrap_tool_output(&call.name, result.ok, &result.output),
                 is_error: !result.ok,
             });
+            if let Some(image) = &result.image {
+                folded.results.push(ContentBlock::Image {
+                    tool_use_id: call.call_id.clone(),
+                    media_type: image.media_type.to_owned(),
+                    path: image.path.clone(),
+                    width: image.width,
+                    height: image.height,
+                });
+            }
         }
         folded
     }

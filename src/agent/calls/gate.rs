@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::calls::dispatch::Disposition;
 use crate::agent::calls::mcp::McpTools;
+use crate::agent::calls::screen::ScreenRoute;
 use crate::agent::emitter::Emitter;
 use crate::agent::events::EventPayload;
 use crate::agent::runtime::Runtime;
@@ -46,6 +47,7 @@ pub(super) fn dispose(
     verdict: &mut Verdict,
     outside_sandbox: Option<&str>,
     grant: impl FnOnce() -> Grantable,
+    screen: impl FnOnce(&mut Verdict, Disposition) -> Disposition,
     spend_quota: impl FnOnce() -> Result<(), RateLimited>,
 ) -> (Disposition, Option<RateLimited>) {
     let disposition = match &verdict.decision {
@@ -68,6 +70,7 @@ pub(super) fn dispose(
             reason: reason.clone(),
         },
     };
+    let disposition = screen(verdict, disposition);
     if matches!(disposition, Disposition::Refuse { .. }) {
         return (disposition, None);
     }
@@ -111,6 +114,8 @@ pub(in crate::agent) struct CallGate {
     hub: Arc<McpHub>,
     /// The MCP tools its soul names, found before the first model call.
     mcp: McpTools,
+    /// Where what its tools see of the screen may go.
+    screen: ScreenRoute,
 }
 
 /// A call, decided.
@@ -140,6 +145,7 @@ impl CallGate {
                 .map(|(session, soul)| (session.to_string(), Arc::clone(soul))),
         );
         CallGate {
+            screen: ScreenRoute::new(&soul, &rt.settings.config),
             soul,
             policy: Arc::clone(&rt.settings.policy),
             limiters: Arc::clone(&rt.services.limiters),
@@ -162,6 +168,7 @@ impl CallGate {
     /// its MCP tools sorted by name.
     pub(in crate::agent) fn definitions(&self) -> Vec<ToolDef> {
         let mut defs = self.tools.definitions(&self.soul.grant.tools);
+        defs.retain(|d| self.screen.offers(&d.name));
         defs.extend_from_slice(self.mcp.definitions());
         defs
     }
@@ -172,6 +179,7 @@ impl CallGate {
             .offered(&self.soul.grant.tools)
             .iter()
             .map(|t| t.info().name)
+            .filter(|name| self.screen.offers(name))
             .chain(self.mcp.names())
             .map(str::to_owned)
             .collect()
@@ -225,10 +233,12 @@ impl CallGate {
             policy::decide(&self.soul.id, &self.soul.grant, &self.policy, &call, &ctx);
         let outside = crate::catalog::runs_outside_sandbox(name, args)
             .or_else(|| self.mcp.outside_sandbox(name));
+        let screen = &self.screen;
         let (disposition, limited) = dispose(
             &mut verdict,
             outside,
             || policy::grantable(&call, &ctx, outside),
+            |v, d| screen.dispose(name, v, d),
             || self.check_tool_quota(name),
         );
         Decided {
@@ -328,6 +338,10 @@ mod tests {
         Grantable::Never("a test".into())
     }
 
+    fn same(_: &mut Verdict, d: Disposition) -> Disposition {
+        d
+    }
+
     fn untouched() -> Result<(), RateLimited> {
         panic!("the quota must not be spent")
     }
@@ -335,7 +349,7 @@ mod tests {
     #[test]
     fn an_allowed_call_inside_the_sandbox_runs() {
         let mut v = verdict(Decision::Allow);
-        let (d, limited) = dispose(&mut v, None, no_grant, || Ok(()));
+        let (d, limited) = dispose(&mut v, None, no_grant, same, || Ok(()));
         assert!(matches!(d, Disposition::Run));
         assert!(limited.is_none());
         assert!(v.steps.is_empty());
@@ -344,9 +358,13 @@ mod tests {
     #[test]
     fn an_allowed_call_outside_the_sandbox_is_always_asked() {
         let mut v = verdict(Decision::Allow);
-        let (d, _) = dispose(&mut v, Some("it runs in the compositor"), no_grant, || {
-            Ok(())
-        });
+        let (d, _) = dispose(
+            &mut v,
+            Some("it runs in the compositor"),
+            no_grant,
+            same,
+            || Ok(()),
+        );
         let Disposition::Ask { reason, .. } = d else {
             panic!("expected Ask, got {d:?}");
         };
@@ -363,7 +381,7 @@ mod tests {
             reason: "~/.ssh is protected".into(),
         });
         // Even outside the sandbox: a deny is never turned into an ask.
-        let (d, limited) = dispose(&mut v, Some("outside"), no_grant, untouched);
+        let (d, limited) = dispose(&mut v, Some("outside"), no_grant, same, untouched);
         let Disposition::Refuse { decision, reason } = d else {
             panic!("expected Refuse, got {d:?}");
         };
@@ -382,7 +400,7 @@ mod tests {
             },
         ] {
             let mut v = verdict(decision);
-            let (d, limited) = dispose(&mut v, None, no_grant, spent);
+            let (d, limited) = dispose(&mut v, None, no_grant, same, spent);
             let Disposition::Refuse { decision, reason } = d else {
                 panic!("expected Refuse, got {d:?}");
             };
@@ -403,7 +421,7 @@ mod tests {
         let mut v = verdict(Decision::Ask {
             reason: "write tier".into(),
         });
-        let (d, _) = dispose(&mut v, None, no_grant, || {
+        let (d, _) = dispose(&mut v, None, no_grant, same, || {
             spent_once = true;
             Ok(())
         });

@@ -13,3 +13,4 @@ pub(in crate::agent) mod ending;
 pub(in crate::agent) mod failure;
 pub(in crate::agent) mod gate;
 pub(in crate::agent) mod mcp;
+pub(in crate::agent) mod screen;

@@ -53,8 +53,35 @@ pub struct MicroStats {
     pub chars_saved: usize,
 }
 
+/// Replaces every image but the newest [`crate::llm::image::MAX_IMAGES_SENT`] with a
+/// line saying it was dropped: old screenshots go first, before any text is cleared
+/// (they are the largest blocks and show a screen that has changed). Returns how many.
+pub fn drop_old_images(history: &mut [Message]) -> usize {
+    let mut seen = 0;
+    let mut dropped = 0;
+    for block in history
+        .iter_mut()
+        .rev()
+        .flat_map(|m| m.content.iter_mut().rev())
+    {
+        if let ContentBlock::Image { tool_use_id, .. } = block {
+            seen += 1;
+            if seen > crate::llm::image::MAX_IMAGES_SENT {
+                *block = ContentBlock::Text {
+                    text: format!(
+                        "[the image of call {tool_use_id} was dropped: an older screenshot]"
+                    ),
+                };
+                dropped += 1;
+            }
+        }
+    }
+    dropped
+}
+
 /// Clears old tool results in place; `None` when it would save too little.
 pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
+    let images = drop_old_images(history);
     let positions: Vec<(usize, usize)> = history
         .iter()
         .enumerate()
@@ -70,7 +97,8 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
                     | ContentBlock::Text { .. }
                     | ContentBlock::Reminder { .. }
                     | ContentBlock::Thinking { .. }
-                    | ContentBlock::ToolUse { .. } => None,
+                    | ContentBlock::ToolUse { .. }
+                    | ContentBlock::Image { .. } => None,
                 })
         })
         .collect();
@@ -85,11 +113,15 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
             ContentBlock::Text { .. }
             | ContentBlock::Reminder { .. }
             | ContentBlock::Thinking { .. }
-            | ContentBlock::ToolUse { .. } => 0,
+            | ContentBlock::ToolUse { .. }
+            | ContentBlock::Image { .. } => 0,
         })
         .sum();
     if targets.is_empty() || saving < MICRO_MIN_SAVING {
-        return None;
+        return (images > 0).then_some(MicroStats {
+            cleared: images,
+            chars_saved: 0,
+        });
     }
     for &(m, b) in targets {
         if let ContentBlock::ToolResult { content, .. } = &mut history[m].content[b] {
@@ -97,7 +129,7 @@ pub fn micro_compact(history: &mut [Message]) -> Option<MicroStats> {
         }
     }
     Some(MicroStats {
-        cleared: targets.len(),
+        cleared: targets.len() + images,
         chars_saved: saving,
     })
 }
@@ -142,6 +174,9 @@ pub fn summary_prompt(previous_summary: Option<&str>, facts: &[String], old: &[M
                 ContentBlock::Text { text } => text.clone(),
                 // Reminders were the machine's state at the time, not the conversation.
                 ContentBlock::Thinking { .. } | ContentBlock::Reminder { .. } => continue,
+                ContentBlock::Image { width, height, .. } => {
+                    format!("(an image of {width}x{height})")
+                }
                 ContentBlock::ToolUse { name, input, .. } => format!("called {name} {input}"),
                 ContentBlock::ToolResult {
                     content, is_error, ..

@@ -29,7 +29,8 @@ pub fn repair_dangling(history: &mut Vec<Message>) -> usize {
                 ContentBlock::Text { .. }
                 | ContentBlock::Reminder { .. }
                 | ContentBlock::Thinking { .. }
-                | ContentBlock::ToolResult { .. } => None,
+                | ContentBlock::ToolResult { .. }
+                | ContentBlock::Image { .. } => None,
             })
             .collect();
         if uses.is_empty() {

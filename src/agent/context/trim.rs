@@ -161,7 +161,8 @@ fn tool_names(history: &[Message]) -> HashMap<String, String> {
             ContentBlock::Text { .. }
             | ContentBlock::Reminder { .. }
             | ContentBlock::Thinking { .. }
-            | ContentBlock::ToolResult { .. } => None,
+            | ContentBlock::ToolResult { .. }
+            | ContentBlock::Image { .. } => None,
         })
         .collect()
 }
@@ -404,7 +405,8 @@ mod tests {
                 ContentBlock::Text { text } => text.chars().count(),
                 ContentBlock::Reminder { .. }
                 | ContentBlock::Thinking { .. }
-                | ContentBlock::ToolUse { .. } => 0,
+                | ContentBlock::ToolUse { .. }
+                | ContentBlock::Image { .. } => 0,
             })
             .sum()
     }

@@ -67,7 +67,10 @@ pub fn prefix_request(rt: &Runtime, soul: &Soul) -> Result<(LlmClient, Request),
         ));
     }
     let (client, model, _) = rt.settings.llm.client(soul).map_err(WarmError::Client)?;
-    let tools = rt.services.tools.definitions(&soul.grant.tools);
+    let mut tools = rt.services.tools.definitions(&soul.grant.tools);
+    // What the task's gate offers: the screen tools go with `screen = "off"`.
+    let screen = crate::agent::calls::screen::ScreenRoute::new(soul, &rt.settings.config);
+    tools.retain(|t| screen.offers(&t.name));
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     // A task somebody submitted is at depth 1 (`TaskSpec::depth`).
     let system = system_prompt(&PromptParts {

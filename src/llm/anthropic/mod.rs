@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use self::decode::AnthropicDecoder;
 use super::http::Wire;
+use super::image::{ImageWire, Images};
 use super::keys::ApiKey;
 use super::sse::Decoder;
 use super::{ContentBlock, Message, Request, Role};
@@ -44,8 +45,8 @@ impl Wire for Anthropic {
 
     type Body = Body;
 
-    fn body(req: &Request, _cfg: &ProviderConfig) -> Body {
-        request_body(req)
+    fn body(req: &Request, cfg: &ProviderConfig) -> Body {
+        request_body(req, cfg.vision)
     }
 
     fn decoder() -> Box<dyn Decoder> {
@@ -75,7 +76,7 @@ pub(crate) struct Body {
 }
 
 /// The Messages API body for `req`.
-pub(crate) fn request_body(req: &Request) -> Body {
+pub(crate) fn request_body(req: &Request, vision: bool) -> Body {
     let system = (!req.system.is_empty())
         .then(|| json!([{"type": "text", "text": req.system, "cache_control": ephemeral()}]));
     let tools = (!req.tools.is_empty()).then(|| {
@@ -96,11 +97,11 @@ pub(crate) fn request_body(req: &Request) -> Body {
         stream: true,
         system,
         tools,
-        messages: wire_messages(&req.messages),
+        messages: wire_messages(&req.messages, &Images::new(&req.messages, vision)),
     }
 }
 
-fn wire_messages(messages: &[Message]) -> Value {
+fn wire_messages(messages: &[Message], images: &Images) -> Value {
     // The API wants strictly alternating roles and every tool result of a turn in the
     // one user message that follows it, so consecutive same-role messages merge.
     let mut merged: Vec<(Role, Vec<&ContentBlock>)> = Vec::new();
@@ -116,7 +117,8 @@ fn wire_messages(messages: &[Message]) -> Value {
         if role == Role::User {
             // Results first (the API requires it), in the order the calls were made.
             let rank = |b: &&ContentBlock| match b {
-                ContentBlock::ToolResult { tool_use_id, .. } => (
+                ContentBlock::ToolResult { tool_use_id, .. }
+                | ContentBlock::Image { tool_use_id, .. } => (
                     0,
                     call_order
                         .iter()
@@ -137,11 +139,27 @@ fn wire_messages(messages: &[Message]) -> Value {
                     ContentBlock::Text { .. }
                     | ContentBlock::Reminder { .. }
                     | ContentBlock::Thinking { .. }
-                    | ContentBlock::ToolResult { .. } => None,
+                    | ContentBlock::ToolResult { .. }
+                    | ContentBlock::Image { .. } => None,
                 })
                 .collect();
         }
-        let content: Vec<Value> = blocks.into_iter().filter_map(wire_block).collect();
+        let mut content: Vec<Value> = Vec::with_capacity(blocks.len());
+        for block in blocks {
+            match block {
+                ContentBlock::Image {
+                    tool_use_id,
+                    media_type,
+                    path,
+                    ..
+                } => attach_image(
+                    &mut content,
+                    tool_use_id,
+                    images.wire(tool_use_id, media_type, path),
+                ),
+                other => content.extend(wire_block(other)),
+            }
+        }
         if content.is_empty() {
             continue;
         }
@@ -159,6 +177,34 @@ fn wire_messages(messages: &[Message]) -> Value {
         last["cache_control"] = ephemeral();
     }
     Value::Array(out)
+}
+
+/// Puts an image inside its call's `tool_result` (the Messages API takes image blocks
+/// in a result's content), or on its own when the result is not in this message.
+fn attach_image(content: &mut Vec<Value>, call: &CallId, wire: ImageWire) {
+    let block = match wire {
+        ImageWire::Data { media_type, base64 } => json!({"type": "image", "source": {
+            "type": "base64", "media_type": media_type, "data": base64,
+        }}),
+        ImageWire::Text(text) => json!({"type": "text", "text": text}),
+    };
+    let result = content
+        .iter_mut()
+        .rev()
+        .find(|v| v["type"] == "tool_result" && v["tool_use_id"].as_str() == Some(call.as_str()));
+    match result {
+        Some(result) => {
+            let inner = match result["content"].take() {
+                Value::String(text) => vec![json!({"type": "text", "text": text})],
+                Value::Array(blocks) => blocks,
+                _ => Vec::new(),
+            };
+            let mut inner = inner;
+            inner.push(block);
+            result["content"] = Value::Array(inner);
+        }
+        None => content.push(block),
+    }
 }
 
 fn wire_block(block: &ContentBlock) -> Option<Value> {
@@ -191,6 +237,8 @@ fn wire_block(block: &ContentBlock) -> Option<Value> {
             }
             Some(v)
         }
+        // Placed by `attach_image`.
+        ContentBlock::Image { .. } => None,
     }
 }
 
@@ -236,15 +284,18 @@ mod tests {
                 is_error: false,
             }],
         };
-        let body = serde_json::to_value(request_body(&req(vec![
-            Message::user_text("go"),
-            Message {
-                role: Role::Assistant,
-                content: vec![use_("c1"), use_("c2")],
-            },
-            result("c2"),
-            result("c1"),
-        ])))
+        let body = serde_json::to_value(request_body(
+            &req(vec![
+                Message::user_text("go"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![use_("c1"), use_("c2")],
+                },
+                result("c2"),
+                result("c1"),
+            ]),
+            false,
+        ))
         .unwrap();
         let msgs = body["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 3);

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::skip;
 
+mod a11y;
 mod mako;
 mod windows;
 
@@ -110,6 +111,8 @@ pub struct Desktop {
     wayland: String,
     swaysock: PathBuf,
     children: Vec<Child>,
+    /// The accessibility bus's launcher, stopped first and gently (`a11y.rs`).
+    a11y: Option<Child>,
 }
 
 impl Desktop {
@@ -154,6 +157,7 @@ impl Desktop {
             wayland: String::new(),
             swaysock: PathBuf::new(),
             children: Vec::new(),
+            a11y: None,
             dir,
         };
         desktop.write_files(options);
@@ -428,6 +432,9 @@ impl Desktop {
 
 impl Drop for Desktop {
     fn drop(&mut self) {
+        if let Some(launcher) = self.a11y.take() {
+            a11y::stop(launcher);
+        }
         // What the session started goes with it: a launcher with sway, the familiar
         // daemon with its bus.
         for child in self.children.iter_mut().rev() {

@@ -11,5 +11,7 @@ mod overflow;
 mod precheck;
 mod run_cli;
 mod run_habits;
+mod screen_sway;
 mod stops;
 mod typed;
+mod ui_sway;

@@ -82,6 +82,10 @@ pub(crate) fn direct_ctx(h: &Harness) -> ToolContext {
         memory: familiar::store::Memory::new(h.store.data_dir(), 100),
         subagents: None,
         changes: None,
+        screen: familiar::tools::screen::ScreenPlace {
+            dir: h.home.path().join("screens"),
+            max_edge: 1280,
+        },
     }
 }
 

@@ -62,6 +62,7 @@ impl Wire {
             max_retries: 4,
             max_output_tokens: 100,
             temperature: None,
+            vision: false,
         }
     }
 
