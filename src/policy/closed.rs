@@ -24,6 +24,8 @@
 
 use std::path::{Path, PathBuf};
 
+use familiar_sandbox::plan::resolve;
+
 use super::startup;
 
 /// Why a place is closed: the words `familiar souls show` prints.
@@ -294,27 +296,6 @@ impl Closed {
                 .is_some_and(|first| first.as_os_str().as_encoded_bytes().starts_with(b"."));
         }
         path.starts_with(place)
-    }
-}
-
-/// `path` with its longest existing prefix canonicalised (the hidden-entries glob is
-/// never an existing name, so it stays a glob beneath the resolved home).
-fn resolve(path: &Path) -> PathBuf {
-    let mut tail = Vec::new();
-    let mut cur = path;
-    loop {
-        if let Ok(real) = cur.canonicalize() {
-            let mut out = real;
-            out.extend(tail.iter().rev());
-            return out;
-        }
-        match (cur.parent(), cur.file_name()) {
-            (Some(parent), Some(name)) => {
-                tail.push(name.to_owned());
-                cur = parent;
-            }
-            _ => return path.to_owned(),
-        }
     }
 }
 

@@ -265,8 +265,9 @@ fn is_under(path: &Path, entry: &Path) -> bool {
     true
 }
 
-/// `path` with its longest existing prefix canonicalised.
-fn resolve(path: &Path) -> PathBuf {
+/// `path` with its longest existing prefix canonicalised (a glob component that names
+/// nothing stays as written). The daemon's closed places are compared the same way.
+pub fn resolve(path: &Path) -> PathBuf {
     let mut tail = Vec::new();
     let mut cur = path;
     loop {
