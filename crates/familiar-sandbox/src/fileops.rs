@@ -259,7 +259,18 @@ pub fn perform(op: &FileOp) -> FileReply {
             new,
             keep,
         } => edit(path, old, new, *keep),
-        FileOp::Trash { path } => crate::trash::trash(path),
+        FileOp::Trash { path } => match crate::trash::trash(path) {
+            Ok(t) => FileReply::Trashed {
+                original: t.original,
+                files: t.files,
+                info: t.info,
+            },
+            Err(crate::trash::Refusal::Io { path, error }) => FileReply::from_io(&path, &error),
+            Err(crate::trash::Refusal::Said(message)) => FileReply::Error {
+                errno: None,
+                message,
+            },
+        },
         FileOp::Search {
             path,
             pattern,

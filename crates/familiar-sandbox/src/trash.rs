@@ -15,8 +15,6 @@ use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::fileops::FileReply;
-
 const INFO_SUFFIX: &str = ".trashinfo";
 
 /// The home Trash the crate uses: `$XDG_DATA_HOME/Trash`, else `~/.local/share/Trash`.
@@ -32,11 +30,35 @@ fn home_trash() -> Option<PathBuf> {
     Some(data.join("Trash"))
 }
 
-/// Moves `path` to the home Trash; the reply names where it went.
-pub fn trash(path: &Path) -> FileReply {
-    let refuse = |message: String| FileReply::Error {
-        errno: None,
-        message,
+/// Where a trashed file went: `original` (its parent resolved, as the `.trashinfo`
+/// says it), now at `files`, described by `info`.
+#[derive(Debug)]
+pub struct Trashed {
+    pub original: PathBuf,
+    pub files: PathBuf,
+    pub info: PathBuf,
+}
+
+/// Why nothing was trashed.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The kernel or the file system said no.
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// It is not something the home Trash can take; why.
+    Said(String),
+}
+
+/// Moves `path` to the home Trash; where it went, or why not.
+pub fn trash(path: &Path) -> Result<Trashed, Refusal> {
+    let refuse = |message: String| Err(Refusal::Said(message));
+    let io = |path: &Path, error: std::io::Error| {
+        Err(Refusal::Io {
+            path: path.to_owned(),
+            error,
+        })
     };
     let Some(home) = home_trash() else {
         return refuse("no home Trash: neither XDG_DATA_HOME nor HOME is set".to_owned());
@@ -46,11 +68,11 @@ pub fn trash(path: &Path) -> FileReply {
     };
     let original = match parent.canonicalize() {
         Ok(p) => p.join(name),
-        Err(e) => return FileReply::from_io(parent, &e),
+        Err(e) => return io(parent, e),
     };
     let meta = match original.symlink_metadata() {
         Ok(m) => m,
-        Err(e) => return FileReply::from_io(path, &e),
+        Err(e) => return io(path, e),
     };
     // The Trash itself, or its parent, would be moved into itself.
     if home.starts_with(&original) {
@@ -89,11 +111,11 @@ pub fn trash(path: &Path) -> FileReply {
     };
     let info_text = info_name.to_string_lossy();
     let stem = info_text.strip_suffix(INFO_SUFFIX).unwrap_or(&info_text);
-    FileReply::Trashed {
+    Ok(Trashed {
         original,
         files: home.join("files").join(stem),
         info: info_dir.join(info_name),
-    }
+    })
 }
 
 fn names(dir: &Path) -> HashSet<OsString> {
@@ -102,12 +124,12 @@ fn names(dir: &Path) -> HashSet<OsString> {
         .unwrap_or_default()
 }
 
-fn from_trash_error(path: &Path, e: trash::Error) -> FileReply {
-    match e {
-        trash::Error::FileSystem { path: at, source } => FileReply::from_io(&at, &source),
-        other => FileReply::Error {
-            errno: None,
-            message: format!("{}: {other}", path.display()),
+fn from_trash_error(path: &Path, e: trash::Error) -> Result<Trashed, Refusal> {
+    Err(match e {
+        trash::Error::FileSystem { path: at, source } => Refusal::Io {
+            path: at,
+            error: source,
         },
-    }
+        other => Refusal::Said(format!("{}: {other}", path.display())),
+    })
 }
