@@ -97,14 +97,7 @@ fn sway_focused(node: &Value) -> Option<FocusedWindow> {
             width: u32::try_from(int(r.get("width"))?).ok()?,
             height: u32::try_from(int(r.get("height"))?).ok()?,
         };
-        let app_id = node
-            .get("app_id")
-            .and_then(Value::as_str)
-            .or_else(|| {
-                node.pointer("/window_properties/class")
-                    .and_then(Value::as_str)
-            })
-            .unwrap_or("");
+        let app_id = super::sway::app_id_of(node);
         return Some(FocusedWindow {
             app_id: super::cut(app_id),
             title: super::cut(node.get("name").and_then(Value::as_str).unwrap_or("")),

@@ -257,14 +257,7 @@ fn walk(node: &Value, workspace: Option<&str>, out: &mut Vec<Window>) {
         .flatten()
         .collect();
     if children.is_empty() && matches!(kind, "con" | "floating_con") {
-        let app_id = node
-            .get("app_id")
-            .and_then(Value::as_str)
-            .or_else(|| {
-                node.pointer("/window_properties/class")
-                    .and_then(Value::as_str)
-            })
-            .unwrap_or("");
+        let app_id = app_id_of(node);
         out.push(Window {
             id: node
                 .get("id")
@@ -285,6 +278,17 @@ fn walk(node: &Value, workspace: Option<&str>, out: &mut Vec<Window>) {
     for child in children {
         walk(child, workspace, out);
     }
+}
+
+/// A sway node's app: its Wayland `app_id`, or an X11 window's class.
+pub(crate) fn app_id_of(node: &Value) -> &str {
+    node.get("app_id")
+        .and_then(Value::as_str)
+        .or_else(|| {
+            node.pointer("/window_properties/class")
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("")
 }
 
 #[cfg(test)]
