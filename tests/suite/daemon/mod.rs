@@ -12,6 +12,7 @@ mod grants;
 mod menus;
 mod name;
 mod notifications;
+mod pinned;
 mod reload;
 mod resources;
 mod service;
