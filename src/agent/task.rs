@@ -356,13 +356,13 @@ impl Task {
             model: task.context.model.name.clone(),
             workspace: task.place.workspace.display().to_string(),
             max_iterations: task.limits.max_iterations,
-            sandbox: serde_json::to_value(
-                task.rt
+            sandbox: crate::sandbox::report(
+                &task
+                    .rt
                     .services
                     .enforcement
                     .for_sockets(&task.place.sandbox.sockets),
-            )
-            .unwrap_or_default(),
+            ),
             resources: task
                 .place
                 .sandbox

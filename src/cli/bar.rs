@@ -15,20 +15,19 @@
 //! kinds that change what it shows (no `text_delta`), and for the name's owner
 //! changing, and prints only when its line changes.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
+use familiar_protocol::board::Board;
+use familiar_protocol::display::{escape_markup, terminal_safe, visible};
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::proxy::Agent1Proxy;
+use familiar_protocol::task::{Outcome, TaskStatus};
 use futures::StreamExt;
 use futures::stream::{BoxStream, select_all};
 use zbus::Connection;
 
-use super::client::{Failure, classify, unfinished};
-use super::progress::{doing, title};
+use super::client::{Failure, classify};
 use super::{Exit, Out};
-use crate::agent::events::EventPayload;
-use crate::dbus::notifications::escape_markup;
-use crate::dbus::proxy::Agent1Proxy;
-use crate::store::{Outcome, TaskStatus};
 
 /// The event kinds that change what the bar shows.
 const KINDS: &[&str] = &[
@@ -45,12 +44,9 @@ const KINDS: &[&str] = &[
 #[derive(Debug, Default)]
 struct State {
     up: bool,
-    /// Running or queued top-level tasks: their title and what they do now.
-    tasks: BTreeMap<String, (String, String)>,
-    /// Delegated sub-tasks (not counted: their parent is).
-    children: BTreeSet<String>,
-    /// Requests waiting for an answer.
-    asking: BTreeSet<String>,
+    /// The daemon's tasks: which run (sub-tasks are not counted: their parent is),
+    /// what each does, which approvals wait.
+    board: Board,
     /// The last task's failure, until the next task starts.
     failed: Option<String>,
     /// The last finished task that can be undone, and what it changed.
@@ -83,7 +79,7 @@ async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<(
     let proxy = Agent1Proxy::new(conn).await?;
     let mut updates = subscribe(&dbus, &proxy).await?;
     let mut state = State::default();
-    let name = zbus::names::BusName::try_from(crate::dbus::NAME)?;
+    let name = zbus::names::BusName::try_from(familiar_protocol::NAME)?;
     if dbus.name_has_owner(name).await? {
         load(&proxy, &mut state).await;
     }
@@ -104,7 +100,10 @@ async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<(
             Update::Owner(false) => state = State::default(),
             Update::Event(task, kind, payload) => event(&mut state, &task, &kind, &payload),
             Update::Finished(task, status, result) => {
-                let top = state.tasks.contains_key(&task);
+                let top = state
+                    .board
+                    .get(&task)
+                    .is_some_and(|c| c.top_level() && c.unfinished());
                 finished(&mut state, &task, &status, &result);
                 if top && let Some(changes) = undoable(&proxy, &task).await {
                     state.undo = Some((task, changes));
@@ -121,7 +120,7 @@ async fn subscribe(
 ) -> zbus::Result<BoxStream<'static, Update>> {
     let mut streams: Vec<BoxStream<'static, Update>> = Vec::new();
     let owner = dbus
-        .receive_name_owner_changed_with_args(&[(0, crate::dbus::NAME)])
+        .receive_name_owner_changed_with_args(&[(0, familiar_protocol::NAME)])
         .await?;
     streams.push(
         owner
@@ -160,49 +159,26 @@ async fn load(proxy: &Agent1Proxy<'_>, state: &mut State) {
         up: true,
         ..State::default()
     };
-    let Ok(tasks) = proxy.list_tasks().await else {
+    let Ok(board) = Board::load(proxy).await else {
         return;
     };
-    // The newest finished task, if it can be undone (one call, not one per task).
-    let newest = tasks.iter().rev().find(|t| !unfinished(&t.2));
-    if let Some((id, ..)) = newest
-        && let Some(changes) = undoable(proxy, id).await
+    // The newest finished task, if it can be undone.
+    let newest = board.tasks().filter(|c| !c.unfinished()).last();
+    if let Some(card) = newest
+        && card.top_level()
+        && let Some(changes) = &card.undo
     {
-        state.undo = Some((id.clone(), changes));
+        state.undo = Some((card.id.clone(), changes.clone()));
     }
-    for (id, _, status, prompt) in tasks {
-        if !unfinished(&status) {
-            continue;
-        }
-        let Ok(json) = proxy.get_task(&id).await else {
-            continue;
-        };
-        let task: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-        if !task["parent_task"].is_null() {
-            state.children.insert(id);
-            continue;
-        }
-        for a in task["approvals"].as_array().into_iter().flatten() {
-            if let Some(r) = a["request_id"].as_str() {
-                state.asking.insert(r.to_owned());
-            }
-        }
-        let now = if status.parse() == Ok(TaskStatus::Queued) {
-            "queued"
-        } else {
-            "thinking"
-        };
-        state.tasks.insert(id, (title(&prompt), now.to_owned()));
-    }
+    state.board = board;
 }
 
 /// What a top-level task changed outside its workspace, when it can be undone.
 async fn undoable(proxy: &Agent1Proxy<'_>, task: &str) -> Option<String> {
-    let json = proxy.get_task(task).await.ok()?;
-    let v: serde_json::Value = serde_json::from_str(&json).ok()?;
-    match (v["undoable"].as_bool(), v["parent_task"].is_null()) {
-        (Some(true), true) => v["changes"].as_str().map(str::to_owned),
-        _ => None,
+    let v = proxy.get_task(task).await.ok()?;
+    match v.parent_task {
+        None => v.undo().map(str::to_owned),
+        Some(_) => None,
     }
 }
 
@@ -212,58 +188,49 @@ fn event(state: &mut State, task: &str, kind: &str, payload: &str) {
         return;
     };
     match &p {
-        EventPayload::TaskStarted { prompt, .. } if !state.children.contains(task) => {
+        EventPayload::TaskStarted { .. } if state.board.get(task).is_none_or(|c| c.top_level()) => {
             state.failed = None;
-            state
-                .tasks
-                .insert(task.to_owned(), (title(prompt), "thinking".to_owned()));
-        }
-        EventPayload::SubagentStarted { child_task_id, .. } => {
-            state.children.insert(child_task_id.to_string());
-        }
-        EventPayload::ApprovalRequested { request_id, .. } => {
-            state.asking.insert(request_id.to_string());
-        }
-        EventPayload::ApprovalResolved { request_id, .. } => {
-            state.asking.remove(request_id.as_str());
         }
         EventPayload::ModelProgress {
             processed, total, ..
         } if *total > 0 => state.percentage = processed.saturating_mul(100) / total,
         _ => {}
     }
-    if let Some(now) = doing(&p)
-        && let Some(entry) = state.tasks.get_mut(task)
-    {
-        entry.1 = now;
-    }
+    state.board.event(task, &p);
 }
 
 fn finished(state: &mut State, task: &str, status: &str, result: &str) {
-    state.children.remove(task);
-    let Some((title, _)) = state.tasks.remove(task) else {
+    let Some(card) = state
+        .board
+        .get(task)
+        .filter(|c| c.top_level() && c.unfinished())
+    else {
+        state.board.finished(task, status, result);
         return;
     };
+    let title = card.title();
+    state.board.finished(task, status, result);
     state.percentage = 0;
     let failed = status
         .parse::<TaskStatus>()
         .is_ok_and(|s| matches!(s.outcome(), Outcome::Failed | Outcome::Limit));
     if failed {
         let first = result.lines().next().unwrap_or_default();
-        state.failed = Some(format!(
-            "{title}: {}",
-            crate::approval::terminal_safe(first)
-        ));
+        state.failed = Some(format!("{title}: {}", terminal_safe(first)));
     }
 }
 
 /// The state as one line: waybar's JSON, or the text alone.
 fn render(state: &State, plain: bool) -> String {
-    let n = state.tasks.len();
+    // By id, as the line always listed them.
+    let mut running: Vec<_> = state.board.running().collect();
+    running.sort_by(|a, b| a.id.cmp(&b.id));
+    let n = running.len();
+    let asking = state.board.waiting().count();
     let (alt, text) = if !state.up {
         ("off", "off".to_owned())
-    } else if !state.asking.is_empty() {
-        ("asking", format!("asking ({})", state.asking.len()))
+    } else if asking > 0 {
+        ("asking", format!("asking ({asking})"))
     } else if n > 0 {
         ("working", format!("working ({n})"))
     } else if state.failed.is_some() {
@@ -274,12 +241,11 @@ fn render(state: &State, plain: bool) -> String {
     if plain {
         return format!("familiar: {text}");
     }
-    let mut tooltip: Vec<String> = state
-        .tasks
+    let mut tooltip: Vec<String> = running
         .iter()
-        .map(|(id, (title, now))| format!("{id} {title}: {now}"))
+        .map(|c| format!("{} {}: {}", c.id, c.title(), c.doing))
         .collect();
-    if !state.asking.is_empty() {
+    if asking > 0 {
         tooltip.push("click to answer: familiar approve --dmenu".to_owned());
     }
     if let Some(f) = &state.failed {
@@ -292,7 +258,7 @@ fn render(state: &State, plain: bool) -> String {
         });
     }
     if let Some((id, changes)) = state.undo.as_ref().filter(|_| state.up) {
-        let changes = crate::approval::visible(changes);
+        let changes = visible(changes);
         tooltip.push(format!("↶ undo: familiar undo {id} ({changes})"));
     }
     let percentage = if n > 0 { state.percentage } else { 0 };

@@ -10,25 +10,20 @@
 
 use std::io::{IsTerminal, Write};
 
+use familiar_protocol::board::Board;
+use familiar_protocol::display::chooser::{self, Choice, GRANT_FOR};
+use familiar_protocol::display::{terminal_safe, title};
+use familiar_protocol::query::PendingApproval;
+
 use super::client::{Failure, block_on, connect};
 use super::{Exit, Out};
-use crate::approval::chooser::{self, Choice};
-use crate::dbus::proxy::Agent1Proxy;
-use crate::store::TaskStatus;
 
-/// One request waiting for an answer, as `GetTask` lists it.
-#[derive(Debug, serde::Deserialize)]
+/// One request waiting for an answer, as `GetTask` lists it (its `grant`: none from an
+/// older daemon, or for a request that is always asked: then no grant is offered),
+/// with its task's prompt.
+#[derive(Debug)]
 struct Waiting {
-    request_id: String,
-    summary: String,
-    #[serde(default)]
-    reason: String,
-    /// The timed grant's label; none from an older daemon, or for a request that is
-    /// always asked: then no grant is offered.
-    #[serde(default)]
-    grant: Option<String>,
-    /// The task's prompt (filled in here, not by the daemon).
-    #[serde(skip)]
+    request: PendingApproval,
     prompt: String,
 }
 
@@ -43,7 +38,7 @@ pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exi
             Err(e) => return report(super::client::classify(e)).await,
         };
         if let Some(id) = request {
-            waiting.retain(|w| w.request_id == id);
+            waiting.retain(|w| w.request.request_id == id);
         }
         let chosen = match waiting.len() {
             0 => {
@@ -64,26 +59,17 @@ pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exi
 }
 
 /// Every pending request of every running task, oldest task first.
-async fn pending(proxy: &Agent1Proxy<'_>) -> Result<Vec<Waiting>, crate::dbus::Error> {
-    let mut all = Vec::new();
-    for (id, _, status, _) in proxy.list_tasks().await? {
-        if status.parse() != Ok(TaskStatus::Running) {
-            continue;
-        }
-        // Ended between the two calls: nothing waits there.
-        let Ok(json) = proxy.get_task(&id).await else {
-            continue;
-        };
-        let task: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-        let prompt = task["prompt"].as_str().unwrap_or_default().to_owned();
-        let list: Vec<Waiting> =
-            serde_json::from_value(task["approvals"].clone()).unwrap_or_default();
-        all.extend(list.into_iter().map(|mut w| {
-            w.prompt.clone_from(&prompt);
-            w
-        }));
-    }
-    Ok(all)
+async fn pending(
+    proxy: &familiar_protocol::proxy::Agent1Proxy<'_>,
+) -> Result<Vec<Waiting>, familiar_protocol::Error> {
+    let board = Board::load(proxy).await?;
+    Ok(board
+        .waiting()
+        .map(|(task, request)| Waiting {
+            request: request.clone(),
+            prompt: task.prompt.clone(),
+        })
+        .collect())
 }
 
 /// Which request to answer, when several wait.
@@ -91,12 +77,12 @@ async fn pick_request(waiting: Vec<Waiting>) -> anyhow::Result<Option<Waiting>> 
     let lines: Vec<String> = waiting
         .iter()
         .map(|w| {
-            let first = w.summary.lines().next().unwrap_or_default();
+            let first = w.request.summary.lines().next().unwrap_or_default();
             format!(
                 "{}  {}  ({})",
-                w.request_id,
-                crate::approval::terminal_safe(first),
-                super::progress::title(&w.prompt)
+                w.request.request_id,
+                terminal_safe(first),
+                title(&w.prompt)
             )
         })
         .collect();
@@ -108,11 +94,18 @@ async fn pick_request(waiting: Vec<Waiting>) -> anyhow::Result<Option<Waiting>> 
         .next()
         .unwrap_or_default()
         .to_owned();
-    Ok(waiting.into_iter().find(|w| w.request_id == id))
+    Ok(waiting
+        .into_iter()
+        .find(|w| w.request.request_id.as_str() == id))
 }
 
 /// Shows the request's choices and sends the one picked.
-async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::Result<Exit> {
+async fn answer(
+    proxy: &familiar_protocol::proxy::Agent1Proxy<'_>,
+    w: &Waiting,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    let w = &w.request;
     let menu = chooser::menu(&w.summary, &w.reason, w.grant.as_deref());
     let Some(line) = launcher("approve> ", &menu).await? else {
         return said(
@@ -129,11 +122,11 @@ async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::
         .await;
     };
     let sent = match choice {
-        Choice::Approve => proxy.respond(&w.request_id, true).await,
-        Choice::Deny => proxy.respond(&w.request_id, false).await,
+        Choice::Approve => proxy.respond(w.request_id.as_str(), true).await,
+        Choice::Deny => proxy.respond(w.request_id.as_str(), false).await,
         Choice::GrantTask => {
-            let secs = u32::try_from(crate::approval::GRANT_FOR.as_secs()).unwrap_or(600);
-            proxy.grant(&w.request_id, secs).await
+            let secs = u32::try_from(GRANT_FOR.as_secs()).unwrap_or(600);
+            proxy.grant(w.request_id.as_str(), secs).await
         }
     };
     if let Err(e) = sent {
@@ -148,7 +141,7 @@ async fn answer(proxy: &Agent1Proxy<'_>, w: &Waiting, out: &mut Out) -> anyhow::
         Choice::GrantTask => format!(
             "approved request {}: {}",
             w.request_id,
-            crate::approval::terminal_safe(w.grant.as_deref().unwrap_or_default())
+            terminal_safe(w.grant.as_deref().unwrap_or_default())
         ),
     };
     writeln!(out, "{line}")?;

@@ -7,13 +7,15 @@
 
 use std::io::Write;
 
+use familiar_protocol::Error;
+use familiar_protocol::board::Board;
+use familiar_protocol::display::{terminal_safe, visible};
+use familiar_protocol::proxy::{Agent1Proxy, method_error};
+use familiar_protocol::task::TaskStatus;
 use zbus::Connection;
 
 use super::output::Table;
 use super::{Exit, Out};
-use crate::dbus::Error;
-use crate::dbus::proxy::{Agent1Proxy, method_error};
-use crate::store::TaskStatus;
 
 /// What to tell a person when the daemon is not there.
 pub const HOW_TO_START: &str = "the familiar daemon is not running and D-Bus activation is not installed: run `familiar setup` once (installs the user units and the activation file), or start it now with `systemctl --user start familiar` (or `familiar daemon` in a terminal)";
@@ -118,7 +120,7 @@ pub async fn connect() -> Result<(Connection, Agent1Proxy<'static>), Failure> {
 pub async fn reachable() -> Result<Option<tokio::task::JoinHandle<Option<Failure>>>, Failure> {
     let (conn, _) = connect().await?;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.map_err(classify)?;
-    let name = zbus::names::BusName::try_from(crate::dbus::NAME).map_err(classify)?;
+    let name = zbus::names::BusName::try_from(familiar_protocol::NAME).map_err(classify)?;
     if dbus
         .name_has_owner(name.clone())
         .await
@@ -130,12 +132,16 @@ pub async fn reachable() -> Result<Option<tokio::task::JoinHandle<Option<Failure
         .list_activatable_names()
         .await
         .map_err(|e| classify(zbus::Error::from(e)))?;
-    if !activatable.iter().any(|n| n.as_str() == crate::dbus::NAME) {
+    if !activatable
+        .iter()
+        .any(|n| n.as_str() == familiar_protocol::NAME)
+    {
         return Err(Failure::unreachable(
             "nothing owns dev.familiar.Agent1 and the session bus has no activation file for it",
         ));
     }
-    let wellknown = zbus::names::WellKnownName::try_from(crate::dbus::NAME).map_err(classify)?;
+    let wellknown =
+        zbus::names::WellKnownName::try_from(familiar_protocol::NAME).map_err(classify)?;
     Ok(Some(tokio::spawn(async move {
         dbus.start_service_by_name(wellknown, 0)
             .await
@@ -162,92 +168,67 @@ pub(super) fn with_proxy<T>(
     })
 }
 
-/// One approval a task waits for, as `GetTask` lists it.
-#[derive(Debug, serde::Deserialize, serde::Serialize)]
-struct PendingApproval {
-    request_id: String,
-    tool: String,
-    summary: String,
-}
-
 pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     // ListTasks lists sub-tasks right after their parent; GetTask says which they are
     // and which approvals a running one waits for.
-    let listed = with_proxy(async |_, p| {
-        let list = p.list_tasks().await?;
-        let mut rows = Vec::with_capacity(list.len());
-        for row in list {
-            // Forgotten between the two calls: list it without a parent or approvals.
-            let task = p
-                .get_task(&row.0)
-                .await
-                .ok()
-                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-            let parent = task
-                .as_ref()
-                .and_then(|v| v["parent_task"].as_str().map(str::to_owned));
-            // An older daemon sends no list.
-            let pending: Vec<PendingApproval> = task
-                .as_ref()
-                .filter(|_| row.2.parse() == Ok(TaskStatus::Running))
-                .and_then(|v| serde_json::from_value(v.get("approvals")?.clone()).ok())
-                .unwrap_or_default();
-            // What `familiar undo` would take back; an older daemon does not say.
-            let undoable = task
-                .as_ref()
-                .filter(|v| v["undoable"] == serde_json::json!(true))
-                .and_then(|v| v["changes"].as_str().map(str::to_owned));
-            rows.push((row, parent, pending, undoable));
-        }
-        Ok(rows)
-    })?;
-    let list = match listed {
-        Ok(l) => l,
+    let board = match with_proxy(async |_, p| Board::load(p).await)? {
+        Ok(b) => b,
         Err(f) => return f.report(),
     };
+    let running = |c: &familiar_protocol::board::Card| c.status() == Some(TaskStatus::Running);
     if json {
-        for ((id, soul, status, prompt), parent, pending, undoable) in &list {
+        for c in board.tasks() {
+            let pending: Vec<serde_json::Value> = c
+                .approvals
+                .iter()
+                .filter(|_| running(c))
+                .map(|a| {
+                    serde_json::json!({"request_id": a.request_id, "tool": a.tool,
+                    "summary": a.summary})
+                })
+                .collect();
             out.json_line(
-                &serde_json::json!({"id": id, "soul": soul, "status": status,
-                "prompt": prompt, "parent_task": parent, "approvals": pending,
-                "undoable": undoable.is_some(), "changes": undoable}),
+                &serde_json::json!({"id": c.id, "soul": c.soul, "status": c.status,
+                "prompt": c.prompt, "parent_task": c.parent, "approvals": pending,
+                "undoable": c.undo.is_some(), "changes": c.undo}),
             )?;
         }
         return Ok(Exit::Completed);
     }
-    if list.is_empty() {
+    if board.tasks().next().is_none() {
         writeln!(out, "no tasks since the daemon started")?;
         return Ok(Exit::Completed);
     }
     let mut table = Table::new(["ID", "SOUL", "STATUS", "PROMPT"]);
-    for ((id, soul, status, prompt), parent, _, _) in &list {
-        let id = match parent {
-            Some(_) => format!("└ {id}"),
-            None => id.clone(),
+    for c in board.tasks() {
+        let id = match c.parent {
+            Some(_) => format!("└ {}", c.id),
+            None => c.id.clone(),
         };
         // Any client may have submitted it: its escapes are shown, not obeyed.
-        table.row([&id, soul, status, &crate::approval::visible(prompt)]);
+        table.row([&id, &c.soul, &c.status, &visible(&c.prompt)]);
     }
     // One line per row after the header, so each task's approvals go right below it.
     let mut lines = out.table_lines(table).into_iter();
     if let Some(header) = lines.next() {
         writeln!(out, "{header}")?;
     }
-    for (line, ((id, ..), _, pending, undoable)) in lines.zip(&list) {
+    for (line, c) in lines.zip(board.tasks()) {
         writeln!(out, "{line}")?;
-        if let Some(changes) = undoable {
+        if let Some(changes) = &c.undo {
             writeln!(
                 out,
-                "  ↶ {} outside its workspace — `familiar undo {id}` takes it back",
-                crate::approval::visible(changes)
+                "  ↶ {} outside its workspace — `familiar undo {}` takes it back",
+                visible(changes),
+                c.id
             )?;
         }
-        for a in pending {
+        for a in c.approvals.iter().filter(|_| running(c)) {
             writeln!(
                 out,
                 "  waits for approval {}: {} — `familiar approve {}` or `familiar deny {}`",
                 a.request_id,
-                crate::approval::terminal_safe(&a.summary).replace('\n', "\n    "),
+                terminal_safe(&a.summary).replace('\n', "\n    "),
                 a.request_id,
                 a.request_id
             )?;
@@ -261,12 +242,7 @@ pub fn tasks(json: bool, out: &mut Out) -> anyhow::Result<Exit> {
 pub fn cancel(task_id: &str, out: &mut Out) -> anyhow::Result<Exit> {
     let asked = with_proxy(async |_, p| {
         // Read first: the daemon accepts cancelling an ended task and changes nothing.
-        let before = p
-            .get_task(task_id)
-            .await
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|t| t["status"].as_str().map(str::to_owned));
+        let before = p.get_task(task_id).await.ok().map(|t| t.status);
         p.cancel(task_id).await?;
         Ok(before)
     })?;

@@ -4,16 +4,17 @@
 
 use std::io::Write;
 
+use familiar_protocol::query::{Configuration, SandboxReport, WarmState};
+
 use super::client::with_proxy;
 use super::{Exit, Out};
-use crate::sandbox::status::{Enforcement, EnforcementStatus};
 
 /// What this machine says without asking the daemon: version, config file, provider
 /// and model, the kernel's Landlock.
 fn local_facts(config: Option<&std::path::Path>) -> serde_json::Value {
     let mut facts = serde_json::json!({
         "client_version": env!("CARGO_PKG_VERSION"),
-        "landlock": crate::sandbox::status::probe(),
+        "landlock": crate::sandbox::report(&crate::sandbox::status::probe()),
     });
     match crate::config::Config::load(config, &crate::config::ProcessEnv) {
         Ok(c) => {
@@ -49,7 +50,7 @@ fn write_local_facts(f: &serde_json::Value, out: &mut Out) -> anyhow::Result<()>
             writeln!(out, "data dir: {}", s("data_dir").unwrap_or_default())?;
         }
     }
-    let landlock: Option<Enforcement> = serde_json::from_value(f["landlock"].clone()).ok();
+    let landlock: Option<SandboxReport> = serde_json::from_value(f["landlock"].clone()).ok();
     writeln!(
         out,
         "landlock (this kernel): {}",
@@ -71,7 +72,7 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
         let configuration = p.configuration().await.ok();
         let dbus = zbus::fdo::DBusProxy::new(conn).await?;
         let pid = dbus
-            .get_connection_unix_process_id(crate::dbus::NAME.try_into()?)
+            .get_connection_unix_process_id(familiar_protocol::NAME.try_into()?)
             .await
             .ok();
         Ok((version, active, metrics, pid, sandbox, configuration))
@@ -93,16 +94,7 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
     };
     let uptime = pid.and_then(process_uptime_secs);
     let metrics: std::collections::BTreeMap<_, _> = metrics.into_iter().collect();
-    let sandbox: Option<Enforcement> = sandbox.and_then(|s| match serde_json::from_str(&s) {
-        Ok(e) => Some(e),
-        Err(e) => {
-            tracing::warn!("the daemon's Sandbox property is not understood: {e}");
-            None
-        }
-    });
-    // The daemon's own config: `familiar status` may run with another.
-    let configuration: Option<serde_json::Value> =
-        configuration.and_then(|c| serde_json::from_str(&c).ok());
+    // The daemon's own config (`configuration`): `familiar status` may run with another.
     if json {
         let mut all = local;
         for (k, v) in [
@@ -147,32 +139,30 @@ pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> an
 /// warnings that go with it: a config.toml it could not reload, a data dir that is not
 /// this shell's (`local`).
 fn write_daemon_config(
-    c: &serde_json::Value,
+    c: &Configuration,
     local: &serde_json::Value,
     out: &mut Out,
 ) -> anyhow::Result<()> {
-    let s = |k: &str| c[k].as_str().unwrap_or("?").to_owned();
-    let config = c["config"]
-        .as_str()
-        .unwrap_or("none (built-in defaults)")
-        .to_owned();
+    let s = |v: &Option<String>| v.as_deref().unwrap_or("?").to_owned();
+    let config = c.config.as_deref().unwrap_or("none (built-in defaults)");
     writeln!(out, "daemon config: {config}")?;
     writeln!(
         out,
         "daemon provider: {}, model {}, default soul {}, policy {}",
-        s("provider"),
-        s("model"),
-        s("default_soul"),
-        s("policy")
+        s(&c.provider),
+        s(&c.model),
+        s(&c.default_soul),
+        s(&c.policy)
     )?;
-    writeln!(out, "daemon data dir: {}", s("data_dir"))?;
-    if let Some(error) = c["reload_error"].as_str() {
+    writeln!(out, "daemon data dir: {}", s(&c.data_dir))?;
+    if let Some(error) = &c.reload_error {
         writeln!(out, "warning: {error}")?;
     }
-    for line in warm_lines(&c["warm"]) {
+    for line in warm_lines(c) {
         writeln!(out, "{line}")?;
     }
-    if let Some(warning) = data_dir_split(local, c) {
+    let daemon = serde_json::json!({ "data_dir": c.data_dir });
+    if let Some(warning) = data_dir_split(local, &daemon) {
         writeln!(out, "warning: {warning}")?;
     }
     Ok(())
@@ -180,20 +170,17 @@ fn write_daemon_config(
 
 /// One line per warmed soul's prefix (the `warm` of the daemon's `Configuration`):
 /// `prefix of safe_assistant: warm (2450 tokens, 1840 cached, 12.3 s)`.
-fn warm_lines(warm: &serde_json::Value) -> Vec<String> {
-    let Some(souls) = warm.as_object() else {
-        return Vec::new();
-    };
-    souls
+fn warm_lines(c: &Configuration) -> Vec<String> {
+    c.warm
         .iter()
         .map(|(soul, w)| {
-            let state = w["state"].as_str().unwrap_or("?");
-            let detail = match (state, w["reason"].as_str()) {
-                ("warm", _) => format!(
+            let state = w.state.as_str();
+            let detail = match (w.state, &w.reason) {
+                (WarmState::Warm, _) => format!(
                     " ({} tokens, {} cached, {:.1} s)",
-                    w["prompt_tokens"].as_u64().unwrap_or(0),
-                    w["cached_tokens"].as_u64().unwrap_or(0),
-                    w["ms"].as_u64().unwrap_or(0) as f64 / 1000.0
+                    w.prompt_tokens,
+                    w.cached_tokens,
+                    w.ms as f64 / 1000.0
                 ),
                 (_, Some(reason)) => format!(": {reason}"),
                 (_, None) => String::new(),
@@ -219,21 +206,10 @@ pub(super) fn data_dir_split(
 }
 
 /// `Landlock ABI 6, full`, `Landlock ABI 3, partial (missing: …)`, `none (…)`.
-fn describe_sandbox(e: Option<&Enforcement>) -> String {
-    let Some(e) = e else {
-        return "unknown (the daemon does not report it)".to_owned();
-    };
-    let status = e.status.as_str();
-    let head = match e.abi {
-        Some(abi) => format!("Landlock ABI {abi}, {status}"),
-        None => status.to_owned(),
-    };
-    let head = format!("{head}, unix sockets {}", e.unix_sockets.as_str());
-    match e.status {
-        EnforcementStatus::Full => head,
-        EnforcementStatus::Partial | EnforcementStatus::None => {
-            format!("{head} (missing: {})", e.missing.join(", "))
-        }
+fn describe_sandbox(e: Option<&SandboxReport>) -> String {
+    match e {
+        Some(e) => e.describe(),
+        None => "unknown (the daemon does not report it)".to_owned(),
     }
 }
 
@@ -252,16 +228,19 @@ fn process_uptime_secs(pid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::UnixSockets;
+    use crate::sandbox::status::Enforcement;
+    use crate::sandbox::{UnixSockets, report};
 
     #[test]
     fn warm_prefixes_are_one_line_each() {
-        let warm = serde_json::json!({
-            "desktop": {"state": "skipped", "reason": "on battery"},
-            "safe_assistant": {"state": "warm", "prompt_tokens": 2450, "cached_tokens": 0, "ms": 12300},
-        });
+        let c: Configuration = serde_json::from_value(serde_json::json!({"warm": {
+            "desktop": {"state": "skipped", "reason": "on battery", "prompt_tokens": 0, "cached_tokens": 0, "ms": 0, "at": ""},
+            "safe_assistant": {"state": "warm", "prompt_tokens": 2450, "cached_tokens": 0, "ms": 12300, "at": ""},
+        }, "config": null, "provider": null, "model": null, "default_soul": null, "policy": null,
+        "data_dir": null, "reload_error": null}))
+        .unwrap();
         assert_eq!(
-            warm_lines(&warm),
+            warm_lines(&c),
             [
                 "prefix of desktop: skipped: on battery",
                 "prefix of safe_assistant: warm (2450 tokens, 0 cached, 12.3 s)"
@@ -270,21 +249,22 @@ mod tests {
     }
     #[test]
     fn the_sandbox_line_names_the_abi_and_what_is_missing() {
+        let line = |e: Enforcement| describe_sandbox(Some(&report(&e)));
         assert_eq!(
-            describe_sandbox(Some(&Enforcement::for_abi(Some(6)))),
+            line(Enforcement::for_abi(Some(6))),
             "Landlock ABI 6, full, unix sockets blocked"
         );
         assert_eq!(
-            describe_sandbox(Some(&Enforcement::for_abi(Some(5)))),
+            line(Enforcement::for_abi(Some(5))),
             "Landlock ABI 5, partial, unix sockets blocked (missing: signal and abstract unix socket scoping (ABI 6))"
         );
         assert_eq!(
-            describe_sandbox(Some(&Enforcement::for_abi(None))),
+            line(Enforcement::for_abi(None)),
             "none, unix sockets blocked (missing: landlock)"
         );
         let open = Enforcement::for_abi(Some(6)).with_unix_sockets(UnixSockets::Open);
         assert_eq!(
-            describe_sandbox(Some(&open)),
+            line(open),
             "Landlock ABI 6, partial, unix sockets open (missing: unix socket block (seccomp))"
         );
         assert!(describe_sandbox(None).starts_with("unknown"));

@@ -11,9 +11,12 @@ use std::path::PathBuf;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use super::client::{Failure, classify, unfinished};
+use familiar_protocol::board::Board;
+use familiar_protocol::proxy::{Agent1Proxy, ApprovalRequested, TaskEvent, TaskFinished};
+use familiar_protocol::{ContextSource, Error, SubmitOptions};
+
+use super::client::{Failure, classify};
 use super::{AskArgs, Exit};
-use crate::dbus::{ContextSource, Error, SubmitOptions};
 
 /// What the user pointed at (`--context`), as the client read it.
 pub(super) type Context = BTreeMap<ContextSource, String>;
@@ -52,27 +55,21 @@ fn submit_options(
 /// Sends `message` to the task running in `session` (`ask --session` on a busy
 /// session steers it rather than fail) and returns that task's id, to follow it.
 async fn steer_session(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    proxy: &Agent1Proxy<'_>,
     session: &str,
     message: &str,
 ) -> Result<String, Failure> {
-    let tasks = proxy.list_tasks().await.map_err(classify)?;
-    for (id, _, status, _) in tasks {
-        if !unfinished(&status) {
-            continue;
-        }
-        let Ok(json) = proxy.get_task(&id).await else {
-            continue;
-        };
-        let of_session = serde_json::from_str::<serde_json::Value>(&json)
-            .is_ok_and(|v| v["session_id"] == session && v["parent_task"].is_null());
-        if of_session {
-            proxy.steer(&id, message).await.map_err(classify)?;
-            let mut err = std::io::stderr().lock();
-            // Not being able to say so does not change what happened.
-            writeln!(err, "familiar: session {session} is busy with task {id}: your message joins it at its next step").ok();
-            return Ok(id);
-        }
+    let board = Board::load(proxy).await.map_err(classify)?;
+    let running = board
+        .running()
+        .find(|c| c.session_id.as_deref() == Some(session));
+    if let Some(task) = running {
+        let id = task.id.clone();
+        proxy.steer(&id, message).await.map_err(classify)?;
+        let mut err = std::io::stderr().lock();
+        // Not being able to say so does not change what happened.
+        writeln!(err, "familiar: session {session} is busy with task {id}: your message joins it at its next step").ok();
+        return Ok(id);
     }
     Err(Failure {
         exit: Exit::Failed,
@@ -84,16 +81,16 @@ async fn steer_session(
 
 /// The daemon's signals for the submitted task, subscribed before `Submit`.
 pub(super) struct Subscribed {
-    pub(super) events: mpsc::UnboundedReceiver<crate::dbus::proxy::TaskEvent>,
-    pub(super) finished: mpsc::UnboundedReceiver<crate::dbus::proxy::TaskFinished>,
-    pub(super) approvals: mpsc::UnboundedReceiver<crate::dbus::proxy::ApprovalRequested>,
+    pub(super) events: mpsc::UnboundedReceiver<TaskEvent>,
+    pub(super) finished: mpsc::UnboundedReceiver<TaskFinished>,
+    pub(super) approvals: mpsc::UnboundedReceiver<ApprovalRequested>,
 }
 
 /// Subscribes to the task signals, then submits: no event of the task can be missed.
 /// Each stream is drained from the moment it exists (see [`drain`]). Returns the
 /// followed task's id and its session.
 pub(super) async fn subscribe_and_submit(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    proxy: &Agent1Proxy<'_>,
     args: &AskArgs,
     prompt: &str,
     workspace: Option<PathBuf>,
@@ -138,7 +135,7 @@ where
 /// Submits the task; on a busy `--session`, steers the task running there instead.
 /// Returns the followed task's id and its session.
 async fn submit(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    proxy: &Agent1Proxy<'_>,
     args: &AskArgs,
     prompt: &str,
     workspace: Option<PathBuf>,
@@ -151,7 +148,7 @@ async fn submit(
         Err(Error::SessionBusy(_)) if args.task.session.is_some() => {
             let session = args.task.session.clone().unwrap_or_default();
             // The context goes with the message, delimited as the daemon puts it.
-            let message = crate::agent::context::attached::with_context(prompt, &options.context);
+            let message = familiar_protocol::context::with_context(prompt, &options.context);
             let task = steer_session(proxy, &session, &message).await?;
             Ok((task, session))
         }

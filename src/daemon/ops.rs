@@ -66,7 +66,7 @@ pub enum Op {
         reply: oneshot::Sender<Result<String, Error>>,
     },
     ListTasks {
-        reply: oneshot::Sender<Vec<(String, String, String, String)>>,
+        reply: oneshot::Sender<Vec<familiar_protocol::query::TaskRow>>,
     },
     /// A task's runner is done (its events are all forwarded).
     Finished(supervisor::Finished),

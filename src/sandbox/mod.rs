@@ -53,6 +53,30 @@ pub use seccomp::UnixSockets;
 pub use spec::{Limits, SandboxPolicy, SandboxSpec};
 pub use status::{Enforcement, EnforcementStatus, probe};
 
+/// What the kernel enforces, as the bus reports it (the `Sandbox` property,
+/// `task_started`'s `sandbox`): the protocol crate's type, which the helper's crate
+/// does not know.
+pub fn report(e: &Enforcement) -> familiar_protocol::query::SandboxReport {
+    use familiar_protocol::query::{
+        EnforcementStatus as Status, SandboxReport, UnixSockets as Unix,
+    };
+    SandboxReport {
+        abi: e.abi,
+        status: match e.status {
+            EnforcementStatus::Full => Status::Full,
+            EnforcementStatus::Partial => Status::Partial,
+            EnforcementStatus::None => Status::None,
+        },
+        missing: e.missing.clone(),
+        unix_sockets: match e.unix_sockets {
+            UnixSockets::Blocked => Unix::Blocked,
+            UnixSockets::Granted => Unix::Granted,
+            UnixSockets::Open => Unix::Open,
+        },
+        sockets: e.sockets.iter().map(|p| p.display().to_string()).collect(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error("creating the task workspace {}: {source}", path.display())]

@@ -424,7 +424,12 @@ async fn memory_survives_a_daemon_restart_and_is_managed_over_dbus() {
     let daemon = start_daemon(&harness, &bus).await;
     let listed = proxy.list_memory().await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
-    let (id, soul, text, created) = listed[0].clone();
+    let familiar_protocol::query::MemoryEntry {
+        id,
+        soul,
+        text,
+        created,
+    } = listed[0].clone();
     assert_eq!(
         (soul.as_str(), text.as_str()),
         ("keeper", "never touch the vm in ~/vms")

@@ -267,14 +267,14 @@ async fn the_daemon_lists_a_sub_task_under_its_parent_and_signals_its_events() {
         .await
         .unwrap()
         .into_iter()
-        .map(|t| t.0)
+        .map(|t| t.id)
         .collect();
     assert_eq!(listed, [task.clone(), child.clone()]);
     let parent: serde_json::Value =
-        serde_json::from_str(&proxy.get_task(&task).await.unwrap()).unwrap();
+        serde_json::from_str(&proxy.get_task_json(&task).await.unwrap()).unwrap();
     assert_eq!(parent["children"], json!([child]));
     let sub: serde_json::Value =
-        serde_json::from_str(&proxy.get_task(&child).await.unwrap()).unwrap();
+        serde_json::from_str(&proxy.get_task_json(&child).await.unwrap()).unwrap();
     assert_eq!(sub["parent_task"], task.as_str());
     assert_eq!(sub["parent_session"], parent["session_id"]);
     assert_eq!(sub["status"], "completed");

@@ -155,7 +155,7 @@ async fn undo_gives_back_the_old_bytes_removes_what_was_made_and_brings_back_the
         (v["changes"].clone(), v["undoable"].clone())
     };
     assert_eq!(
-        shown(f.proxy.get_task(&task).await.unwrap()),
+        shown(f.proxy.get_task_json(&task).await.unwrap()),
         (
             serde_json::json!("created 1 file, changed 1, trashed 1"),
             serde_json::json!(true)
@@ -194,7 +194,7 @@ async fn undo_gives_back_the_old_bytes_removes_what_was_made_and_brings_back_the
         "dev.familiar.Agent1.Error.NothingToUndo"
     );
     assert_eq!(
-        shown(f.proxy.get_task(&task).await.unwrap()).1,
+        shown(f.proxy.get_task_json(&task).await.unwrap()).1,
         serde_json::json!(false)
     );
     let audit = read(&f.harness.store.audit_path());

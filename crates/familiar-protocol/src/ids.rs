@@ -15,14 +15,30 @@ pub const MAX_ID_LEN: usize = 64;
 /// Why a string is not a valid id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
+    /// No characters.
     #[error("{kind} is empty")]
-    Empty { kind: &'static str },
+    Empty {
+        /// Which id (`task id`).
+        kind: &'static str,
+    },
+    /// Longer than [`MAX_ID_LEN`].
     #[error("{kind} `{id}` is longer than {MAX_ID_LEN} characters")]
-    TooLong { kind: &'static str, id: String },
+    TooLong {
+        /// Which id.
+        kind: &'static str,
+        /// Its first characters.
+        id: String,
+    },
+    /// A character outside `[A-Za-z0-9._-]`, or a leading dot.
     #[error(
         "{kind} `{id}` may only contain letters, digits, `.`, `_` and `-`, and may not start with `.`"
     )]
-    BadCharacter { kind: &'static str, id: String },
+    BadCharacter {
+        /// Which id.
+        kind: &'static str,
+        /// The id.
+        id: String,
+    },
 }
 
 fn validate(kind: &'static str, id: &str) -> Result<(), IdError> {
@@ -75,6 +91,7 @@ macro_rules! id_type {
                 Self(format!("{}{}", $prefix, random_hex(12)))
             }
 
+            /// The id as it crosses the bus.
             pub fn as_str(&self) -> &str {
                 &self.0
             }

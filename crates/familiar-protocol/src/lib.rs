@@ -1,8 +1,11 @@
 //! The bus contract of familiar's daemon, `dev.familiar.Agent1` on the session bus
 //! (docs/dbus.md): its names, the typed [`Error`], the limits both sides share, the ids
 //! that cross it ([`ids`]), `Submit`'s options ([`SubmitOptions`]), the events a task
-//! reports ([`events`], with the [`task`] and [`tier`] types they carry) and a typed
-//! async client ([`proxy::Agent1Proxy`]).
+//! reports ([`events`], with the [`task`] and [`tier`] types they carry), what a client
+//! asks and gets back ([`query`]: the `List*` rows, `GetTask`, the properties), a typed
+//! async client ([`proxy::Agent1Proxy`]), the client-side fold of all of it ([`board`]:
+//! which tasks run, which approvals wait, what each does) and the rules for showing
+//! text a client did not write ([`display`]).
 //!
 //! This is the way to talk to familiar from Rust: a bar module, a desktop extension
 //! or a script links this crate, not the daemon. The client returns [`Error`], so a
@@ -47,7 +50,7 @@
 //! # }
 //! ```
 //!
-//! `examples/watch.rs` is a complete status watcher. The daemon implements the same
+//! `examples/watch.rs` is a complete status watcher on the [`board::Board`]. The daemon implements the same
 //! contract (`familiar::daemon::service`) and reads `Submit`'s options with
 //! [`SubmitOptions::from_dict`], and its tests drive it through this proxy, so server
 //! and client cannot disagree.
@@ -55,6 +58,8 @@
 //! Invariant: every name, error name, option and shared limit used on the bus is defined
 //! here, once, and every event field that is an enum here serialises to the string the
 //! bus has always carried; this crate knows nothing of the daemon.
+
+#![warn(missing_docs)]
 
 /// Compares an enum of the contract with the string it is serialised to, as clients
 /// that read the JSON do (`decision == "ask"`); `as_str` is that string.
@@ -75,9 +80,13 @@ macro_rules! eq_str {
 }
 pub(crate) use eq_str;
 
+pub mod board;
+pub mod context;
+pub mod display;
 pub mod events;
 pub mod ids;
 pub mod proxy;
+pub mod query;
 pub mod submit;
 pub mod task;
 pub mod tier;
@@ -113,12 +122,19 @@ pub enum Error {
     /// of another user.
     #[zbus(error)]
     ZBus(zbus::Error),
+    /// A soul the daemon does not know.
     UnknownSoul(String),
+    /// A task the daemon does not know (it remembers the last 256 finished).
     UnknownTask(String),
+    /// A session that does not exist.
     UnknownSession(String),
+    /// The session runs another task.
     SessionBusy(String),
+    /// Too many submissions: try later.
     RateLimited(String),
+    /// An argument the method does not take.
     InvalidArgument(String),
+    /// The daemon is stopping.
     ShuttingDown(String),
     /// `Steer` for a task that has already ended.
     TaskNotRunning(String),

@@ -63,6 +63,7 @@ pub enum ContextSource {
 }
 
 impl ContextSource {
+    /// Every source.
     pub const ALL: [ContextSource; 3] = [
         ContextSource::Selection,
         ContextSource::Clipboard,

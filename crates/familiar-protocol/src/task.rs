@@ -12,22 +12,34 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
+    /// Accepted, waiting for a slot (its session or the daemon is busy).
     Queued,
+    /// Running.
     Running,
+    /// Ended with an answer.
     Completed,
+    /// Ended on an error (the result says which).
     Failed,
+    /// Stopped on purpose (Ctrl-C, `familiar cancel`, shutdown).
     Cancelled,
+    /// Used its iteration budget.
     MaxIterations,
+    /// Used its token budget.
     BudgetExceeded,
+    /// Ran out of time.
     Timeout,
+    /// Repeated itself until stopped.
     LoopDetected,
+    /// A person or the policy refused what it needed.
     Denied,
+    /// A crash left it running.
     Interrupted,
     /// Never ran: the conditions it was submitted under (`--when`) did not hold.
     Skipped,
 }
 
 impl TaskStatus {
+    /// Every status.
     pub const ALL: [TaskStatus; 12] = [
         TaskStatus::Queued,
         TaskStatus::Running,
@@ -92,9 +104,11 @@ impl TaskStatus {
 pub enum Outcome {
     /// Queued or running.
     Unfinished,
+    /// Ended with an answer.
     Completed,
     /// A budget ran out: iterations, tokens or wall clock.
     Limit,
+    /// Stopped on purpose.
     Cancelled,
     /// Never ran: its `--when` conditions did not hold.
     Skipped,
@@ -128,25 +142,36 @@ impl std::fmt::Display for TaskStatus {
 /// The task's plan, as the model states and updates it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
+    /// What the task means to achieve.
     pub goal: String,
+    /// Its steps, in order.
     pub steps: Vec<PlanStep>,
 }
 
+/// One step of a [`Plan`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanStep {
+    /// What the step does.
     pub description: String,
+    /// Where it stands.
     pub status: StepStatus,
     /// What the step produced, short; the full output is in the transcript.
     pub output: Option<String>,
 }
 
+/// Where a [`PlanStep`] stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
+    /// Not begun.
     Pending,
+    /// Under way.
     InProgress,
+    /// Done.
     Completed,
+    /// Failed.
     Failed,
+    /// Left out.
     Skipped,
 }
 
@@ -166,15 +191,20 @@ impl StepStatus {
 /// Token usage as the server reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Prompt tokens.
     pub input_tokens: u64,
+    /// Answer tokens.
     pub output_tokens: u64,
     #[serde(default)]
+    /// Prompt tokens read from the server's cache.
     pub cache_read_tokens: u64,
     #[serde(default)]
+    /// Prompt tokens written to it.
     pub cache_write_tokens: u64,
 }
 
 impl Usage {
+    /// Adds `other` to these counts.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
@@ -182,6 +212,7 @@ impl Usage {
         self.cache_write_tokens += other.cache_write_tokens;
     }
 
+    /// Prompt and answer tokens.
     pub fn total(&self) -> u64 {
         self.input_tokens + self.output_tokens
     }

@@ -16,15 +16,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
+    /// Reads, changes nothing.
     Read,
+    /// Writes files.
     Write,
+    /// Runs programs.
     Execute,
+    /// Touches the system (services, packages, power).
     SystemCritical,
 }
 
 impl Tier {
+    /// Every tier, lowest first.
     pub const ALL: [Tier; 4] = [Tier::Read, Tier::Write, Tier::Execute, Tier::SystemCritical];
 
+    /// The string the bus carries.
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Read => "read",
@@ -48,9 +54,11 @@ crate::eq_str!(Tier);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
+    /// Runs without asking.
     Allow,
     /// A person is asked first.
     Ask,
+    /// Never runs.
     Deny,
 }
 
@@ -58,6 +66,7 @@ impl Mode {
     /// Every mode, loosest first.
     pub const ALL: [Mode; 3] = [Mode::Allow, Mode::Ask, Mode::Deny];
 
+    /// The string the bus carries.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Allow => "allow",

@@ -10,7 +10,6 @@
 //! invalid. It knows nothing of tool calls or the loop's rules: what it needs of them
 //! comes in as plain data at each iteration ([`Boundary`]).
 
-pub mod attached;
 pub mod compaction;
 pub mod learned;
 mod oversize;

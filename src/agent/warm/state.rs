@@ -18,19 +18,8 @@ use crate::llm::{LlmError, Request, Usage};
 /// server's cache gone.
 const LOST_SHARE: f64 = 0.5;
 
-/// Where a soul's prefix stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WarmState {
-    /// Not sent since the daemon started, its config was reloaded or the server lost it.
-    Cold,
-    Warming,
-    Warm,
-    /// Not sent: a hosted API, MCP tools, or the machine's conditions (the reason says).
-    Skipped,
-    /// The request failed or a real request cancelled it.
-    Failed,
-}
+/// Where a soul's prefix stands (the protocol crate's: `Configuration` reports it).
+pub use familiar_protocol::query::WarmState;
 
 /// One soul's prefix, as `familiar status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,6 +41,18 @@ pub struct SoulWarmth {
 }
 
 impl SoulWarmth {
+    /// As the `Configuration` property reports it.
+    pub fn reported(&self) -> familiar_protocol::query::SoulWarmth {
+        familiar_protocol::query::SoulWarmth {
+            state: self.state,
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
+            ms: self.ms,
+            at: self.at.clone(),
+            reason: self.reason.clone(),
+        }
+    }
+
     fn new(state: WarmState, reason: Option<String>) -> SoulWarmth {
         SoulWarmth {
             state,

@@ -20,11 +20,11 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
+use familiar_protocol::{ContextSource, MAX_CONTEXT_BYTES};
 use tokio::io::AsyncReadExt;
 
 use crate::compositor::Compositor;
 use crate::config::ProcessEnv;
-use crate::dbus::{ContextSource, MAX_CONTEXT_BYTES};
 
 /// Longest one `wl-paste` may take (a clipboard owner that hangs cannot hold the task).
 const READ_TIMEOUT: Duration = Duration::from_secs(1);

@@ -11,6 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use familiar_protocol::display::terminal_safe;
+use familiar_protocol::ids::{SessionId, TaskId};
+use familiar_protocol::query::Configuration;
+use familiar_protocol::task::TaskStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -24,10 +28,11 @@ use super::progress::{self, Progress, Undo};
 use super::prompt::{read_prompt, resolve_workspace};
 use super::submit::{Subscribed, subscribe_and_submit};
 use super::{AskArgs, Exit, Out};
-use crate::agent::events::EVENT_BUFFER;
-use crate::ids::{SessionId, TaskId};
-use crate::store::TaskStatus;
 use signals::{Follow, Followed, Inputs, output, typed_steering};
+
+/// Events read from the bus and not yet printed (the printer keeps up with a
+/// terminal; the bound only stops a stuck one from holding them all).
+const EVENT_BUFFER: usize = 256;
 
 pub fn ask(config: Option<&std::path::Path>, args: AskArgs, out: Out) -> anyhow::Result<Exit> {
     warn_config_flag(config)?;
@@ -127,15 +132,14 @@ async fn fail(f: Failure, notify: bool, prompt: Option<&str>) -> anyhow::Result<
 /// config.toml (or policy) because the new one does not load: the task runs under the
 /// old one, which the user did not expect (with `--notify`, on screen too).
 async fn daemon_facts(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    proxy: &familiar_protocol::proxy::Agent1Proxy<'_>,
     notify: bool,
-) -> std::io::Result<serde_json::Value> {
+) -> std::io::Result<Configuration> {
     // An older daemon lacks the property or the key: nothing to say then.
-    let Ok(text) = proxy.configuration().await else {
-        return Ok(serde_json::Value::Null);
+    let Ok(facts) = proxy.configuration().await else {
+        return Ok(Configuration::default());
     };
-    let facts: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    if let Some(error) = facts["reload_error"].as_str() {
+    if let Some(error) = &facts.reload_error {
         writeln!(std::io::stderr().lock(), "familiar: warning: {error}")?;
         if notify {
             progress::warning(error).await;
@@ -253,7 +257,7 @@ async fn submit_and_follow(
 /// and the subscriptions, both made before `Submit`, the task's and its session's ids.
 type Submitted = (
     zbus::Connection,
-    crate::dbus::proxy::Agent1Proxy<'static>,
+    familiar_protocol::proxy::Agent1Proxy<'static>,
     Option<DaemonWatch>,
     Subscribed,
     String,
@@ -299,9 +303,9 @@ struct Notice {
 }
 
 impl Notice {
-    fn new(notify: bool, quiet: bool, daemon: &serde_json::Value) -> Notice {
-        let expire = daemon["result_timeout_ms"]
-            .as_u64()
+    fn new(notify: bool, quiet: bool, daemon: &Configuration) -> Notice {
+        let expire = daemon
+            .result_timeout_ms
             .map_or(progress::DEFAULT_RESULT_TIMEOUT, Duration::from_millis);
         Notice {
             notify,
@@ -326,7 +330,7 @@ impl Notice {
             writeln!(
                 std::io::stderr().lock(),
                 "familiar: task {task} {status}: {}",
-                crate::approval::terminal_safe(first)
+                terminal_safe(first)
             )?;
         }
         // A skipped task has no news: the journal (this command's output) says why.

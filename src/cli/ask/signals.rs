@@ -8,9 +8,13 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 
+use familiar_protocol::display::{terminal_safe, visible};
+use familiar_protocol::events::{Event, EventPayload};
+use familiar_protocol::ids::{SessionId, TaskId};
+use familiar_protocol::proxy::{Agent1Proxy, ApprovalRequested, TaskEvent};
+use familiar_protocol::task::{TaskStatus, Usage};
 use tokio::sync::mpsc;
 
-use crate::agent::events::{Event, EventPayload};
 use crate::cli::Out;
 use crate::cli::client::classify;
 use crate::cli::follow::{DaemonWatch, Gone, cancel_on_ctrl_c};
@@ -18,10 +22,6 @@ use crate::cli::printer::print_events;
 use crate::cli::progress::{self, Progress};
 use crate::cli::submit::Subscribed;
 use crate::cli::typed::TypedLines;
-use crate::dbus::proxy::Agent1Proxy;
-use crate::ids::{SessionId, TaskId};
-use crate::llm::Usage;
-use crate::store::TaskStatus;
 
 /// Lines typed while the task runs steer it (an approval prompt takes its own): the
 /// reader, when stdin is a terminal, and the lines it reads.
@@ -41,7 +41,7 @@ pub(super) fn typed_steering(interactive: bool) -> (Option<TypedLines>, mpsc::Re
 
 /// Sends a typed line to the task and says whether it was taken.
 pub(super) async fn steer_typed(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'_>,
+    proxy: &Agent1Proxy<'_>,
     task: &str,
     line: &str,
 ) -> std::io::Result<()> {
@@ -87,7 +87,7 @@ pub(super) async fn output(
 }
 
 impl Follow {
-    async fn on_event(&mut self, sig: &crate::dbus::proxy::TaskEvent) {
+    async fn on_event(&mut self, sig: &TaskEvent) {
         let Ok(a) = sig.args() else { return };
         let Some(session) = self.followed.get(a.task_id.as_str()).cloned() else {
             return;
@@ -132,7 +132,7 @@ impl Follow {
         }
     }
 
-    fn on_approval(&self, sig: &crate::dbus::proxy::ApprovalRequested) -> std::io::Result<()> {
+    fn on_approval(&self, sig: &ApprovalRequested) -> std::io::Result<()> {
         let Ok(a) = sig.args() else { return Ok(()) };
         if !self.followed.contains_key(a.task_id.as_str()) {
             return Ok(());
@@ -288,9 +288,9 @@ pub(super) fn ask_on_tty(
         let question = typed.as_ref().map(TypedLines::open);
         let mut w = &tty;
         // The daemon made the summary visible; a signal is still not trusted to have.
-        let tool = crate::approval::visible(&tool);
-        let summary = crate::approval::terminal_safe(&summary).replace('\n', "\n│ ");
-        let tier = crate::approval::visible(&tier);
+        let tool = visible(&tool);
+        let summary = terminal_safe(&summary).replace('\n', "\n│ ");
+        let tier = visible(&tier);
         let asked = write!(
             w,
             "\n┌ familiar asks to run {tool} ({tier} tier)\n│ {summary}\n└ allow? [y]es / [N]o: "

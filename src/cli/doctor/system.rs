@@ -554,7 +554,7 @@ async fn daemon_configuration() -> Result<Option<serde_json::Value>, zbus::Error
     }
     let proxy = crate::dbus::proxy::Agent1Proxy::new(&conn).await?;
     // A property read fails only as the bus does; the daemon's own errors are for methods.
-    let text = proxy.configuration().await.map_err(|e| match e {
+    let text = proxy.configuration_json().await.map_err(|e| match e {
         crate::dbus::Error::ZBus(e) => e,
         ours => zbus::Error::Failure(ours.to_string()),
     })?;

@@ -23,15 +23,16 @@ pub(in crate::cli) struct Undo {
 impl Undo {
     /// The task's undo, when `GetTask` says it has one.
     pub(in crate::cli) async fn of(proxy: &Agent1Proxy<'static>, task: &str) -> Option<Undo> {
-        let json = match proxy.get_task(task).await {
-            Ok(j) => j,
+        let view = match proxy.get_task(task).await {
+            Ok(v) => v,
             Err(e) => {
                 tracing::debug!("no change summary for task {task}: {e}");
                 return None;
             }
         };
-        let v: serde_json::Value = serde_json::from_str(&json).ok()?;
-        let summary = summary_of(&v)?;
+        // `TaskView::undo`: the changes of a task that can be undone (an older daemon
+        // says neither, and offers none).
+        let summary = view.undo()?.to_owned();
         Some(Undo {
             proxy: proxy.clone(),
             task: task.to_owned(),
@@ -59,31 +60,5 @@ impl Undo {
             Ok(restored) => format!("undone: {restored}"),
             Err(e) => format!("not undone: {}", classify(e).message),
         }
-    }
-}
-
-/// `GetTask`'s summary of a task that can be undone.
-fn summary_of(task: &serde_json::Value) -> Option<String> {
-    match task["undoable"].as_bool() {
-        Some(true) => task["changes"].as_str().map(str::to_owned),
-        Some(false) | None => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_undoable_task_offers_undo() {
-        let undoable = serde_json::json!({"changes": "changed 1 file", "undoable": true});
-        assert_eq!(summary_of(&undoable).as_deref(), Some("changed 1 file"));
-        let undone = serde_json::json!({"changes": "changed 1 file", "undoable": false});
-        assert_eq!(summary_of(&undone), None);
-        // An older daemon says neither.
-        assert_eq!(
-            summary_of(&serde_json::json!({"status": "completed"})),
-            None
-        );
     }
 }

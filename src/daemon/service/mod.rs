@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use familiar_protocol::query::{Configuration, MemoryEntry, SessionRow, SoulRow, TaskRow};
 use tokio::sync::{mpsc, oneshot};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -125,7 +126,7 @@ impl Service {
         })?;
         // The context joins the task's first message: the session's history, the
         // audit and `familiar sessions show` hold what the model was sent.
-        let prompt = crate::agent::context::attached::with_context(&prompt, &o.context);
+        let prompt = familiar_protocol::context::with_context(&prompt, &o.context);
         Ok(SubmitRequest {
             soul,
             prompt,
@@ -330,7 +331,7 @@ impl Service {
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(String, String, String, String)>, Error> {
+    ) -> Result<Vec<TaskRow>, Error> {
         self.caller(&hdr, conn).await?;
         self.ask(|reply| Op::ListTasks { reply }).await
     }
@@ -341,7 +342,7 @@ impl Service {
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(String, String, String, u32)>, Error> {
+    ) -> Result<Vec<SoulRow>, Error> {
         self.caller(&hdr, conn).await?;
         let rt = self.shared.runtime.refresh();
         let config = &rt.settings.config;
@@ -355,12 +356,12 @@ impl Service {
                     .model_for(s.provider.as_deref(), s.model.as_deref())
                     .unwrap_or_default()
                     .to_owned();
-                (
-                    s.id.to_string(),
-                    s.description.clone(),
+                SoulRow {
+                    id: s.id.to_string(),
+                    description: s.description.clone(),
                     model,
-                    s.max_iterations,
-                )
+                    max_iterations: s.max_iterations,
+                }
             })
             .collect())
     }
@@ -371,13 +372,18 @@ impl Service {
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(String, String, String, u64)>, Error> {
+    ) -> Result<Vec<SessionRow>, Error> {
         self.caller(&hdr, conn).await?;
         let store = Arc::clone(&self.shared.runtime.services().store);
         let sessions = blocking("listing sessions", move || store.list_sessions()).await??;
         Ok(sessions
             .into_iter()
-            .map(|s| (s.id.to_string(), s.soul.to_string(), s.title, s.updated_at))
+            .map(|s| SessionRow {
+                id: s.id.to_string(),
+                soul: s.soul.to_string(),
+                title: s.title,
+                updated: s.updated_at,
+            })
             .collect())
     }
 
@@ -387,13 +393,18 @@ impl Service {
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(String, String, String, String)>, Error> {
+    ) -> Result<Vec<MemoryEntry>, Error> {
         self.caller(&hdr, conn).await?;
         let memory = self.memory();
         let entries = blocking("listing memory", move || memory.list()).await??;
         Ok(entries
             .into_iter()
-            .map(|e| (e.id.to_string(), e.soul.to_string(), e.text, e.created))
+            .map(|e| MemoryEntry {
+                id: e.id.to_string(),
+                soul: e.soul.to_string(),
+                text: e.text,
+                created: e.created,
+            })
             .collect())
     }
 
@@ -518,8 +529,7 @@ impl Service {
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
         self.property_caller(hdr, conn).await?;
-        serde_json::to_string(&self.shared.runtime.services().enforcement)
-            .map_err(|e| zbus::fdo::Error::Failed(format!("encoding the sandbox status: {e}")))
+        Ok(crate::sandbox::report(&self.shared.runtime.services().enforcement).to_json())
     }
 
     /// The config the daemon runs with, as JSON `{"config", "provider", "model",
@@ -537,18 +547,22 @@ impl Service {
         self.property_caller(hdr, conn).await?;
         let rt = self.shared.runtime.refresh();
         let c = &rt.settings.config;
-        let facts = serde_json::json!({
-            "config": c.source.as_ref().map(|p| p.display().to_string()),
-            "provider": c.default_provider,
-            "model": c.provider(None).ok().map(|p| p.model.clone()),
-            "default_soul": c.default_soul.to_string(),
-            "policy": c.policy,
-            "data_dir": c.paths.data_dir,
-            "reload_error": self.shared.runtime.error(),
-            "warm": rt.services.warm.report(),
-            "result_timeout_ms": u64::try_from(c.notifications.result_timeout.as_millis()).unwrap_or(u64::MAX),
-        });
-        Ok(facts.to_string())
+        let facts = Configuration {
+            config: c.source.as_ref().map(|p| p.display().to_string()),
+            provider: Some(c.default_provider.clone()),
+            model: c.provider(None).ok().map(|p| p.model.clone()),
+            default_soul: Some(c.default_soul.to_string()),
+            policy: Some(c.policy.clone()),
+            data_dir: Some(c.paths.data_dir.display().to_string()),
+            reload_error: self.shared.runtime.error(),
+            warm: (rt.services.warm.report().iter())
+                .map(|(soul, w)| (soul.clone(), w.reported()))
+                .collect(),
+            result_timeout_ms: Some(
+                u64::try_from(c.notifications.result_timeout.as_millis()).unwrap_or(u64::MAX),
+            ),
+        };
+        Ok(facts.to_json())
     }
 
     /// Every loop event of every task: its kind and its JSON without `kind`, `task_id`

@@ -1,8 +1,9 @@
-//! What the owner shows of its tasks: the `ListTasks` rows and the `GetTask` JSON.
+//! What the owner shows of its tasks: the `ListTasks` rows and the `GetTask` view, the
+//! protocol crate's types ([`familiar_protocol::query`]).
 
 use std::sync::Arc;
 
-use serde_json::json;
+use familiar_protocol::query::{PendingApproval, TaskRow, TaskView};
 use tokio::sync::oneshot;
 
 use super::control::unknown_task;
@@ -13,17 +14,15 @@ use crate::llm::Usage;
 
 impl<E: super::Effects> Supervisor<E> {
     /// One row per known task, oldest first, sub-tasks after their parent.
-    pub(super) fn list_tasks(&self) -> Vec<(String, String, String, String)> {
+    pub(super) fn list_tasks(&self) -> Vec<TaskRow> {
         self.order
             .iter()
             .filter_map(|id| self.tasks.get(id).map(|e| (id, e)))
-            .map(|(id, e)| {
-                (
-                    id.to_string(),
-                    e.spec.soul.id.to_string(),
-                    e.status.as_str().to_owned(),
-                    e.spec.prompt.chars().take(LIST_PROMPT_CHARS).collect(),
-                )
+            .map(|(id, e)| TaskRow {
+                id: id.to_string(),
+                soul: e.spec.soul.id.to_string(),
+                status: e.status.as_str().to_owned(),
+                prompt: e.spec.prompt.chars().take(LIST_PROMPT_CHARS).collect(),
             })
             .collect()
     }
@@ -38,40 +37,37 @@ impl<E: super::Effects> Supervisor<E> {
             .as_ref()
             .and_then(|p| self.tasks.get(p))
             .map(|p| p.session_id.clone());
-        let mut v = json!({
-            "id": id,
-            "session_id": e.session_id,
-            "soul": e.spec.soul.id,
-            "status": e.status,
-            "prompt": e.spec.prompt,
-            "origin": e.spec.origin,
-            "plan": null,
-            "usage": e.usage,
-            "result": e.result,
+        let approvals = self.shared.runtime.services().approvals.pending_for(id);
+        let mut view = TaskView {
+            id: id.clone(),
+            session_id: e.session_id.clone(),
+            soul: e.spec.soul.id.clone(),
+            status: e.status.as_str().to_owned(),
+            prompt: e.spec.prompt.clone(),
+            origin: e.spec.origin.clone(),
+            plan: None,
+            usage: e.usage,
+            result: e.result.clone(),
             // Without a notification server nothing else shows these.
-            "approvals": self
-                .shared
-                .runtime
-                .services().approvals
-                .pending_for(id)
+            approvals: approvals
                 .iter()
-                .map(|r| json!({
-                    "request_id": r.request_id,
-                    "tool": r.tool,
-                    "tier": r.tier,
-                    "summary": r.summary,
-                    "reason": r.reason,
-                    // The timed grant's label; null: the request is always asked.
-                    "grant": r.grant.label(),
-                }))
-                .collect::<Vec<_>>(),
-            "parent_task": e.parent,
-            "parent_session": parent_session,
-            "children": e.children,
+                .map(|r| PendingApproval {
+                    request_id: r.request_id.clone(),
+                    tool: r.tool.clone(),
+                    tier: r.tier,
+                    summary: r.summary.clone(),
+                    reason: r.reason.clone(),
+                    // The timed grant's label; None: the request is always asked.
+                    grant: r.grant.label(),
+                })
+                .collect(),
+            parent_task: e.parent.clone(),
+            parent_session,
+            children: e.children.clone(),
             // From the change record (below): what it changed outside its workspace.
-            "changes": null,
-            "undoable": false,
-        });
+            changes: None,
+            undoable: false,
+        };
         let store = Arc::clone(&self.shared.runtime.services().store);
         let (session, task) = (e.session_id.clone(), id.clone());
         // The plan lives in the session context, which the loop persists each step;
@@ -80,21 +76,21 @@ impl<E: super::Effects> Supervisor<E> {
             if let Ok(Some(ctx)) = store.load_context(&session)
                 && let Some(t) = ctx.tasks.iter().find(|t| t.task_id == task)
             {
-                v["plan"] = serde_json::to_value(&t.plan).unwrap_or_default();
-                if v["usage"] == json!(Usage::default()) {
-                    v["usage"] = serde_json::to_value(t.usage).unwrap_or_default();
+                view.plan = Some(t.plan.clone());
+                if view.usage == Usage::default() {
+                    view.usage = t.usage;
                 }
             }
             match store.changes(&task) {
                 Ok(Some(record)) => {
-                    v["changes"] = json!(record.summary());
-                    v["undoable"] = json!(record.undoable());
+                    view.changes = record.summary();
+                    view.undoable = record.undoable();
                 }
                 Ok(None) => {}
                 // The rest of the task is still worth showing.
                 Err(e) => tracing::warn!(task_id = %task, "{e}"),
             }
-            send_reply(reply, Ok(v.to_string()));
+            send_reply(reply, Ok(view.to_json()));
         });
     }
 }

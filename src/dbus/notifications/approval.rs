@@ -322,7 +322,7 @@ async fn choose(
     signals.clear();
     match picked {
         Ok(Some(line)) => match chooser::parse(&line, &r.summary, grant.as_deref()) {
-            Some(choice) => Chosen::Answered(choice.answer()),
+            Some(choice) => Chosen::Answered(chooser::answer(choice)),
             None => Chosen::Nothing,
         },
         Ok(None) => Chosen::Nothing,

@@ -165,11 +165,7 @@ pub async fn signals(conn: &Connection) -> zbus::Result<Signals> {
 }
 
 /// `&`, `<` and `>` as entities (the body-markup subset of the spec is XML-like).
-pub fn escape_markup(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
+pub use familiar_protocol::display::escape_markup;
 
 /// A notification's look and life: its hints and how long it stays.
 #[derive(Debug, Clone)]

@@ -151,7 +151,7 @@ async fn ask_reads_the_prompt_from_the_configured_menu() {
         .to_owned();
     w.finished(&task).await;
     let got: serde_json::Value =
-        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+        serde_json::from_str(&f.proxy.get_task_json(&task).await.unwrap()).unwrap();
     assert_eq!(got["prompt"], "what is my uptime");
     assert_eq!(got["origin"], "dmenu");
 }
@@ -290,7 +290,7 @@ async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer(
     .unwrap();
 
     let got: serde_json::Value =
-        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+        serde_json::from_str(&f.proxy.get_task_json(&task).await.unwrap()).unwrap();
     assert_eq!(got["approvals"][0]["request_id"], request.as_str());
     assert_eq!(got["approvals"][0]["tool"], "write_file");
     let tasks = familiar(&f.harness.home, &f.bus, &["tasks"], &[]).await;
@@ -332,7 +332,7 @@ async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer(
     );
     assert_eq!(std::fs::read_to_string(ws.join("note.txt")).unwrap(), "hi");
     let got: serde_json::Value =
-        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+        serde_json::from_str(&f.proxy.get_task_json(&task).await.unwrap()).unwrap();
     assert_eq!(got["approvals"], serde_json::json!([]));
 }
 

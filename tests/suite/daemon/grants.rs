@@ -65,7 +65,7 @@ async fn submit(f: &Fixture, soul: &str) -> String {
 
 /// What `GetTask` offers as the timed grant of the task's waiting request.
 async fn offered_grant(f: &Fixture, task: &str) -> Value {
-    let json = f.proxy.get_task(task).await.unwrap();
+    let json = f.proxy.get_task_json(task).await.unwrap();
     let v: Value = serde_json::from_str(&json).unwrap();
     let approvals = v["approvals"].as_array().unwrap();
     assert_eq!(approvals.len(), 1, "{v}");

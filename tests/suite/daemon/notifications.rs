@@ -335,7 +335,7 @@ async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
         expected
     );
     let got: serde_json::Value =
-        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+        serde_json::from_str(&f.proxy.get_task_json(&task).await.unwrap()).unwrap();
     assert_eq!(got["approvals"][0]["summary"], expected);
 
     let (id, _, _) = server.next_shown().await;

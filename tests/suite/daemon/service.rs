@@ -50,7 +50,7 @@ async fn submit_streams_every_event_then_task_finished() {
     assert!(result.contains("hello from the model"), "{result}");
 
     let got: serde_json::Value =
-        serde_json::from_str(&f.proxy.get_task(&task).await.unwrap()).unwrap();
+        serde_json::from_str(&f.proxy.get_task_json(&task).await.unwrap()).unwrap();
     assert_eq!(got["id"], task.as_str());
     assert_eq!(got["session_id"], session.as_str());
     assert_eq!(got["status"], "completed");
@@ -61,21 +61,26 @@ async fn submit_streams_every_event_then_task_finished() {
     let tasks = f.proxy.list_tasks().await.unwrap();
     assert_eq!(
         tasks,
-        vec![(
-            task.clone(),
-            "safe_assistant".into(),
-            "completed".into(),
-            "say hello".into()
-        )]
+        vec![familiar_protocol::query::TaskRow {
+            id: task.clone(),
+            soul: "safe_assistant".into(),
+            status: "completed".into(),
+            prompt: "say hello".into()
+        }]
     );
     let sessions = f.proxy.list_sessions().await.unwrap();
     assert_eq!(sessions.len(), 1);
-    assert_eq!(sessions[0].0, session);
+    assert_eq!(sessions[0].id, session);
     assert_eq!(f.proxy.active_tasks().await.unwrap(), 0);
     assert_eq!(f.proxy.metrics().await.unwrap()["tasks_completed"], 1);
     assert_eq!(f.proxy.version().await.unwrap(), env!("CARGO_PKG_VERSION"));
     let souls = f.proxy.list_souls().await.unwrap();
-    assert!(souls.iter().any(|s| s.0 == "test" && s.3 == 5), "{souls:?}");
+    assert!(
+        souls
+            .iter()
+            .any(|s| s.id == "test" && s.max_iterations == 5),
+        "{souls:?}"
+    );
     let snap: serde_json::Value = serde_json::from_str(&f.proxy.snapshot().await.unwrap()).unwrap();
     assert!(snap.is_object());
     // The default workspace is the session's scratch dir, never the caller's home.
@@ -132,7 +137,7 @@ async fn bad_arguments_are_typed_errors_and_the_daemon_stays_up() {
         format!("{E}UnknownTask")
     );
     assert_eq!(
-        error_name(p.get_task("../x").await),
+        error_name(p.get_task_json("../x").await),
         format!("{E}UnknownTask")
     );
     assert_eq!(
@@ -291,7 +296,7 @@ async fn the_pool_is_bounded_and_the_queue_is_fifo_and_bounded() {
         .await
         .unwrap()
         .into_iter()
-        .map(|t| t.2)
+        .map(|t| t.status)
         .collect();
     assert_eq!(statuses, ["running", "queued", "queued"]);
     assert_eq!(f.proxy.active_tasks().await.unwrap(), 3);

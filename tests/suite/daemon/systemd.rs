@@ -345,7 +345,7 @@ async fn sighup_reloads_the_souls_and_the_daemon_stays() {
     let _sock = wait_for(sock, "READY=1").await.unwrap();
     let proxy = Agent1Proxy::new(&bus.connect().await).await.unwrap();
     let souls = proxy.list_souls().await.unwrap();
-    assert!(souls.iter().any(|s| s.0 == "extra"), "{souls:?}");
+    assert!(souls.iter().any(|s| s.id == "extra"), "{souls:?}");
     child.kill().ok();
     child.wait().ok();
 }

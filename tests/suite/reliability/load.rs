@@ -219,7 +219,7 @@ async fn idle(bus: &TestBus) {
     tokio::time::timeout(PATIENCE * 10, async {
         loop {
             let tasks = proxy.list_tasks().await.unwrap();
-            if tasks.iter().all(|t| t.2 != "running" && t.2 != "queued") {
+            if tasks.iter().all(|t| !t.unfinished()) {
                 return;
             }
             finished.recv().await.unwrap();

@@ -1,6 +1,8 @@
 //! What the user pointed at when asking ("explain this"): the primary selection, the
 //! clipboard, the focused window, read by the client at the key press and sent in
-//! `Submit`'s `context` option. This module puts them into the task's first message.
+//! `Submit`'s `context` option. This module puts them into the task's first message,
+//! as the daemon does for `Submit` and `familiar ask --session` does when it steers a
+//! busy session instead: one wording on both sides.
 //!
 //! Invariant: each text sits inside a `<context source="…">` block that names where it
 //! came from and that no text can close (its closing tags are neutralised, as memory
@@ -9,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::approval::render::neutralise_closing_tag;
-use crate::dbus::ContextSource;
+use crate::display::neutralise_closing_tag;
+use crate::submit::ContextSource;
 
 /// The tag of a context block.
 const TAG: &str = "context";
