@@ -134,3 +134,112 @@ async fn a_prompts_markup_reaches_waybar_escaped() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// The protocol crate's example, built beside the binary (`cargo test` builds
+/// examples), or `None` after a visible skip.
+fn watch_example() -> Option<std::path::PathBuf> {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_familiar"));
+    let example = bin.parent()?.join("examples/watch");
+    if example.is_file() {
+        return Some(example);
+    }
+    crate::common::skip::skip(
+        "the watch example is not built (`cargo build -p familiar-protocol --example watch`)",
+    );
+    None
+}
+
+/// Lines of `child`'s stdout, as they come.
+fn lines_of(child: &mut std::process::Child) -> mpsc::UnboundedReceiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
+/// The `familiar: …` lines up to `last` after `after` was seen, each change once.
+async fn states(
+    lines: &mut mpsc::UnboundedReceiver<String>,
+    after: &str,
+    last: &str,
+) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Some(l) = lines.recv().await {
+            if !l.starts_with("familiar: ") || seen.last() == Some(&l) {
+                continue;
+            }
+            seen.push(l.clone());
+            if l == last && seen.iter().any(|s| s == after) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "never {last:?} after {after:?}: {seen:?}");
+    seen
+}
+
+// Issue 42: a third-party watcher on the protocol crate's board shows what the bar shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protocol_crates_watcher_shows_what_the_bar_shows() {
+    let Some(example) = watch_example() else {
+        return;
+    };
+    let f = Fixture::with(
+        vec![
+            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+            text_reply("not written"),
+        ],
+        "",
+        ASK_WRITES,
+        Default::default(),
+    )
+    .await;
+    let spawn = |cmd: &mut std::process::Command| {
+        cmd.env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut bar = spawn(f.harness.home.familiar_process().args(["bar", "--plain"]));
+    let mut watcher = spawn(&mut std::process::Command::new(example));
+    let (mut bar_lines, mut watcher_lines) = (lines_of(&mut bar), lines_of(&mut watcher));
+    wait_line(&mut bar_lines, "familiar: idle").await;
+    wait_line(&mut watcher_lines, "familiar: idle").await;
+    let mut w = Watch::new(&f.proxy).await;
+    let ws = f.workspace();
+    let opts = HashMap::from([("workspace", zbus::Variant::from(ws.to_str().unwrap()))]);
+    let task = f.proxy.submit("test", "write", opts).await.unwrap().0;
+    let (request, ..) = w.approval(&task).await;
+    f.proxy.respond(&request, false).await.unwrap();
+    w.finished(&task).await;
+    let shown = states(&mut bar_lines, "familiar: asking (1)", "familiar: idle").await;
+    let watched = states(&mut watcher_lines, "familiar: asking (1)", "familiar: idle").await;
+    // The bar's signals come on several streams, so a passing state can be skipped;
+    // both show the question and end idle, and show nothing the other does not.
+    for seen in [&shown, &watched] {
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("familiar: working (1)")
+        );
+        assert_eq!(seen.last().map(String::as_str), Some("familiar: idle"));
+        let known = [
+            "familiar: working (1)",
+            "familiar: asking (1)",
+            "familiar: idle",
+        ];
+        assert!(seen.iter().all(|l| known.contains(&l.as_str())), "{seen:?}");
+    }
+    for mut child in [bar, watcher] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
