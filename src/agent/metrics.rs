@@ -46,6 +46,15 @@ pub fn bump(counter: &AtomicU64) {
 mod tests {
     use super::*;
 
+    /// The bus names them as the protocol crate does (`query::metrics`).
+    #[test]
+    fn the_counters_are_the_contracts_names() {
+        let names: Vec<String> = Metrics::default().snapshot().into_keys().collect();
+        let mut contract = familiar_protocol::query::metrics::ALL.map(str::to_owned);
+        contract.sort();
+        assert_eq!(names, contract);
+    }
+
     #[test]
     fn snapshot_names_every_counter() {
         let m = Metrics::default();

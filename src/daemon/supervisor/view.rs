@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
+use familiar_protocol::ids::TaskId;
 use familiar_protocol::query::{PendingApproval, TaskRow, TaskView};
+use familiar_protocol::task::Usage;
+use familiar_protocol::{Error, LIST_PROMPT_CHARS};
 use tokio::sync::oneshot;
 
 use super::control::unknown_task;
 use super::{Supervisor, send_reply};
-use crate::dbus::{Error, LIST_PROMPT_CHARS};
-use crate::ids::TaskId;
-use crate::llm::Usage;
 
 impl<E: super::Effects> Supervisor<E> {
     /// One row per known task, oldest first, sub-tasks after their parent.
