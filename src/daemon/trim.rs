@@ -16,6 +16,14 @@
 //! - `malloc_trim(0)` walks the heap and returns its free pages. It briefly locks the
 //!   arena, so it runs only when no task is running or queued: when the last task ends,
 //!   and when a runtime thread exits while the daemon is idle.
+//!
+//! The rest of an idle daemon's RSS is the binary itself: its code and read-only data
+//! in the page cache, counted for every page the process has touched. Start-up (the
+//! command line, the configuration and souls, the warm request's whole HTTP stack)
+//! touches 2–3 MiB of code that an idle daemon never runs again (BENCHMARKS.md, "Idle
+//! RSS"). [`release_startup_code`] drops the process's mappings of those pages once
+//! start-up and warming are over; the pages stay in the page cache, so what runs next
+//! maps them back with a minor fault, and the kernel may reclaim the rest.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -54,6 +62,70 @@ pub(super) fn release_freed_memory() {
     // is thread-safe (it takes each arena's lock).
     let released = unsafe { libc::malloc_trim(0) } != 0;
     tracing::debug!(released, "gave freed heap back to the kernel");
+}
+
+/// Drops this process's page-table entries for the binary's clean read-only mappings
+/// (its code and read-only data), so that an idle daemon holds only the pages it runs
+/// from then on. Only mappings of the running executable that are not writable and
+/// hold no private copy of a page (`Anonymous: 0 kB` in smaps: no relocation or
+/// breakpoint wrote to them) are released: for those `MADV_DONTNEED` only forgets
+/// mappings of page-cache pages, and the next access maps the same page again.
+/// Called when the daemon has settled (warm.rs), not per task: mapping back the code a
+/// task runs costs about a thousand minor faults.
+#[expect(
+    unsafe_code,
+    reason = "madvise on the process's own read-only file mappings"
+)]
+pub(super) fn release_startup_code() {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return;
+    };
+    let mut released = 0usize;
+    for (start, end) in clean_readonly_mappings(&smaps, &exe) {
+        // SAFETY: [start, end) is a whole mapping of this process, read-only and backed
+        // by the executable's file with no private (anonymous) page in it; dropping its
+        // page-table entries changes no content: every later access maps the file's
+        // page again. No Rust reference can point into code or .rodata pages that this
+        // invalidates, since their contents stay the same.
+        let r =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if r == 0 {
+            released += end - start;
+        }
+    }
+    tracing::debug!(
+        mapped_kib = released / 1024,
+        "released the start-up code's pages"
+    );
+}
+
+/// The `(start, end)` of each mapping of `exe` in `smaps` that is not writable and has
+/// no anonymous pages.
+fn clean_readonly_mappings(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if let Some((a, b)) = first.split_once('-')
+            && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        {
+            let perms = fields.next().unwrap_or("");
+            let path = fields.nth(3);
+            current = (path == exe.to_str() && perms.starts_with('r') && !perms.contains('w'))
+                .then_some((a, b));
+        } else if first == "Anonymous:" {
+            if let Some(m) = current.take()
+                && fields.next() == Some("0")
+            {
+                out.push(m);
+            }
+        }
+    }
+    out
 }
 
 /// musl and other allocators do not keep freed pages the way glibc does.
@@ -116,5 +188,38 @@ fn restore_environment(original: &std::ffi::OsStr) {
         } else {
             std::env::set_var("GLIBC_TUNABLES", original);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::clean_readonly_mappings;
+
+    #[test]
+    fn only_the_executables_clean_read_only_mappings_are_released() {
+        let smaps = "\
+55d0a0000000-55d0a0100000 r--p 00000000 fe:01 42 /usr/bin/familiar
+Anonymous:             0 kB
+55d0a0100000-55d0a0900000 r-xp 00100000 fe:01 42 /usr/bin/familiar
+Rss:                 812 kB
+Anonymous:             0 kB
+55d0a0900000-55d0a0a00000 r--p 00900000 fe:01 42 /usr/bin/familiar
+Anonymous:            64 kB
+55d0a0a00000-55d0a0a10000 rw-p 00a00000 fe:01 42 /usr/bin/familiar
+Anonymous:             0 kB
+7f0000000000-7f0000100000 r-xp 00000000 fe:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+Anonymous:           132 kB
+";
+        assert_eq!(
+            clean_readonly_mappings(smaps, Path::new("/usr/bin/familiar")),
+            vec![
+                (0x55d0a0000000, 0x55d0a0100000),
+                (0x55d0a0100000, 0x55d0a0900000)
+            ],
+        );
     }
 }
