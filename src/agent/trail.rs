@@ -17,6 +17,10 @@ pub struct Trail {
     pub judgement: Judgement,
     /// The person's answer, for a call that was asked.
     pub approval: Option<Approval>,
+    /// For a tool audited in full (`Tool::audited_in_full`: `type_text`), the call as
+    /// its approval showed it (every character visible), and what came of it once run.
+    pub call: Option<String>,
+    pub result: Option<String>,
 }
 
 /// Who judged the call, and how.
@@ -67,10 +71,17 @@ impl Trail {
     /// The `reason` of the call's audit line: `why` (a refusal's reason) when there is
     /// one, then the trail in brackets.
     pub fn reason(&self, why: Option<&str>) -> String {
-        match why {
+        let mut out = match why {
             Some(why) => format!("{why} [{self}]"),
             None => format!("[{self}]"),
+        };
+        if let Some(call) = &self.call {
+            out.push_str(&format!(" call: {call}"));
         }
+        if let Some(result) = &self.result {
+            out.push_str(&format!(" => {}", crate::approval::visible(result)));
+        }
+        out
     }
 }
 
@@ -79,6 +90,8 @@ impl From<Judgement> for Trail {
         Trail {
             judgement,
             approval: None,
+            call: None,
+            result: None,
         }
     }
 }
