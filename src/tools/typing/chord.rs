@@ -77,7 +77,9 @@ pub struct Chord {
 /// A chord the model wrote that names something we do not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChordError {
-    #[error("the chord `{0}` is empty or has an empty part (write keys like ctrl+s, Return, ctrl+shift+t)")]
+    #[error(
+        "the chord `{0}` is empty or has an empty part (write keys like ctrl+s, Return, ctrl+shift+t)"
+    )]
     Empty(String),
     #[error(
         "unknown key `{key}` in `{chord}`: a letter, a digit, F1-F24 or one of {}",
@@ -204,10 +206,15 @@ mod tests {
         assert_eq!(args("ctrl+s"), ["-M", "ctrl", "-k", "s", "-m", "ctrl"]);
         assert_eq!(
             args("ctrl+shift+t"),
-            ["-M", "ctrl", "-M", "shift", "-k", "t", "-m", "shift", "-m", "ctrl"]
+            [
+                "-M", "ctrl", "-M", "shift", "-k", "t", "-m", "shift", "-m", "ctrl"
+            ]
         );
         assert_eq!(args("Return"), ["-k", "Return"]);
-        assert_eq!(args("super+Enter"), ["-M", "logo", "-k", "Return", "-m", "logo"]);
+        assert_eq!(
+            args("super+Enter"),
+            ["-M", "logo", "-k", "Return", "-m", "logo"]
+        );
     }
 
     #[test]
@@ -235,15 +242,24 @@ mod tests {
             Chord::parse("hyper+a"),
             Err(ChordError::UnknownModifier { .. })
         ));
-        assert!(matches!(Chord::parse("s+ctrl"), Err(ChordError::UnknownModifier { .. })));
+        assert!(matches!(
+            Chord::parse("s+ctrl"),
+            Err(ChordError::UnknownModifier { .. })
+        ));
         for empty in ["", "  ", "ctrl+", "+a", "ctrl++s"] {
-            assert!(matches!(Chord::parse(empty), Err(ChordError::Empty(_))), "{empty:?}");
+            assert!(
+                matches!(Chord::parse(empty), Err(ChordError::Empty(_))),
+                "{empty:?}"
+            );
         }
     }
 
     #[test]
     fn a_chord_reads_back_as_written() {
-        assert_eq!(Chord::parse("control+SHIFT+t").unwrap().to_string(), "ctrl+shift+t");
+        assert_eq!(
+            Chord::parse("control+SHIFT+t").unwrap().to_string(),
+            "ctrl+shift+t"
+        );
         assert_eq!(Chord::parse("win+l").unwrap().to_string(), "super+l");
     }
 

@@ -101,7 +101,9 @@ impl Typing {
         let text = text.filter(|t| !t.is_empty());
         let keys = chord::parse_all(&keys).map_err(|e| ToolError::model(e.to_string()))?;
         if text.is_none() && keys.is_empty() {
-            return Err(ToolError::model("give `text` to type, `keys` to press, or both"));
+            return Err(ToolError::model(
+                "give `text` to type, `keys` to press, or both",
+            ));
         }
         Ok(Typing { text, keys })
     }
@@ -161,7 +163,10 @@ fn check_text(t: &str) -> Result<(), ToolError> {
             "`text` is longer than {MAX_TEXT_CHARS} characters"
         )));
     }
-    if let Some(c) = t.chars().find(|c| c.is_control() && !matches!(c, '\n' | '\t')) {
+    if let Some(c) = t
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+    {
         return Err(ToolError::model(format!(
             "`text` holds the control character {}: press keys such as Escape with `keys`",
             visible(&c.to_string())
@@ -417,7 +422,10 @@ mod tests {
             s.starts_with("type_text into foot \"notes\\x1b]0;evil\\x07\"\n  text (3006 characters): \"a\\nb\\u{202E}c xxx"),
             "{s}"
         );
-        assert!(s.contains(&format!("{}\"\n  keys: ctrl+Return", "x".repeat(3000))), "{s}");
+        assert!(
+            s.contains(&format!("{}\"\n  keys: ctrl+Return", "x".repeat(3000))),
+            "{s}"
+        );
         assert!(!crate::approval::render::is_cut(&s));
     }
 
@@ -430,7 +438,10 @@ mod tests {
             (json!({"keys": [1]}), "list of strings"),
             (json!({"keys": ["ctrl+nope"]}), "unknown key `nope`"),
             (json!({"text": "a\u{1b}b"}), "control character \\x1b"),
-            (json!({"text": "x".repeat(MAX_TEXT_CHARS + 1)}), "longer than"),
+            (
+                json!({"text": "x".repeat(MAX_TEXT_CHARS + 1)}),
+                "longer than",
+            ),
         ] {
             let err = Typing::from_args(&args).unwrap_err().to_string();
             assert!(err.contains(want), "{args}: {err}");
