@@ -203,6 +203,21 @@ mod tests {
     }
 
     #[test]
+    fn a_call_audited_in_full_ends_with_what_was_shown_and_what_came_of_it() {
+        let full = enforcement(EnforcementStatus::Full, Some(6));
+        let mut trail = Trail::judged(&verdict(&ASKED[..1]), &full);
+        trail.approval = Some(Approval::Approved);
+        trail.call = Some("type_text into foot \"~\"\n  text (2 characters): \"a\\n\"".into());
+        trail.result = Some("typed 2 characters\u{1b}[2K".into());
+        assert_eq!(
+            trail.reason(None),
+            "[soul_tools=pass, sandbox=full (landlock abi 6), approval=approved] \
+             call: type_text into foot \"~\"\n  text (2 characters): \"a\\n\" \
+             => typed 2 characters\\x1b[2K"
+        );
+    }
+
+    #[test]
     fn a_call_refused_before_the_policy_names_why_alone() {
         assert_eq!(
             Trail::from(Judgement::UnknownTool).to_string(),
