@@ -2,8 +2,8 @@
 //! asks the compositor to say when the seat has had no input (keyboard, pointer, touch)
 //! for a while, and waits for that, boundedly.
 //!
-//! Two protocols say it. `ext-idle-notify-v1` (staging; sway 1.8+, Hyprland, niri,
-//! KWin, Mutter 48+) is preferred, at version 2 its `get_input_idle_notification`,
+//! Two protocols say it. `ext-idle-notify-v1` (staging; sway 1.8+, Hyprland, niri) is
+//! preferred, at version 2 its `get_input_idle_notification`,
 //! which idle inhibitors (a playing video) do not hold back; `org_kde_kwin_idle` is
 //! what sway 1.7 and other older wlroots compositors offer (an idle inhibitor holds it
 //! back: then the wait runs out, and the caller refuses, which errs on the side of
