@@ -130,6 +130,12 @@ pub const OPEN: ToolInfo = tool!(
     true,
     "open a file or URL with the default application"
 );
+pub const TYPE_TEXT: ToolInfo = tool!(
+    "type_text",
+    SystemCritical,
+    true,
+    "type text and key chords into the focused window (asked every time)"
+);
 pub const KILL_PROCESS: ToolInfo = tool!(
     "kill_process",
     SystemCritical,
@@ -175,6 +181,7 @@ pub const CATALOG: &[ToolInfo] = &[
     HYPR_DISPATCH,
     UI_ACT,
     OPEN,
+    TYPE_TEXT,
     KILL_PROCESS,
     POWER,
     DELEGATE,
@@ -219,6 +226,7 @@ pub fn runs_outside_sandbox(name: &str, args: &serde_json::Value) -> Option<&'st
         "desktop_dispatch" => (args.get("action").and_then(|a| a.as_str()) == Some("launch"))
             .then_some("the program is started by the compositor, outside familiar's sandbox"),
         "open" => Some("the file or URL opens in an application outside familiar's sandbox"),
+        "type_text" => Some("the keystrokes go to the focused window, outside familiar's sandbox"),
         _ => None,
     }
 }
@@ -380,6 +388,7 @@ mod tests {
         let mv = serde_json::json!({"action": "move_to_workspace", "workspace": "2"});
         assert_eq!(runs_outside_sandbox("desktop_dispatch", &mv), None);
         assert!(runs_outside_sandbox("open", &json!({"target": "x"})).is_some());
+        assert!(runs_outside_sandbox("type_text", &json!({"text": "x"})).is_some());
         assert_eq!(
             runs_outside_sandbox("shell", &json!({"command": "ls"})),
             None

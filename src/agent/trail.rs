@@ -17,6 +17,10 @@ pub struct Trail {
     pub judgement: Judgement,
     /// The person's answer, for a call that was asked.
     pub approval: Option<Approval>,
+    /// For a tool audited in full (`Tool::audited_in_full`: `type_text`), the call as
+    /// its approval showed it (every character visible), and what came of it once run.
+    pub call: Option<String>,
+    pub result: Option<String>,
 }
 
 /// Who judged the call, and how.
@@ -67,10 +71,17 @@ impl Trail {
     /// The `reason` of the call's audit line: `why` (a refusal's reason) when there is
     /// one, then the trail in brackets.
     pub fn reason(&self, why: Option<&str>) -> String {
-        match why {
+        let mut out = match why {
             Some(why) => format!("{why} [{self}]"),
             None => format!("[{self}]"),
+        };
+        if let Some(call) = &self.call {
+            out.push_str(&format!(" call: {call}"));
         }
+        if let Some(result) = &self.result {
+            out.push_str(&format!(" => {}", crate::approval::visible(result)));
+        }
+        out
     }
 }
 
@@ -79,6 +90,8 @@ impl From<Judgement> for Trail {
         Trail {
             judgement,
             approval: None,
+            call: None,
+            result: None,
         }
     }
 }
@@ -186,6 +199,21 @@ mod tests {
             trail
                 .to_string()
                 .ends_with(" (landlock abi 6), approval=refused")
+        );
+    }
+
+    #[test]
+    fn a_call_audited_in_full_ends_with_what_was_shown_and_what_came_of_it() {
+        let full = enforcement(EnforcementStatus::Full, Some(6));
+        let mut trail = Trail::judged(&verdict(&ASKED[..1]), &full);
+        trail.approval = Some(Approval::Approved);
+        trail.call = Some("type_text into foot \"~\"\n  text (2 characters): \"a\\n\"".into());
+        trail.result = Some("typed 2 characters\u{1b}[2K".into());
+        assert_eq!(
+            trail.reason(None),
+            "[soul_tools=pass, sandbox=full (landlock abi 6), approval=approved] \
+             call: type_text into foot \"~\"\n  text (2 characters): \"a\\n\" \
+             => typed 2 characters\\x1b[2K"
         );
     }
 

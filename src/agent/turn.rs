@@ -413,6 +413,7 @@ impl Task {
                     ),
                     max_edge: self.rt.settings.config.screen.max_edge,
                 },
+                asked_focus: None,
             },
             events,
             parallel: Arc::new(Semaphore::new(MAX_PARALLEL)),

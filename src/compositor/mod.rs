@@ -17,6 +17,7 @@ pub mod geometry;
 pub mod hyprland;
 pub mod niri;
 pub mod sway;
+pub mod wayland;
 
 use std::io;
 use std::os::unix::fs::MetadataExt;

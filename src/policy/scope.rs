@@ -251,6 +251,7 @@ mod tests {
             Grantable::Never(CRITICAL.into())
         );
         assert!(never("power", json!({"action": "suspend"})));
+        assert!(never("type_text", json!({"text": "x"})));
     }
 
     // A grant for `desktop_dispatch focus_window` would have let `launch` through.

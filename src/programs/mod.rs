@@ -1,7 +1,8 @@
 //! The programs the daemon itself runs outside any sandbox (`xdg-open` or `gio` for
 //! `open`, `systemd-run` to start them as units, `journalctl` for `journal` and the
 //! pre-check, the launcher menus of [`crate::launcher`], what `desktop_dispatch launch`
-//! starts through the compositor: [`argv`], `xdg-dbus-proxy` for a soul's `bus_talk`),
+//! starts through the compositor: [`argv`], `xdg-dbus-proxy` for a soul's `bus_talk`,
+//! `wtype` for `type_text`),
 //! found on a fixed system `PATH`, never the daemon's own.
 //!
 //! A soul that may write a directory early on the user's `PATH` (`~/.local/bin`,
@@ -25,6 +26,7 @@ pub const RUN_UNCONFINED: &[&str] = &[
     "systemd-run",
     "journalctl",
     "xdg-dbus-proxy",
+    "wtype",
 ];
 
 /// `name` on [`SYSTEM_PATH`], if it is there as an executable file. Neither the

@@ -194,6 +194,11 @@ impl Checker {
         Checker { system }
     }
 
+    /// Reads from `system` (standing for the system bus: a test's private one).
+    pub fn on(system: zbus::Connection) -> Checker {
+        Checker { system: Ok(system) }
+    }
+
     /// The conditions that do not hold now, each with its reason; `None` when all do.
     /// Also when an `idle>` condition will hold by itself if nothing changes: how long
     /// until then.
@@ -319,8 +324,8 @@ impl Checker {
         ))
     }
 
-    /// Whether the user's graphical session is locked.
-    async fn locked(&self) -> Result<bool, ConditionError> {
+    /// Whether the user's graphical session is locked (`type_text` asks it too).
+    pub async fn locked(&self) -> Result<bool, ConditionError> {
         let user = self.logind_user().await?;
         let (id, session) = read(LOGIND, user.display()).await?;
         if id.is_empty() {

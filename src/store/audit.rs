@@ -2,7 +2,9 @@
 //!
 //! Invariants: a line never holds a tool's raw arguments (they may carry secrets), only
 //! the SHA-256 of their canonical JSON ([`args_digest`]), so two identical calls have
-//! the same digest whatever the key order; and each entry is one `write` on an
+//! the same digest whatever the key order, except that a tool audited in full
+//! (`type_text`: every keystroke is to be traceable) has its call as its approval
+//! showed it, escaped, and its result at the end of `reason`; and each entry is one `write` on an
 //! `O_APPEND` descriptor, so concurrent writers (threads or processes) never interleave
 //! within a line.
 

@@ -26,6 +26,7 @@ mod shell;
 mod system;
 pub mod systemd;
 mod trash;
+pub mod typing;
 pub mod ui;
 mod util;
 
@@ -66,6 +67,9 @@ pub struct ToolContext {
     pub changes: Option<changes::ChangeLog>,
     /// Where this session's screenshots are kept, and their size.
     pub screen: screen::ScreenPlace,
+    /// The window that had the focus when the person was asked about this call
+    /// ([`Described::focus`]); `None` for a call nobody was asked about.
+    pub asked_focus: Option<crate::compositor::Window>,
 }
 
 impl ToolContext {
@@ -160,10 +164,39 @@ pub trait Tool: Send + Sync {
     /// arguments do (the app and the control a `ui_act` id names, found now); `None`
     /// keeps the rendering of the arguments. An error ends the call unasked: there is
     /// nothing to approve (the control is gone).
-    fn describe(&self, _args: &serde_json::Value) -> Option<ToolFuture> {
+    fn describe(&self, _args: &serde_json::Value) -> Option<DescribeFuture> {
         None
     }
+
+    /// Whether the audit line of a call carries the call as its approval showed it and
+    /// what came of it (`type_text`: the text, the keys, the window, typed or why not),
+    /// rather than only the digest of its arguments.
+    fn audited_in_full(&self) -> bool {
+        false
+    }
 }
+
+/// What an approval shows of a call, from [`Tool::describe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    pub summary: String,
+    /// The window that has the focus now, for a call that must find it still focused
+    /// when it runs (`type_text`); the dispatcher hands it back in
+    /// [`ToolContext::asked_focus`].
+    pub focus: Option<crate::compositor::Window>,
+}
+
+impl From<String> for Described {
+    fn from(summary: String) -> Described {
+        Described {
+            summary,
+            focus: None,
+        }
+    }
+}
+
+/// What [`Tool::describe`] resolves to.
+pub type DescribeFuture = BoxFuture<'static, Result<Described, ToolError>>;
 
 /// What a running call resolves to: the text for the model, or who receives the error.
 pub type ToolFuture = BoxFuture<'static, Result<String, ToolError>>;
@@ -230,6 +263,7 @@ impl Registry {
             Arc::new(ui::UiAct {
                 ui: ui::Ui::session(),
             }),
+            Arc::new(typing::TypeText::session()),
             Arc::new(hypr::HyprState {
                 locate: hypr::locate_from_env(),
             }),

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake_hyprland;
+pub mod fake_logind;
 pub mod fake_niri;
 pub mod fake_secrets;
 pub mod llama;

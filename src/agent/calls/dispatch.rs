@@ -371,16 +371,20 @@ fn deletes_for_good(
 }
 
 /// Lets the tool word its approval from what the call names now (`ui_act`: the app and
-/// the control behind an id): the summary is replaced; a call the tool finds nothing
-/// to ask about (the control is gone) ends here, unasked, with the tool's answer.
-async fn describe(spec: &mut CallSpec) -> Result<(), CallResult> {
+/// the control behind an id): the summary is replaced, and the window focused now is
+/// returned for a tool that must find it unchanged (`type_text`); a call the tool finds
+/// nothing to ask about (the control is gone) ends here, unasked, with the tool's answer.
+async fn describe(spec: &mut CallSpec) -> Result<Option<crate::compositor::Window>, CallResult> {
     let Some(described) = spec.tool.as_ref().and_then(|t| t.describe(&spec.args)) else {
-        return Ok(());
+        return Ok(None);
     };
     match described.await {
-        Ok(summary) => {
-            spec.summary = summary;
-            Ok(())
+        Ok(described) => {
+            spec.summary = described.summary;
+            if spec.trail.call.is_some() {
+                spec.trail.call = Some(spec.summary.clone());
+            }
+            Ok(described.focus)
         }
         Err(ToolError::RespondToModel(msg) | ToolError::Fatal(msg)) => Err(CallResult {
             ok: false,
@@ -402,6 +406,11 @@ async fn decide_and_run(
     approval_wait: &mut Option<u64>,
 ) -> CallResult {
     let cancel = env.tool_ctx.cancel.clone();
+    let audited = spec.tool.as_ref().is_some_and(|t| t.audited_in_full());
+    if audited {
+        spec.trail.call = Some(spec.summary.clone());
+    }
+    let mut asked_focus = None;
     // Cloned: `ask` needs the whole spec, to record the answer in its trail.
     let decision = match spec.disposition.clone() {
         Disposition::Refuse { decision, reason } => {
@@ -409,8 +418,9 @@ async fn decide_and_run(
         }
         Disposition::Run => AuditDecision::Allowed,
         Disposition::Ask { reason, grant } => {
-            if let Err(refused) = describe(&mut spec).await {
-                return refused;
+            match describe(&mut spec).await {
+                Ok(focus) => asked_focus = focus,
+                Err(refused) => return refused,
             }
             let asked = Instant::now();
             let ctx = &env.tool_ctx;
@@ -456,8 +466,12 @@ async fn decide_and_run(
         trail: &spec.trail,
     });
     let started = Instant::now();
+    let ctx = ToolContext {
+        asked_focus,
+        ..env.tool_ctx.clone()
+    };
     let result = tokio::select! {
-        r = tool.run(spec.args.clone(), env.tool_ctx.clone()) => r,
+        r = tool.run(spec.args.clone(), ctx) => r,
         () = cancel.cancelled() => Err(ToolError::RespondToModel("cancelled: the task was stopped".into())),
     };
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -466,6 +480,9 @@ async fn decide_and_run(
         Err(ToolError::RespondToModel(msg)) => (false, msg, None, false),
         Err(ToolError::Fatal(msg)) => (false, msg, None, true),
     };
+    if audited {
+        spec.trail.result = Some(output.clone());
+    }
     CallResult {
         ok,
         output,

@@ -15,7 +15,6 @@
 //! without vision before anything is captured.
 
 pub mod png;
-pub mod wayland;
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -27,7 +26,10 @@ use serde_json::{Value, json};
 
 use super::desktop::Locate;
 use super::util::object_schema;
-use super::{ImageFile, OutputFuture, Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+use super::{
+    DescribeFuture, Described, ImageFile, OutputFuture, Tool, ToolContext, ToolError, ToolFuture,
+    ToolOutput,
+};
 use crate::catalog::{self, ToolInfo};
 use crate::compositor::Compositor;
 use crate::compositor::geometry::Rect;
@@ -183,7 +185,7 @@ impl Tool for Screenshot {
         .boxed()
     }
 
-    fn describe(&self, args: &Value) -> Option<ToolFuture> {
+    fn describe(&self, args: &Value) -> Option<DescribeFuture> {
         let locate = Arc::clone(&self.locate);
         let target = Target::from_args(args);
         Some(
@@ -191,7 +193,10 @@ impl Tool for Screenshot {
                 let target = target?;
                 tokio::task::spawn_blocking(move || {
                     let c = locate().ok_or_else(|| ToolError::model("no compositor is running"))?;
-                    Ok(format!("screenshot of {}", what(&c, &target)))
+                    Ok(Described::from(format!(
+                        "screenshot of {}",
+                        what(&c, &target)
+                    )))
                 })
                 .await
                 .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))?
@@ -297,7 +302,7 @@ fn plan(locate: &Locate, target: &Target, max_edge: u32) -> Result<Plan, ToolErr
         t @ (Target::Window | Target::Output(Some(_)) | Target::Region(_)) => t.clone(),
     };
     let env = std::env::var("WAYLAND_DISPLAY").ok();
-    let display = wayland::display(&c, env.as_deref()).ok_or_else(|| {
+    let display = crate::compositor::wayland::display(&c, env.as_deref()).ok_or_else(|| {
         ToolError::model(format!(
             "no Wayland display beside {}'s socket {}",
             c.name(),

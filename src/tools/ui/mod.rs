@@ -29,7 +29,7 @@ use self::atspi::{
 use self::tree::{Control, state};
 use super::desktop::Locate;
 use super::util::{object_schema, str_arg};
-use super::{Tool, ToolContext, ToolError, ToolFuture};
+use super::{DescribeFuture, Described, Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
 
 /// What `ui_act` does, as the model names it.
@@ -316,14 +316,14 @@ impl Tool for UiRead {
     }
 
     /// Asked (a hosted model, or the policy): the approval names the window.
-    fn describe(&self, _args: &Value) -> Option<ToolFuture> {
+    fn describe(&self, _args: &Value) -> Option<DescribeFuture> {
         let ui = self.ui.clone();
         Some(
             async move {
-                Ok(format!(
+                Ok(Described::from(format!(
                     "read the controls of {}",
                     ui.focused_label().await?
-                ))
+                )))
             }
             .boxed(),
         )
@@ -372,7 +372,7 @@ impl Tool for UiAct {
         .boxed()
     }
 
-    fn describe(&self, args: &Value) -> Option<ToolFuture> {
+    fn describe(&self, args: &Value) -> Option<DescribeFuture> {
         let ui = self.ui.clone();
         let act = Act::from_args(args);
         Some(
@@ -380,7 +380,7 @@ impl Tool for UiAct {
                 let act = act?;
                 let conn = ui.connect().await?;
                 let (app, control) = ui.resolve(&conn, &act.id).await?;
-                Ok(act.summary(&app, &control))
+                Ok(Described::from(act.summary(&app, &control)))
             }
             .boxed(),
         )

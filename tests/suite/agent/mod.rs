@@ -14,4 +14,6 @@ mod run_habits;
 mod screen_sway;
 mod stops;
 mod typed;
+mod typing_ipc;
+mod typing_sway;
 mod ui_sway;

@@ -85,7 +85,7 @@ async fn an_entry_dialog_is_read_filled_and_confirmed() {
 
     let act = UiAct { ui: ui.clone() };
     let set = json!({"id": entry, "action": "set_text", "text": "Ada Lovelace"});
-    let summary = act.describe(&set).unwrap().await.unwrap();
+    let summary = act.describe(&set).unwrap().await.unwrap().summary;
     assert_eq!(
         summary,
         "set the text of text \"\" in zenity to \"Ada Lovelace\""

@@ -86,6 +86,7 @@ pub(crate) fn direct_ctx(h: &Harness) -> ToolContext {
             dir: h.home.path().join("screens"),
             max_edge: 1280,
         },
+        asked_focus: None,
     }
 }
 

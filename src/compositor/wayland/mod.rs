@@ -1,17 +1,21 @@
-//! The Wayland display grim connects to: the compositor's own, found beside its IPC
-//! socket, so a daemon started by systemd without `WAYLAND_DISPLAY` (or with one left
-//! from an earlier session) still captures the session the desktop tools speak to.
+//! The compositor's Wayland display, which grim (`screenshot`) and wtype (`type_text`)
+//! connect to, and which [`idle`] asks whether the user is at the keyboard: the
+//! compositor's own, found beside its IPC socket, so a daemon started by systemd without
+//! `WAYLAND_DISPLAY` (or with one left from an earlier session) still reaches the session
+//! the desktop tools speak to.
 //!
 //! Order: `$WAYLAND_DISPLAY` when it names a live socket in the compositor's runtime
 //! directory; else the display niri's socket names (`niri.wayland-1.PID.sock`); else
 //! the newest `wayland-N` socket in that directory. The result is an absolute path,
 //! which libwayland takes as it is.
 
+pub mod idle;
+
 use std::path::{Path, PathBuf};
 
 use crate::compositor::Compositor;
 
-/// The socket grim should use for `c`, `None` when none is found.
+/// The socket a Wayland client should use for `c`, `None` when none is found.
 pub fn display(c: &Compositor, env_display: Option<&str>) -> Option<PathBuf> {
     let socket = c.socket();
     let runtime = match c {
