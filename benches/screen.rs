@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use familiar::config::screen::DEFAULT_MAX_EDGE;
 use familiar::tools::desktop::locate_from_env;
-use familiar::tools::screen::{ScreenPlace, Target, shoot};
+use familiar::tools::screen::{ScreenPlace, Screenshot, Target, shoot};
 use familiar::tools::ui::Ui;
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +41,7 @@ async fn main() {
     let mut size = (0, 0);
     for _ in 0..RUNS {
         let t = Instant::now();
-        let out = shoot(locate_from_env(), Target::Window, &place, &cancel)
+        let out = shoot(&Screenshot::session(), Target::Window, &place, &cancel)
             .await
             .expect("screenshot");
         shots.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -50,9 +50,9 @@ fn expected_size(sway: &Desktop) -> (u32, u32) {
 
 fn tools(sway: &Desktop) -> Registry {
     let socket = sway.swaysock().to_owned();
-    Registry::with(vec![Arc::new(Screenshot {
-        locate: Arc::new(move || Some(Compositor::Sway(Sway::at(&socket)))),
-    })])
+    Registry::with(vec![Arc::new(Screenshot::grim(Arc::new(move || {
+        Some(Compositor::Sway(Sway::at(&socket)))
+    })))])
 }
 
 /// The PNG's size from a base64 body.
