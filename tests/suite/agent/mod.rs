@@ -12,6 +12,7 @@ mod precheck;
 mod run_cli;
 mod run_habits;
 mod screen_hosted;
+mod screen_ipc;
 mod screen_sway;
 mod stops;
 mod typed;
