@@ -21,9 +21,33 @@ use crate::common::fake_portal::FakePortal;
 use crate::suite::daemon::TestBus;
 
 /// Answers every question with `answer`, keeping each question's summary.
-struct Person {
+pub(super) struct Person {
     answer: Answer,
     asked: Mutex<Vec<String>>,
+}
+
+impl Person {
+    pub(super) fn new(answer: Answer) -> Arc<Person> {
+        Arc::new(Person {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(super) fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+/// The host a hosted harness's model is at, as an approval names it.
+pub(super) fn host_of(h: &Harness) -> String {
+    h.server
+        .base
+        .trim_start_matches("http://")
+        .split(':')
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 impl Frontend for Person {
@@ -64,21 +88,11 @@ async fn setup(kind: &str, answer: Answer) -> Option<Setup> {
         OPEN_POLICY,
     )
     .await?;
-    let host = h
-        .server
-        .base
-        .trim_start_matches("http://")
-        .split(':')
-        .next()
-        .unwrap()
-        .to_owned();
+    let host = host_of(&h);
     let bus = TestBus::start();
     let pictures = tempfile::tempdir().unwrap();
     let portal = FakePortal::start(&bus.address, pictures.path().to_owned()).await;
-    let person = Arc::new(Person {
-        answer,
-        asked: Mutex::new(Vec::new()),
-    });
+    let person = Person::new(answer);
     h.approvals
         .add_frontend(Arc::clone(&person) as Arc<dyn Frontend>);
     Some(Setup {
@@ -110,7 +124,7 @@ impl Setup {
     }
 
     fn asked(&self) -> Vec<String> {
-        self.person.asked.lock().unwrap().clone()
+        self.person.asked()
     }
 
     /// The second request's body, as sent.
