@@ -161,8 +161,6 @@ async fn a_hosted_models_read_is_asked_naming_the_window_and_the_host() {
     let Some((sway, ui)) = session() else {
         return;
     };
-    let mut zenity = sway.spawn_gtk("zenity", &["--question", "--text=Send it?"]);
-    read_until(&ui, "push button \"Yes\"").await;
     let Some(h) = Harness::hosted(
         vec![
             tools_reply(&[("c1", "ui_read", json!({}))]),
@@ -175,6 +173,8 @@ async fn a_hosted_models_read_is_asked_naming_the_window_and_the_host() {
     else {
         return;
     };
+    let mut zenity = sway.spawn_gtk("zenity", &["--question", "--text=Send it?"]);
+    read_until(&ui, "push button \"Yes\"").await;
     let person = Person::new(familiar::approval::Answer::Approve);
     h.approvals
         .add_frontend(Arc::clone(&person) as Arc<dyn familiar::approval::Frontend>);
