@@ -1,9 +1,11 @@
-//! The screen tools in a live desktop session (run inside one: it reads `SWAYSOCK` or
-//! `HYPRLAND_INSTANCE_SIGNATURE`, `WAYLAND_DISPLAY` and the session bus from the
-//! environment): `screenshot` of the focused window at the default `max_edge`
-//! (grim, the PNG saved) and `ui_read` of the focused window (AT-SPI walk and
-//! rendering). Prints medians and p95 over the runs; outside a session it says so and
-//! exits. BENCHMARKS.md records the numbers with the dialog it was run against.
+//! The screen tools. Anywhere: the portal path's own work, a 2560x1440 PNG of the
+//! whole screen decoded, scaled to the default `max_edge` and encoded again
+//! (`tools::screen::fit`). In a live desktop session (run inside one: it reads
+//! `SWAYSOCK` or `HYPRLAND_INSTANCE_SIGNATURE`, `WAYLAND_DISPLAY` and the session bus
+//! from the environment): `screenshot` of the focused window at the default
+//! `max_edge` (grim, the PNG saved) and `ui_read` of the focused window (AT-SPI walk
+//! and rendering); outside a session it says so. Prints medians and p95 over the
+//! runs. BENCHMARKS.md records the numbers with the dialog it was run against.
 
 // A benchmark reports on stdout, and a failed capture is a failed run.
 #![allow(clippy::print_stdout, clippy::expect_used)]
@@ -12,7 +14,7 @@ use std::time::Instant;
 
 use familiar::config::screen::DEFAULT_MAX_EDGE;
 use familiar::tools::desktop::locate_from_env;
-use familiar::tools::screen::{ScreenPlace, Target, shoot};
+use familiar::tools::screen::{ScreenPlace, Screenshot, Target, fit, shoot};
 use familiar::tools::ui::Ui;
 use tokio_util::sync::CancellationToken;
 
@@ -24,8 +26,30 @@ fn stats(mut ms: Vec<f64>) -> (f64, f64) {
     (ms[ms.len() / 2], p95)
 }
 
+/// The portal's whole screen made to fit, as `screenshot` does after the portal answered.
+fn portal_fit() {
+    let screen = fit::test_png(2560, 1440);
+    let mut runs = Vec::new();
+    let mut out = None;
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        out = Some(fit::fit(&screen, None, DEFAULT_MAX_EDGE).expect("fit"));
+        runs.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let out = out.expect("a run");
+    let (median, p95) = stats(runs);
+    println!(
+        "| portal path: 2560x1440 PNG ({} bytes) → decoded, scaled (Lanczos3), encoded {}x{} | {median:.1} / {p95:.1} ms | {} bytes |",
+        screen.len(),
+        out.width,
+        out.height,
+        out.png.len()
+    );
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    portal_fit();
     if locate_from_env()().is_none() {
         println!("screen bench: no compositor in the environment; run it inside a desktop session");
         return;
@@ -41,7 +65,7 @@ async fn main() {
     let mut size = (0, 0);
     for _ in 0..RUNS {
         let t = Instant::now();
-        let out = shoot(locate_from_env(), Target::Window, &place, &cancel)
+        let out = shoot(&Screenshot::session(), Target::Window, &place, &cancel)
             .await
             .expect("screenshot");
         shots.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -254,9 +254,7 @@ impl Registry {
             Arc::new(desktop::DesktopDispatch {
                 locate: desktop::locate_from_env(),
             }),
-            Arc::new(screen::Screenshot {
-                locate: desktop::locate_from_env(),
-            }),
+            Arc::new(screen::Screenshot::session()),
             Arc::new(ui::UiRead {
                 ui: ui::Ui::session(),
             }),

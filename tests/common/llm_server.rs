@@ -124,7 +124,13 @@ pub struct LlmServer {
 
 impl LlmServer {
     pub async fn start(script: Vec<Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        LlmServer::start_at("127.0.0.1", script).await
+    }
+
+    /// A server listening on `ip` (a port of its own), for a test whose provider must
+    /// not be on loopback.
+    pub async fn start_at(ip: &str, script: Vec<Reply>) -> Self {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State {
             script: Mutex::new(script.into()),

@@ -4,6 +4,7 @@
 pub mod fake_hyprland;
 pub mod fake_logind;
 pub mod fake_niri;
+pub mod fake_portal;
 pub mod fake_secrets;
 pub mod llama;
 pub mod llm_server;

@@ -44,6 +44,9 @@ pub enum Disposition {
         reason: String,
         /// What "Allow … for this task" covers, or why it is not offered.
         grant: Grantable,
+        /// The host a screen tool's result goes to (a hosted model): the question is
+        /// then "send WHAT to HOST?", WHAT as the tool describes it.
+        sends_to: Option<String>,
     },
     Refuse {
         decision: AuditDecision,
@@ -417,10 +420,17 @@ async fn decide_and_run(
             return CallResult::refused(decision, reason, spec.trail);
         }
         Disposition::Run => AuditDecision::Allowed,
-        Disposition::Ask { reason, grant } => {
+        Disposition::Ask {
+            reason,
+            grant,
+            sends_to,
+        } => {
             match describe(&mut spec).await {
                 Ok(focus) => asked_focus = focus,
                 Err(refused) => return refused,
+            }
+            if let Some(host) = sends_to {
+                spec.summary = format!("send {} to {host}?", spec.summary);
             }
             let asked = Instant::now();
             let ctx = &env.tool_ctx;

@@ -57,6 +57,7 @@ pub(super) fn dispose(
                 Disposition::Ask {
                     reason: format!("{why}: it is always asked"),
                     grant: grant(),
+                    sends_to: None,
                 }
             }
             None => Disposition::Run,
@@ -64,6 +65,7 @@ pub(super) fn dispose(
         Decision::Ask { reason } => Disposition::Ask {
             reason: reason.clone(),
             grant: grant(),
+            sends_to: None,
         },
         Decision::Deny { reason, .. } => Disposition::Refuse {
             decision: AuditDecision::Denied,

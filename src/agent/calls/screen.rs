@@ -7,8 +7,10 @@
 //! history). Invariants: with `off` the screen tools (and `ui_act`) are neither offered
 //! nor run; with `local` nothing of the screen is sent off this machine (a hosted model
 //! gets a refusal that says why); with `hosted` a hosted model gets it only after the
-//! person approved that very call, the approval naming where it goes, whatever the
-//! policy's mode for the read tier. A screenshot for a model without `vision` is
+//! person approved that very call, whatever the policy's mode for the read tier, the
+//! question one sentence naming what and where ("send a screenshot of the window
+//! firefox (…) to api.anthropic.com?", worded by the dispatcher from the tool's
+//! description and the `sends_to` host this rule gives it). A screenshot for a model without `vision` is
 //! refused with a text that says so, before anything is captured.
 
 use crate::agent::calls::dispatch::Disposition;
@@ -128,6 +130,7 @@ impl ScreenRoute {
                     // Pixels or screen text for a hosted model: each send is its own
                     // question.
                     grant: crate::approval::Grantable::Never(sends),
+                    sends_to: Some(host.clone()),
                 }
             }
         }
@@ -185,6 +188,7 @@ mod tests {
             Disposition::Ask {
                 reason: "execute".into(),
                 grant: crate::approval::Grantable::Never("a test".into()),
+                sends_to: None,
             },
         );
         assert!(matches!(d, Disposition::Ask { .. }), "{d:?}");
@@ -199,7 +203,10 @@ mod tests {
             reason(&d),
             "it sends a screenshot to api.anthropic.com: it is always asked"
         );
-        assert!(matches!(d, Disposition::Ask { .. }));
+        let Disposition::Ask { sends_to, .. } = &d else {
+            panic!("{d:?}");
+        };
+        assert_eq!(sends_to.as_deref(), Some("api.anthropic.com"));
         assert_eq!(v.steps.last().map(|s| s.name), Some(StepName::Screen));
     }
 

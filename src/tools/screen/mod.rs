@@ -1,29 +1,33 @@
 //! `screenshot` (read tier): an image of the focused window, an output or a region,
 //! for a model that takes images.
 //!
-//! The pixels come from the compositor's screencopy through `grim` (Hyprland, sway,
-//! niri; found on the system `PATH`, never the user's), asked to scale so the longest
-//! side is at most `[screen] max_edge`; the window's place comes from the compositor
-//! ([`crate::compositor::geometry`]). On GNOME and KDE (no wlroots screencopy) the
-//! xdg-desktop-portal's Screenshot would be the way; it is not implemented, and the
-//! tool is not offered there. The image is saved under the session's `screens/`
-//! directory (owner-only) and the loop puts it in the history by reference
-//! ([`crate::llm::image`]); the model receives it in the same turn.
+//! Two sources of pixels ([`Backend`]): the compositor's screencopy through `grim`
+//! ([`grim`]: Hyprland, sway, niri), asked to scale so the longest side is at most
+//! `[screen] max_edge`, the window's place from the compositor; and where grim cannot
+//! capture (GNOME and KDE, named by `$XDG_CURRENT_DESKTOP`, or no wlroots compositor
+//! or no grim) the xdg-desktop-portal's Screenshot ([`portal`]), which gives the whole
+//! screen: it is cut to the window or region where the compositor says where that is
+//! (one output, so its pixels map onto the screenshot), else sent whole and the text
+//! says so, and scaled down here ([`fit`]). The image is saved under the session's
+//! `screens/` directory (owner-only) and the loop puts it in the history by
+//! reference ([`crate::llm::image`]); the model receives it in the same turn.
 //!
 //! What reaches a hosted model is not decided here: the call gate's screen rule
 //! (`agent::calls::screen`) refuses or asks before this runs, and refuses a model
 //! without vision before anything is captured.
 
+pub mod fit;
+pub mod grim;
 pub mod png;
+pub mod portal;
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use futures::FutureExt;
 use serde_json::{Value, json};
 
+use super::bus::{Bus, Presence};
 use super::desktop::Locate;
 use super::util::object_schema;
 use super::{
@@ -34,9 +38,8 @@ use crate::catalog::{self, ToolInfo};
 use crate::compositor::Compositor;
 use crate::compositor::geometry::Rect;
 use crate::ids::SessionId;
+use fit::PixelRect;
 
-/// The longest a capture may take: grim on a 4K output takes well under a second.
-const CAPTURE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest image grim may hand back (a PNG at `max_edge` is a few hundred KB).
 const MAX_IMAGE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -108,39 +111,67 @@ impl Target {
     }
 }
 
-/// grim's arguments for `target` (whose logical size is `size`, when known) scaled so
-/// the longest side is at most `max_edge`; writes a PNG to stdout.
-pub fn grim_args(
-    target: &Target,
-    rect: Option<Rect>,
-    size: Option<(u32, u32)>,
-    max_edge: u32,
-) -> Vec<String> {
-    let mut args = Vec::new();
-    match (target, rect) {
-        (Target::Output(Some(name)), _) => args.extend(["-o".to_owned(), name.clone()]),
-        (Target::Output(None), _) => {}
-        (Target::Window | Target::Region(_), Some(rect)) => {
-            args.extend(["-g".to_owned(), rect.grim()])
-        }
-        (Target::Window | Target::Region(_), None) => {}
-    }
-    // Without -s grim renders at the greatest output scale: a HiDPI screen doubles.
-    let scale = size.map_or(1.0, |(w, h)| {
-        (f64::from(max_edge) / f64::from(w.max(h).max(1))).min(1.0)
-    });
-    args.extend([
-        "-s".to_owned(),
-        format!("{scale:.4}"),
-        "-t".to_owned(),
-        "png".to_owned(),
-        "-".to_owned(),
-    ]);
-    args
-}
-
+#[derive(Clone)]
 pub struct Screenshot {
     pub locate: Locate,
+    /// The bus the xdg-desktop-portal is asked on, where grim cannot capture.
+    pub portal: Bus,
+    /// `$XDG_CURRENT_DESKTOP`: on GNOME and KDE the portal is asked, grim or not.
+    pub desktop: Option<String>,
+}
+
+/// Where a screenshot's pixels come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    Grim(Compositor),
+    /// The portal; the compositor, where one says where windows are.
+    Portal(Option<Compositor>),
+}
+
+impl Screenshot {
+    /// The session's compositor, portal and desktop.
+    pub fn session() -> Screenshot {
+        Screenshot {
+            locate: super::desktop::locate_from_env(),
+            portal: Bus::Session,
+            desktop: std::env::var("XDG_CURRENT_DESKTOP").ok(),
+        }
+    }
+
+    /// Through grim in the compositor `locate` finds (the session's portal otherwise).
+    pub fn grim(locate: Locate) -> Screenshot {
+        Screenshot {
+            locate,
+            portal: Bus::Session,
+            desktop: None,
+        }
+    }
+
+    /// Where the pixels come from now, `None` when from nowhere (blocking: it asks the
+    /// compositor and the bus).
+    pub fn backend(&self) -> Option<Backend> {
+        let compositor = (self.locate)();
+        let portal_desktop = self.desktop.as_deref().is_some_and(|d| {
+            d.split(':')
+                .any(|d| d.eq_ignore_ascii_case("GNOME") || d.eq_ignore_ascii_case("KDE"))
+        });
+        match compositor {
+            Some(c) if !portal_desktop && crate::programs::find("grim").is_some() => {
+                Some(Backend::Grim(c))
+            }
+            c => portal_present(&self.portal).then_some(Backend::Portal(c)),
+        }
+    }
+}
+
+/// Whether the bus serves the portal (running, or started on first use).
+fn portal_present(bus: &Bus) -> bool {
+    static SESSION: std::sync::LazyLock<Presence> =
+        std::sync::LazyLock::new(|| Presence::new(Bus::Session, portal::PORTAL));
+    match bus {
+        Bus::Session => SESSION.check(),
+        other => Presence::new(other.clone(), portal::PORTAL).check(),
+    }
 }
 
 impl Tool for Screenshot {
@@ -169,7 +200,7 @@ impl Tool for Screenshot {
     }
 
     fn available(&self) -> bool {
-        crate::programs::find("grim").is_some() && (self.locate)().is_some()
+        self.backend().is_some()
     }
 
     fn execute(&self, args: Value, ctx: ToolContext) -> ToolFuture {
@@ -177,26 +208,32 @@ impl Tool for Screenshot {
     }
 
     fn run(&self, args: Value, ctx: ToolContext) -> OutputFuture {
-        let locate = Arc::clone(&self.locate);
+        let this = self.clone();
         async move {
             let target = Target::from_args(&args)?;
-            shoot(locate, target, &ctx.screen, &ctx.cancel).await
+            shoot(&this, target, &ctx.screen, &ctx.cancel).await
         }
         .boxed()
     }
 
     fn describe(&self, args: &Value) -> Option<DescribeFuture> {
-        let locate = Arc::clone(&self.locate);
+        let this = self.clone();
         let target = Target::from_args(args);
         Some(
             async move {
                 let target = target?;
-                tokio::task::spawn_blocking(move || {
-                    let c = locate().ok_or_else(|| ToolError::model("no compositor is running"))?;
-                    Ok(Described::from(format!(
-                        "screenshot of {}",
-                        what(&c, &target)
-                    )))
+                tokio::task::spawn_blocking(move || match this.backend() {
+                    Some(Backend::Grim(c)) => Ok(Described::from(format!(
+                        "a screenshot of {}",
+                        what(Some(&c), &target)
+                    ))),
+                    Some(Backend::Portal(c)) => Ok(Described::from(format!(
+                        "a screenshot of {}",
+                        portal_what(c.as_ref(), &target)
+                    ))),
+                    None => Err(ToolError::model(
+                        "no screenshot can be taken in this session",
+                    )),
                 })
                 .await
                 .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))?
@@ -206,25 +243,46 @@ impl Tool for Screenshot {
     }
 }
 
-/// Captures `target` into `place` (what `screenshot` runs; public for the bench).
+/// Captures `target` into `place` with `shot`'s backend (what `screenshot` runs;
+/// public for the bench).
 pub async fn shoot(
-    locate: Locate,
+    shot: &Screenshot,
     target: Target,
     place: &ScreenPlace,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ToolOutput, ToolError> {
     let max_edge = place.max_edge;
-    let plan = tokio::task::spawn_blocking(move || plan(&locate, &target, max_edge))
-        .await
-        .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))??;
-    let bytes = capture(&plan, cancel).await?;
+    let this = shot.clone();
+    let chosen = tokio::task::spawn_blocking(move || match this.backend() {
+        Some(Backend::Grim(c)) => grim::plan(&c, &target, max_edge).map(Chosen::Grim),
+        Some(Backend::Portal(c)) => Ok(Chosen::Portal(portal_plan(c.as_ref(), &target))),
+        None => Err(ToolError::model(
+            "no screenshot can be taken in this session: neither grim with a wlroots compositor nor the desktop's screenshot portal",
+        )),
+    })
+    .await
+    .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))??;
+    let (bytes, what) = match chosen {
+        Chosen::Grim(plan) => (grim::capture(&plan, cancel).await?, plan.what),
+        Chosen::Portal(plan) => {
+            let whole = portal::capture(&shot.portal, cancel)
+                .await
+                .map_err(|e| ToolError::model(e.to_string()))?;
+            let fitted = tokio::task::spawn_blocking(move || {
+                let crop = plan.crop.map(|c| c.in_image(&whole)).transpose()?.flatten();
+                fit::fit(&whole, crop, max_edge).map_err(|e| ToolError::model(e.to_string()))
+            })
+            .await
+            .map_err(|e| ToolError::Fatal(format!("screenshot worker failed: {e}")))??;
+            (fitted.png, plan.what)
+        }
+    };
     let (width, height) =
-        png::size(&bytes).ok_or_else(|| ToolError::model("grim returned no PNG image"))?;
+        png::size(&bytes).ok_or_else(|| ToolError::model("the capture returned no PNG image"))?;
     let path = save(&place.dir, &bytes)?;
     Ok(ToolOutput {
         text: format!(
-            "screenshot of {} ({width}x{height} PNG, {} KB): the image is attached",
-            plan.what,
+            "screenshot of {what} ({width}x{height} PNG, {} KB): the image is attached",
             bytes.len().div_ceil(1024)
         ),
         image: Some(ImageFile {
@@ -236,19 +294,109 @@ pub async fn shoot(
     })
 }
 
-/// What a capture will take: grim's arguments, the display, what they show in words.
-struct Plan {
-    args: Vec<String>,
-    display: PathBuf,
-    what: String,
+enum Chosen {
+    Grim(grim::Plan),
+    Portal(PortalPlan),
+}
+
+/// What the portal's whole screen is cut to, and what the result shows in words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortalPlan {
+    pub crop: Option<PortalCrop>,
+    pub what: String,
+}
+
+/// Where in the portal's screenshot the target is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PortalCrop {
+    /// A rectangle of the screenshot's own pixels (a region asked where no compositor
+    /// says what the layout is).
+    Pixels(PixelRect),
+    /// A rectangle in a layout of `layout` logical pixels (the one output's size):
+    /// mapped onto the screenshot, whose pixels may be scaled (HiDPI).
+    Logical { rect: Rect, layout: (u32, u32) },
+}
+
+impl PortalCrop {
+    /// The rectangle of `png`'s pixels; `None`: the whole image.
+    fn in_image(self, png: &[u8]) -> Result<Option<PixelRect>, ToolError> {
+        let (w, h) =
+            png::size(png).ok_or_else(|| ToolError::model("the portal's file is no PNG"))?;
+        Ok(Some(match self {
+            PortalCrop::Pixels(r) => r,
+            PortalCrop::Logical { rect, layout } => {
+                let sx = f64::from(w) / f64::from(layout.0.max(1));
+                let sy = f64::from(h) / f64::from(layout.1.max(1));
+                let at = |v: i64, s: f64| (v.max(0) as f64 * s).round() as u32;
+                let len = |v: u32, s: f64| ((f64::from(v) * s).round() as u32).max(1);
+                PixelRect {
+                    x: at(rect.x, sx),
+                    y: at(rect.y, sy),
+                    width: len(rect.width, sx),
+                    height: len(rect.height, sy),
+                }
+            }
+        }))
+    }
+}
+
+/// How the portal's whole screen becomes `target`: cut where the compositor `c` says
+/// where it is on a one-output layout; a region in the screenshot's pixels where no
+/// compositor answers; else the whole screen, said so.
+pub fn portal_plan(c: Option<&Compositor>, target: &Target) -> PortalPlan {
+    let whole = |why: &str| PortalPlan {
+        crop: None,
+        what: format!("the whole screen ({why})"),
+    };
+    let layout = c
+        .and_then(|c| c.desktop().ok())
+        .and_then(|d| match d.outputs.as_slice() {
+            [one] => one.width.zip(one.height),
+            _ => None,
+        });
+    match (target, layout) {
+        (Target::Region(r), None) if c.is_none() => PortalPlan {
+            crop: u32::try_from(r.x)
+                .ok()
+                .zip(u32::try_from(r.y).ok())
+                .map(|(x, y)| {
+                    PortalCrop::Pixels(PixelRect {
+                        x,
+                        y,
+                        width: r.width,
+                        height: r.height,
+                    })
+                }),
+            what: format!("the region {} of the screen's pixels", r.grim()),
+        },
+        (Target::Region(r), Some(layout)) => PortalPlan {
+            crop: Some(PortalCrop::Logical { rect: *r, layout }),
+            what: format!("the region {}", r.grim()),
+        },
+        (Target::Window, Some(layout)) => {
+            let window = c.and_then(|c| c.focused_window().ok().flatten());
+            match window.as_ref().and_then(|w| w.rect.map(|r| (w, r))) {
+                Some((w, rect)) => PortalPlan {
+                    crop: Some(PortalCrop::Logical { rect, layout }),
+                    what: format!("the window {} ({})", w.app_id, w.title),
+                },
+                None => whole("the focused window's place is not known"),
+            }
+        }
+        (Target::Window, None) => whole(
+            "the desktop's portal gives the whole screen and the focused window's place is not known",
+        ),
+        (Target::Region(_), None) => whole("the region's place on several outputs is not known"),
+        (Target::Output(_), _) => whole("the desktop's portal gives every output"),
+    }
 }
 
 /// What a target shows, in words: the focused window's app and title.
-fn what(c: &Compositor, target: &Target) -> String {
+fn what(c: Option<&Compositor>, target: &Target) -> String {
     match target {
-        Target::Window => match c.focused_window() {
-            Ok(Some(w)) => format!("the window {} ({})", w.app_id, w.title),
-            Ok(None) | Err(_) => "the focused window".to_owned(),
+        Target::Window => match c.map(Compositor::focused_window) {
+            Some(Ok(Some(w))) => format!("the window {} ({})", w.app_id, w.title),
+            Some(Ok(None) | Err(_)) | None => "the focused window".to_owned(),
         },
         Target::Output(Some(name)) => format!("the output {name}"),
         Target::Output(None) => "the focused output".to_owned(),
@@ -256,96 +404,9 @@ fn what(c: &Compositor, target: &Target) -> String {
     }
 }
 
-fn plan(locate: &Locate, target: &Target, max_edge: u32) -> Result<Plan, ToolError> {
-    let c = locate().ok_or_else(|| ToolError::model("no compositor is running"))?;
-    let failed = |e| ToolError::model(format!("{}: {e}", c.name()));
-    let (rect, size) = match target {
-        Target::Window => {
-            let w = c
-                .focused_window()
-                .map_err(failed)?
-                .ok_or_else(|| ToolError::model("no window has the focus"))?;
-            let rect = w.rect.ok_or_else(|| {
-                ToolError::model(format!(
-                    "{} does not say where the focused window is: use target output",
-                    c.name()
-                ))
-            })?;
-            (Some(rect), Some((rect.width, rect.height)))
-        }
-        Target::Output(name) => {
-            let desktop = c.desktop().map_err(failed)?;
-            let output = desktop
-                .outputs
-                .iter()
-                .find(|o| name.as_ref().map_or(o.focused, |n| &o.name == n));
-            let Some(output) = output else {
-                let names: Vec<&str> = desktop.outputs.iter().map(|o| o.name.as_str()).collect();
-                return Err(ToolError::model(format!(
-                    "no such output (outputs: {})",
-                    names.join(", ")
-                )));
-            };
-            (None, output.width.zip(output.height))
-        }
-        Target::Region(r) => (Some(*r), Some((r.width, r.height))),
-    };
-    let target = match target {
-        Target::Output(None) => {
-            // grim without -o captures every output: name the focused one.
-            let name = c
-                .desktop()
-                .ok()
-                .and_then(|d| d.outputs.into_iter().find(|o| o.focused).map(|o| o.name));
-            Target::Output(name)
-        }
-        t @ (Target::Window | Target::Output(Some(_)) | Target::Region(_)) => t.clone(),
-    };
-    let env = std::env::var("WAYLAND_DISPLAY").ok();
-    let display = crate::compositor::wayland::display(&c, env.as_deref()).ok_or_else(|| {
-        ToolError::model(format!(
-            "no Wayland display beside {}'s socket {}",
-            c.name(),
-            c.socket().display()
-        ))
-    })?;
-    Ok(Plan {
-        args: grim_args(&target, rect, size, max_edge),
-        display,
-        what: what(&c, &target),
-    })
-}
-
-/// Runs grim; its PNG.
-async fn capture(
-    plan: &Plan,
-    cancel: &tokio_util::sync::CancellationToken,
-) -> Result<Vec<u8>, ToolError> {
-    let grim = crate::programs::find("grim")
-        .ok_or_else(|| ToolError::model("grim is not installed in the system's directories"))?;
-    let child = tokio::process::Command::new(&grim)
-        .args(&plan.args)
-        .env("WAYLAND_DISPLAY", &plan.display)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| ToolError::model(format!("cannot run {}: {e}", grim.display())))?;
-    let out = tokio::select! {
-        out = tokio::time::timeout(CAPTURE_TIMEOUT, child.wait_with_output()) => out
-            .map_err(|_| ToolError::model("grim took too long"))?
-            .map_err(|e| ToolError::model(format!("grim: {e}")))?,
-        () = cancel.cancelled() => return Err(ToolError::model("cancelled: the task was stopped")),
-    };
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(ToolError::model(format!("grim failed: {}", err.trim())));
-    }
-    if out.stdout.len() > MAX_IMAGE_BYTES {
-        return Err(ToolError::model("grim's image is too large"));
-    }
-    Ok(out.stdout)
+/// [`portal_plan`]'s words alone (the approval's).
+fn portal_what(c: Option<&Compositor>, target: &Target) -> String {
+    portal_plan(c, target).what
 }
 
 /// Saves `bytes` as a new owner-only file in `dir`.
@@ -401,26 +462,46 @@ mod tests {
     }
 
     #[test]
-    fn grim_scales_the_longest_side_to_max_edge() {
-        let rect = Rect {
+    fn the_portals_screen_is_cut_where_the_place_is_known() {
+        let region = Target::Region(Rect {
             x: 10,
             y: 20,
-            width: 2560,
-            height: 1440,
-        };
+            width: 300,
+            height: 200,
+        });
+        // No compositor (GNOME, KDE): a region is in the screenshot's pixels.
+        let plan = portal_plan(None, &region);
         assert_eq!(
-            grim_args(&Target::Window, Some(rect), Some((2560, 1440)), 1280),
-            ["-g", "10,20 2560x1440", "-s", "0.5000", "-t", "png", "-"]
+            plan.crop,
+            Some(PortalCrop::Pixels(PixelRect {
+                x: 10,
+                y: 20,
+                width: 300,
+                height: 200
+            }))
         );
-        // Never scaled up: a small dialog stays at its logical size (not the HiDPI one).
+        let plan = portal_plan(None, &Target::Window);
+        assert_eq!(plan.crop, None);
+        assert!(plan.what.starts_with("the whole screen"), "{}", plan.what);
+        // A logical rect on a 2x screen: twice the pixels.
+        let crop = PortalCrop::Logical {
+            rect: Rect {
+                x: 100,
+                y: 50,
+                width: 400,
+                height: 300,
+            },
+            layout: (1280, 720),
+        };
+        let png = fit::test_png(2560, 1440);
         assert_eq!(
-            grim_args(
-                &Target::Output(Some("HEADLESS-1".into())),
-                None,
-                Some((800, 600)),
-                1280
-            ),
-            ["-o", "HEADLESS-1", "-s", "1.0000", "-t", "png", "-"]
+            crop.in_image(&png).unwrap(),
+            Some(PixelRect {
+                x: 200,
+                y: 100,
+                width: 800,
+                height: 600
+            })
         );
     }
 }

@@ -315,13 +315,14 @@ impl Tool for UiRead {
         async move { ui.read().await }.boxed()
     }
 
-    /// Asked (a hosted model, or the policy): the approval names the window.
+    /// Asked (a hosted model, or the policy): the approval names the window, as what
+    /// is sent ("send the accessibility text of … to HOST?" for a hosted model).
     fn describe(&self, _args: &Value) -> Option<DescribeFuture> {
         let ui = self.ui.clone();
         Some(
             async move {
                 Ok(Described::from(format!(
-                    "read the controls of {}",
+                    "the accessibility text of {}",
                     ui.focused_label().await?
                 )))
             }

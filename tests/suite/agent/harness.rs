@@ -75,7 +75,33 @@ impl Harness {
 
     /// `provider_extra` goes into `[providers.local]`; `policy_src` is a policy file.
     pub async fn with(script: Vec<Reply>, provider_extra: &str, policy_src: &str) -> Harness {
-        let server = LlmServer::start(script).await;
+        Harness::on(LlmServer::start(script).await, provider_extra, policy_src)
+    }
+
+    /// Like [`Harness::with`], with the model at this machine's address on its network
+    /// (what familiar counts as hosted: only loopback is local), or `None` after a
+    /// visible skip where the machine has no such address.
+    pub async fn hosted(
+        script: Vec<Reply>,
+        provider_extra: &str,
+        policy_src: &str,
+    ) -> Option<Harness> {
+        // A UDP "connection" sends nothing: it only picks the address of the route out.
+        let ip = std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.connect("203.0.113.1:9").map(|()| s))
+            .and_then(|s| s.local_addr())
+            .ok()
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+        let Some(ip) = ip else {
+            crate::common::skip::skip("this machine has no address but loopback");
+            return None;
+        };
+        let server = LlmServer::start_at(&ip.to_string(), script).await;
+        Some(Harness::on(server, provider_extra, policy_src))
+    }
+
+    fn on(server: LlmServer, provider_extra: &str, policy_src: &str) -> Harness {
         let provider = format!(
             "base_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{provider_extra}",
             server.base

@@ -11,6 +11,8 @@ mod overflow;
 mod precheck;
 mod run_cli;
 mod run_habits;
+mod screen_hosted;
+mod screen_ipc;
 mod screen_sway;
 mod stops;
 mod typed;

@@ -50,13 +50,13 @@ fn expected_size(sway: &Desktop) -> (u32, u32) {
 
 fn tools(sway: &Desktop) -> Registry {
     let socket = sway.swaysock().to_owned();
-    Registry::with(vec![Arc::new(Screenshot {
-        locate: Arc::new(move || Some(Compositor::Sway(Sway::at(&socket)))),
-    })])
+    Registry::with(vec![Arc::new(Screenshot::grim(Arc::new(move || {
+        Some(Compositor::Sway(Sway::at(&socket)))
+    })))])
 }
 
 /// The PNG's size from a base64 body.
-fn png_size(b64: &str) -> (u32, u32) {
+pub(super) fn png_size(b64: &str) -> (u32, u32) {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64)
         .expect("base64");
@@ -64,7 +64,7 @@ fn png_size(b64: &str) -> (u32, u32) {
 }
 
 /// The first request's tool call, in `kind`'s wire format.
-fn call_reply(kind: &str) -> Reply {
+pub(super) fn call_reply(kind: &str) -> Reply {
     match kind {
         "anthropic" => Reply::sse(sse(vec![
             an_message_start(100),
@@ -80,7 +80,7 @@ fn call_reply(kind: &str) -> Reply {
     }
 }
 
-fn done_reply(kind: &str) -> Reply {
+pub(super) fn done_reply(kind: &str) -> Reply {
     match kind {
         "anthropic" => Reply::sse(sse(vec![
             an_message_start(100),
@@ -98,7 +98,7 @@ fn done_reply(kind: &str) -> Reply {
 }
 
 /// The image of the second request, as `kind` sends it: its base64.
-fn sent_image(kind: &str, body: &Value) -> String {
+pub(super) fn sent_image(kind: &str, body: &Value) -> String {
     let messages = body["messages"].as_array().unwrap();
     match kind {
         "anthropic" => {

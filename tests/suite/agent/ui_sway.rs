@@ -17,6 +17,7 @@ use familiar::tools::{Registry, Tool, ToolError};
 use serde_json::json;
 
 use super::harness::*;
+use super::screen_hosted::{Person, host_of};
 use crate::common::skip;
 use crate::common::sway::{Desktop, Options, PATIENCE};
 
@@ -151,6 +152,52 @@ async fn a_model_reads_a_question_and_presses_yes() {
         .to_owned();
     assert!(acted.contains("push button \"Yes\" in zenity"), "{acted}");
     assert_eq!(finish(zenity).0, 0, "Yes exits 0");
+}
+
+/// A hosted model's `ui_read` (the soul's `screen = "hosted"`) is asked as one sentence
+/// naming the app's window and the host, and the controls reach the model once approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_models_read_is_asked_naming_the_window_and_the_host() {
+    let Some((sway, ui)) = session() else {
+        return;
+    };
+    let Some(h) = Harness::hosted(
+        vec![
+            tools_reply(&[("c1", "ui_read", json!({}))]),
+            text_reply("read"),
+        ],
+        "api_key_env = \"HOME\"\n",
+        OPEN_POLICY,
+    )
+    .await
+    else {
+        return;
+    };
+    let mut zenity = sway.spawn_gtk("zenity", &["--question", "--text=Send it?"]);
+    read_until(&ui, "push button \"Yes\"").await;
+    let person = Person::new(familiar::approval::Answer::Approve);
+    h.approvals
+        .add_frontend(Arc::clone(&person) as Arc<dyn familiar::approval::Frontend>);
+    let rt = h.runtime(Registry::with(vec![Arc::new(UiRead { ui: ui.clone() })]));
+    let soul = h.soul("tools = [\"ui_read\"]\nscreen = \"hosted\"\n");
+    let (out, _) = h.run(rt, h.spec(soul, "what does it ask?", None)).await;
+    assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
+    let asked = person.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let host = host_of(&h);
+    assert!(
+        asked[0].starts_with("send the accessibility text of zenity's ")
+            && asked[0].ends_with(&format!(" to {host}?")),
+        "{}",
+        asked[0]
+    );
+    let seen = tool_messages(&h.server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(seen.contains("push button \"No\""), "{seen}");
+    zenity.kill().ok();
+    zenity.wait().ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

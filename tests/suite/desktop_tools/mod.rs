@@ -25,6 +25,7 @@ use super::agent::harness::*;
 use super::daemon::TestBus;
 
 mod launch;
+mod portal;
 mod systemd;
 
 /// Calls a fake received: (method, arguments).
