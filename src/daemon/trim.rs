@@ -21,9 +21,11 @@
 //! in the page cache, counted for every page the process has touched. Start-up (the
 //! command line, the configuration and souls, the warm request's whole HTTP stack)
 //! touches 2–3 MiB of code that an idle daemon never runs again (BENCHMARKS.md, "Idle
-//! RSS"). [`release_startup_code`] drops the process's mappings of those pages once
-//! start-up and warming are over; the pages stay in the page cache, so what runs next
-//! maps them back with a minor fault, and the kernel may reclaim the rest.
+//! RSS"), and a burst of tasks touches most of the rest (the tools, the providers, the
+//! stores). [`release_code`] drops the process's mappings of those pages once start-up
+//! and warming are over, and again once per idle spell, when the burst's blocking
+//! threads leave (10 s after their last job); the pages stay in the page cache, so what
+//! runs next maps them back with a minor fault, and the kernel may reclaim the rest.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -39,18 +41,28 @@ const TUNED_ENV: &str = "FAMILIAR_MALLOC_TUNED";
 /// Set while no task runs or waits (the supervisor keeps it).
 static IDLE: AtomicBool = AtomicBool::new(true);
 
+/// Set once the binary's pages were released in this idle spell (cleared when a task
+/// starts): the threads leaving after a burst release them once, not each.
+static CODE_RELEASED: AtomicBool = AtomicBool::new(false);
+
 /// The supervisor's word on whether any task runs or waits.
 pub(super) fn set_idle(idle: bool) {
     IDLE.store(idle, Ordering::Release);
+    if !idle {
+        CODE_RELEASED.store(false, Ordering::Release);
+    }
 }
 
 /// A runtime thread is about to exit (an idle blocking thread, 10 s after its last job):
-/// what it freed goes back too, when the daemon is idle. The blocking threads of a
-/// burst of tasks outlive the last task by their keep-alive, so the trim at the end of
-/// that task could not return what they held.
+/// what it freed goes back too, when the daemon is idle, and the code the burst ran.
+/// The blocking threads of a burst of tasks outlive the last task by their keep-alive,
+/// so the trim at the end of that task could not return what they held.
 pub(super) fn thread_stopping() {
     if IDLE.load(Ordering::Acquire) {
         release_freed_memory();
+        if !CODE_RELEASED.swap(true, Ordering::AcqRel) {
+            release_code();
+        }
     }
 }
 
@@ -70,13 +82,14 @@ pub(super) fn release_freed_memory() {
 /// hold no private copy of a page (`Anonymous: 0 kB` in smaps: no relocation or
 /// breakpoint wrote to them) are released: for those `MADV_DONTNEED` only forgets
 /// mappings of page-cache pages, and the next access maps the same page again.
-/// Called when the daemon has settled (warm.rs), not per task: mapping back the code a
-/// task runs costs about a thousand minor faults.
+/// Called when the daemon has settled (warm.rs) and once per idle spell
+/// ([`thread_stopping`]), never while a task runs: mapping back the code a task runs
+/// costs about a thousand minor faults, paid by the first task after a pause.
 #[expect(
     unsafe_code,
     reason = "madvise on the process's own read-only file mappings"
 )]
-pub(super) fn release_startup_code() {
+pub(super) fn release_code() {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return;
     };
@@ -98,7 +111,7 @@ pub(super) fn release_startup_code() {
     }
     tracing::debug!(
         mapped_kib = released / 1024,
-        "released the start-up code's pages"
+        "released the binary's code pages"
     );
 }
 

@@ -87,7 +87,7 @@ async fn run(shared: Arc<Shared>, emitter: SignalEmitter<'static>) {
         }
         // Start-up and warming are over: the idle daemon keeps only the code it runs.
         if shared.active.load(Ordering::SeqCst) == 0 {
-            super::trim::release_startup_code();
+            super::trim::release_code();
         }
         warmth.woken().await;
     }
