@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use zbus::interface;
 use zbus::zvariant::OwnedVariant;
 
-use super::daemon::TestBus;
+use crate::common::bus::TestBus;
 use crate::common::sandbox::{SandboxHome, alive, landlock_available, sh};
 
 /// The activatable witness: writes the environment the bus gave it, then fails

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::Barrier;
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 const READ_SOUL: &str = "max_iterations = 10\ntools = [\"read_file\", \"list_dir\", \"disk_usage\", \"search_files\", \"write_file\"]\n";
@@ -342,23 +342,21 @@ async fn full_compaction_summarises_and_the_transcript_keeps_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_run_in_parallel_and_a_write_runs_alone() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[
-                ("r1", "disk_usage", json!({"path": "a"})),
-                ("r2", "search_files", json!({"path": ".", "pattern": "x"})),
-                (
-                    "w1",
-                    "write_file",
-                    json!({"path": "out.txt", "content": "x"}),
-                ),
-                ("r3", "disk_usage", json!({"path": "b"})),
-            ]),
-            text_reply("done"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[
+            ("r1", "disk_usage", json!({"path": "a"})),
+            ("r2", "search_files", json!({"path": ".", "pattern": "x"})),
+            (
+                "w1",
+                "write_file",
+                json!({"path": "out.txt", "content": "x"}),
+            ),
+            ("r3", "disk_usage", json!({"path": "b"})),
+        ]),
+        text_reply("done"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let write_saw = Arc::new(AtomicUsize::new(usize::MAX));
@@ -471,30 +469,28 @@ async fn the_kernel_refuses_what_the_policy_let_through() {
     let secret = outside.path().join("secret.txt");
     write(&secret, "TOP SECRET");
     let escape = outside.path().join("escape.txt");
-    let h = Harness::with(
-        vec![
-            tools_reply(&[
-                (
-                    "c1",
-                    "read_file",
-                    json!({"path": secret.display().to_string()}),
-                ),
-                (
-                    "c2",
-                    "write_file",
-                    json!({"path": escape.display().to_string(), "content": "x"}),
-                ),
-                (
-                    "c3",
-                    "write_file",
-                    json!({"path": "inside.txt", "content": "fine"}),
-                ),
-            ]),
-            text_reply("done"),
-        ],
-        "",
-        &format!("protected_paths = []\n{OPEN_POLICY}"),
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[
+            (
+                "c1",
+                "read_file",
+                json!({"path": secret.display().to_string()}),
+            ),
+            (
+                "c2",
+                "write_file",
+                json!({"path": escape.display().to_string(), "content": "x"}),
+            ),
+            (
+                "c3",
+                "write_file",
+                json!({"path": "inside.txt", "content": "fine"}),
+            ),
+        ]),
+        text_reply("done"),
+    ])
+    .policy(&format!("protected_paths = []\n{OPEN_POLICY}"))
+    .build()
     .await;
     let soul = h.soul(&format!(
         "tools = [\"read_file\", \"write_file\"]\n[sandbox]\nread = [\"{}\"]\n",

@@ -13,6 +13,7 @@ use super::cli::familiar;
 use super::systemd::spawn_daemon;
 use super::*;
 use crate::common::TestHome;
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, sse};
 
 fn text(b: &[u8]) -> String {

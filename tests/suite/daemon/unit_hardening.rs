@@ -13,6 +13,7 @@ use std::process::Command;
 use super::user_manager::{UserManager, text};
 use super::*;
 use crate::common::TestHome;
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, oa_tool_call, sse};
 
 /// The highest exposure `systemd-analyze --user security` may rate the unit (10 is
