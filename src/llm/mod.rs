@@ -12,12 +12,15 @@
 //! call whose arguments were received whole (a cut stream never completes a call).
 //!
 //! Layout: `openai.rs` and `anthropic/` are the two SSE wire formats, `ollama.rs`
-//! Ollama's own NDJSON API (with its context size per request); `http.rs` is the
+//! Ollama's own NDJSON API (with its context size per request); `chat.rs` the message
+//! encoder that chat completions and Ollama share, with a hook per wire for what they
+//! spell differently (tool calls, tool results, images); `http.rs` is the
 //! transport both share and `tls.rs` its certificate checks; [`sse`] turns bytes into
 //! events and knows no provider; what both formats share (argument parsing, picking a
 //! decoder by kind) lives here.
 
 mod anthropic;
+mod chat;
 mod client;
 mod error;
 mod http;

@@ -12,7 +12,7 @@
 //! Invariant: tool calls arrive whole in one line (Ollama never splits arguments), so a
 //! call is complete when its line is read.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -22,13 +22,13 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
+use super::chat::{self, ChatWire};
 use super::http::{Endpoint, Framing, HttpCtx, drive};
-use super::image::{self, ImageWire, Images, image_wires};
+use super::image::{self, ImageWire};
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
-    ContentBlock, ContextOverflow, Estimator, FinishReason, LlmError, Message, Provider, Request,
-    Role, StreamEvent, Usage,
+    ContextOverflow, Estimator, FinishReason, LlmError, Provider, Request, StreamEvent, Usage,
 };
 use crate::config::{DEFAULT_CONTEXT_WINDOW, ProviderConfig};
 use crate::ids::CallId;
@@ -216,30 +216,6 @@ struct Options {
 }
 
 pub(crate) fn request_body(req: &Request, cfg: &ProviderConfig, num_ctx: u32) -> Body {
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    if !req.system.is_empty() {
-        messages.push(json!({"role": "system", "content": req.system}));
-    }
-    // Ollama's tool messages name the tool, not the call: map ids to names.
-    let mut names: HashMap<&CallId, &str> = HashMap::new();
-    let images = Images::new(&req.messages, cfg.vision);
-    for m in &req.messages {
-        for b in &m.content {
-            if let ContentBlock::ToolUse { id, name, .. } = b {
-                names.insert(id, name);
-            }
-        }
-        push_message(m, &names, &images, &mut messages);
-    }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| {
-            json!({"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": t.input_schema,
-            }})
-        })
-        .collect();
     Body {
         model: req.model.clone(),
         stream: true,
@@ -249,75 +225,25 @@ pub(crate) fn request_body(req: &Request, cfg: &ProviderConfig, num_ctx: u32) ->
             num_predict: req.max_tokens,
             temperature: req.temperature,
         },
-        tools,
-        messages,
+        tools: chat::tools(req),
+        messages: chat::messages::<Ollama>(req, cfg.vision),
     }
 }
 
-fn push_message(
-    m: &Message,
-    names: &HashMap<&CallId, &str>,
-    images: &Images,
-    out: &mut Vec<Value>,
-) {
-    // Ollama takes `images` on any message but its chat templates place them for the
-    // user's only: the pixels follow the tool messages in a user message.
-    let wires = image_wires(m, images);
-    let mut text = String::new();
-    let mut thinking = String::new();
-    let mut calls = Vec::new();
-    for block in &m.content {
-        match block {
-            ContentBlock::Text { text: t } | ContentBlock::Reminder { text: t } => {
-                if !text.is_empty() {
-                    text.push_str("\n\n");
-                }
-                text.push_str(t);
-            }
-            ContentBlock::Thinking { thinking: t, .. } => thinking.push_str(t),
-            ContentBlock::ToolUse { id, name, input } => calls.push(json!({
-                "id": id, "function": {"name": name, "arguments": input},
-            })),
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => {
-                let mut content = if *is_error {
-                    format!("error: {content}")
-                } else {
-                    content.clone()
-                };
-                if wires
-                    .iter()
-                    .any(|(id, w)| id == tool_use_id && matches!(w, ImageWire::Data { .. }))
-                {
-                    content.push('\n');
-                    content.push_str(&image::follows_note(tool_use_id));
-                }
-                let name = names.get(tool_use_id).copied().unwrap_or_default();
-                out.push(json!({"role": "tool", "tool_name": name, "content": content}));
-            }
-            ContentBlock::Image { .. } => {}
-        }
+impl ChatWire for Ollama {
+    const SENDS_THINKING: bool = true;
+    const SENDS_EMPTY_TURN: bool = true;
+
+    fn tool_call(id: &CallId, name: &str, input: &Value) -> Value {
+        json!({"id": id, "function": {"name": name, "arguments": input}})
     }
-    if m.role == Role::User && !wires.is_empty() {
-        out.push(image::ollama_user_message(wires, text));
-        return;
+
+    fn tool_result(_id: &CallId, name: &str, content: String) -> Value {
+        json!({"role": "tool", "tool_name": name, "content": content})
     }
-    match m.role {
-        Role::User if !text.is_empty() => out.push(json!({"role": "user", "content": text})),
-        Role::User => {}
-        Role::Assistant => {
-            let mut msg = json!({"role": "assistant", "content": text});
-            if !thinking.is_empty() {
-                msg["thinking"] = Value::String(thinking);
-            }
-            if !calls.is_empty() {
-                msg["tool_calls"] = Value::Array(calls);
-            }
-            out.push(msg);
-        }
+
+    fn user_images(wires: Vec<(CallId, ImageWire)>, text: String) -> Value {
+        image::ollama_user_message(wires, text)
     }
 }
 

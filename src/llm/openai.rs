@@ -13,14 +13,12 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::chat::{self, ChatWire};
 use super::http::Wire;
-use super::image::{self, ImageWire, Images, image_wires};
+use super::image::ImageWire;
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
-use super::{
-    ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, Usage,
-    parse_arguments,
-};
+use super::{FinishReason, LlmError, Request, StreamEvent, Usage, parse_arguments};
 use crate::config::ProviderConfig;
 use crate::ids::CallId;
 
@@ -76,24 +74,6 @@ pub(crate) struct Body {
 
 /// The chat completions body for `req`.
 pub(crate) fn request_body(req: &Request, vision: bool) -> Body {
-    let images = Images::new(&req.messages, vision);
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    if !req.system.is_empty() {
-        messages.push(json!({"role": "system", "content": req.system}));
-    }
-    for m in &req.messages {
-        push_message(m, &images, &mut messages);
-    }
-    let tools = (!req.tools.is_empty()).then(|| {
-        req.tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.input_schema,
-                }})
-            })
-            .collect()
-    });
     Body {
         model: req.model.clone(),
         max_tokens: req.max_tokens,
@@ -101,88 +81,48 @@ pub(crate) fn request_body(req: &Request, vision: bool) -> Body {
         stream: true,
         stream_options: json!({"include_usage": true}),
         return_progress: None,
-        tools,
-        messages,
+        tools: (!req.tools.is_empty()).then(|| Value::Array(chat::tools(req))),
+        messages: chat::messages::<OpenAi>(req, vision),
     }
 }
 
-fn push_message(m: &Message, images: &Images, out: &mut Vec<Value>) {
-    let mut text = String::new();
-    let mut calls = Vec::new();
-    // A tool message takes no image (chat completions accept only text there, and
-    // llama.cpp and vLLM refuse one): the pixels follow in a user message.
-    let wires = image_wires(m, images);
-    let mut parts = Vec::new();
-    // Tool results must directly follow the assistant turn that asked for them, so
-    // they go before any text the same user message carries.
-    for block in &m.content {
-        match block {
-            ContentBlock::Text { text: t } | ContentBlock::Reminder { text: t } => {
-                if !text.is_empty() {
-                    text.push_str("\n\n");
-                }
-                text.push_str(t);
-            }
-            // Chat completions has no way to send reasoning back.
-            ContentBlock::Thinking { .. } => {}
-            ContentBlock::ToolUse { id, name, input } => calls.push(json!({
-                "id": id, "type": "function",
-                "function": {"name": name, "arguments": input.to_string()},
-            })),
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => {
-                let mut content = if *is_error {
-                    format!("error: {content}")
-                } else {
-                    content.clone()
-                };
-                if wires
-                    .iter()
-                    .any(|(id, w)| id == tool_use_id && w.data_url().is_some())
-                {
-                    content.push('\n');
-                    content.push_str(&image::follows_note(tool_use_id));
-                }
-                out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
-            }
-            ContentBlock::Image { .. } => {}
-        }
+impl ChatWire for OpenAi {
+    // Chat completions has no way to send reasoning back.
+    const SENDS_THINKING: bool = false;
+    const SENDS_EMPTY_TURN: bool = false;
+
+    fn tool_call(id: &CallId, name: &str, input: &Value) -> Value {
+        json!({
+            "id": id, "type": "function",
+            "function": {"name": name, "arguments": input.to_string()},
+        })
     }
-    for (id, wire) in &wires {
-        match wire.data_url() {
-            Some(url) => {
-                parts.push(json!({"type": "text", "text": format!("The image of call {id}:")}));
-                parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
-            }
-            None => {
-                if let ImageWire::Text(t) = wire {
-                    parts.push(json!({"type": "text", "text": t}));
+
+    fn tool_result(id: &CallId, _name: &str, content: String) -> Value {
+        json!({"role": "tool", "tool_call_id": id, "content": content})
+    }
+
+    /// Each image as a `data:` URL after a line naming its call (or the line that
+    /// stands for it), then the message's text.
+    fn user_images(wires: Vec<(CallId, ImageWire)>, text: String) -> Value {
+        let mut parts = Vec::new();
+        for (id, wire) in &wires {
+            match wire.data_url() {
+                Some(url) => {
+                    parts.push(json!({"type": "text", "text": format!("The image of call {id}:")}));
+                    parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+                }
+                None => {
+                    if let ImageWire::Text(t) = wire {
+                        parts.push(json!({"type": "text", "text": t}));
+                    }
                 }
             }
         }
-    }
-    if !parts.is_empty() && m.role == Role::User {
         if !text.is_empty() {
             parts.push(json!({"type": "text", "text": text}));
         }
-        out.push(json!({"role": "user", "content": parts}));
-        return;
-    }
-    match m.role {
-        Role::User if !text.is_empty() => out.push(json!({"role": "user", "content": text})),
-        Role::User => {}
-        Role::Assistant => {
-            let mut msg = json!({"role": "assistant", "content": text});
-            if !calls.is_empty() {
-                msg["tool_calls"] = Value::Array(calls);
-            }
-            if !text.is_empty() || msg.get("tool_calls").is_some() {
-                out.push(msg);
-            }
-        }
+        json!({"role": "user", "content": parts})
     }
 }
 

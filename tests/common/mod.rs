@@ -1,11 +1,17 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: the fixtures (`harness.rs`: a runtime on
+//! the loopback model; `fixture.rs`: the daemon on a private bus, `bus.rs`), the
+//! loopback model server, fakes of the desktop's services, the sandbox's and the
+//! desktop's harnesses, skips.
 #![allow(dead_code)]
 
+pub mod bus;
 pub mod fake_hyprland;
 pub mod fake_logind;
 pub mod fake_niri;
 pub mod fake_portal;
 pub mod fake_secrets;
+pub mod fixture;
+pub mod harness;
 pub mod llama;
 pub mod llm_server;
 pub mod sandbox;
@@ -13,6 +19,11 @@ pub mod skip;
 pub mod sway;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Upper bound on any one wait: a safety net so a broken test fails instead of hanging,
+/// never a timing assertion.
+pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A throwaway home directory with the XDG layout, so a test never reads or writes the
 /// real user's config or data.

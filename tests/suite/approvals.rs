@@ -12,9 +12,10 @@ use std::sync::mpsc;
 
 use serde_json::{Value, json};
 
-use super::agent::harness::{text_reply, tools_reply};
-use super::daemon::{Fixture, PATIENCE, Watch};
+use crate::common::PATIENCE;
 use crate::common::TestHome;
+use crate::common::fixture::{Fixture, Watch};
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::LlmServer;
 
 /// A command that hides a second one behind a newline and a line erase, then reverses
@@ -205,22 +206,20 @@ async fn a_huge_command_is_shown_as_head_and_tail_with_its_size() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_asks_on_the_terminal_with_the_whole_call_made_visible() {
     let content = "hi\n\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\\u{202E}";
-    let f = Fixture::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "write_file",
-                json!({"path": "note.txt", "content": content}),
-            )]),
-            text_reply("not written"),
-        ],
-        "",
-        "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n",
-        familiar::daemon::DaemonOptions {
-            notifications: false,
-            ..Default::default()
-        },
-    )
+    let f = Fixture::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "write_file",
+            json!({"path": "note.txt", "content": content}),
+        )]),
+        text_reply("not written"),
+    ])
+    .policy("[tiers]\nread = \"allow\"\nwrite = \"ask\"\n")
+    .options(familiar::daemon::DaemonOptions {
+        notifications: false,
+        ..Default::default()
+    })
+    .start()
     .await;
     let mut w = Watch::new(&f.proxy).await;
     let ws = f.workspace();

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use super::agent::harness::{text_reply, tools_reply};
 use crate::common::TestHome;
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::*;
 
 fn config(home: &TestHome, server: &LlmServer) {

@@ -5,8 +5,8 @@
 use std::io::Write;
 use std::process::Stdio;
 
-use super::agent::harness::text_reply;
 use crate::common::TestHome;
+use crate::common::harness::text_reply;
 use crate::common::llm_server::{LlmServer, Reply, Step, oa_text, sse};
 
 /// Ten times the limit.

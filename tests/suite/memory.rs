@@ -13,8 +13,8 @@ use familiar::store::{Memory, MemoryScope, Store};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::agent::harness::{OPEN_POLICY, text_reply, tool_messages, tools_reply};
 use crate::common::TestHome;
+use crate::common::harness::{OPEN_POLICY, text_reply, tool_messages, tools_reply};
 use crate::common::llm_server::LlmServer;
 use crate::common::sandbox::{SandboxHome, landlock_available, launcher, sh};
 
@@ -354,8 +354,8 @@ async fn familiar_memory_clears_one_soul_or_everything() {
 /// The daemon's runtime on `harness` with the memory tools, and a soul `keeper` with
 /// memory on.
 async fn start_daemon(
-    harness: &super::agent::harness::Harness,
-    bus: &super::daemon::TestBus,
+    harness: &crate::common::harness::Harness,
+    bus: &crate::common::bus::TestBus,
 ) -> familiar::daemon::Daemon {
     let builtin = familiar::tools::Registry::builtin();
     let extra = ["remember", "forget"]
@@ -376,7 +376,7 @@ async fn start_daemon(
     souls
         .souls
         .insert("keeper".to_owned(), std::sync::Arc::new(keeper));
-    let rt = harness.runtime_with_souls(super::agent::harness::builtin_plus(extra), souls);
+    let rt = harness.runtime_with_souls(crate::common::harness::builtin_plus(extra), souls);
     familiar::daemon::Daemon::start(
         rt,
         zbus::connection::Builder::address(bus.address.as_str()),
@@ -388,22 +388,22 @@ async fn start_daemon(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_survives_a_daemon_restart_and_is_managed_over_dbus() {
-    use super::daemon::{TestBus, Watch, error_name};
+    use super::daemon::error_name;
+    use crate::common::bus::TestBus;
+    use crate::common::fixture::Watch;
     use familiar::dbus::proxy::Agent1Proxy;
 
-    let harness = super::agent::harness::Harness::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "remember",
-                json!({"fact": "never touch the vm in ~/vms"}),
-            )]),
-            text_reply("Noted."),
-            text_reply("I will leave ~/vms alone."),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let harness = crate::common::harness::Harness::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "remember",
+            json!({"fact": "never touch the vm in ~/vms"}),
+        )]),
+        text_reply("Noted."),
+        text_reply("I will leave ~/vms alone."),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let bus = TestBus::start();
     let daemon = start_daemon(&harness, &bus).await;

@@ -125,7 +125,7 @@ async fn a_prefill_reports_progress_and_a_continued_request_reuses_the_cache() {
 async fn a_new_task_of_the_soul_reuses_the_cached_system_prompt_and_tools() {
     use familiar::agent::events::EventPayload;
 
-    use crate::suite::agent::harness::{Harness, OPEN_POLICY, builtin_plus};
+    use crate::common::harness::{Harness, OPEN_POLICY, builtin_plus};
 
     let Some(server) = LlamaServer::start(4096, 512).await else {
         return;
@@ -135,7 +135,11 @@ async fn a_new_task_of_the_soul_reuses_the_cached_system_prompt_and_tools() {
          max_output_tokens = 4\ntemperature = 0.0\n",
         server.base
     );
-    let h = Harness::against(&provider, OPEN_POLICY).await;
+    let h = Harness::builder(Vec::new())
+        .against(&provider)
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let rt = h.runtime(builtin_plus(vec![]));
     // The desktop soul's persona and its tools that run without Hyprland.
     let soul = h.soul(&format!(
@@ -189,7 +193,7 @@ async fn a_task_completes_when_its_first_request_overflows_the_context() {
     use familiar::llm::{ContentBlock, Role};
     use familiar::store::{Context, TaskStatus};
 
-    use crate::suite::agent::harness::{Harness, OPEN_POLICY, builtin_plus, compactions};
+    use crate::common::harness::{Harness, OPEN_POLICY, builtin_plus, compactions};
 
     const N_CTX: u32 = 3072;
     let Some(server) = LlamaServer::start(N_CTX, 512).await else {
@@ -200,7 +204,11 @@ async fn a_task_completes_when_its_first_request_overflows_the_context() {
          max_output_tokens = 32\ntemperature = 0.0\n",
         server.base
     );
-    let h = Harness::against(&provider, OPEN_POLICY).await;
+    let h = Harness::builder(Vec::new())
+        .against(&provider)
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let soul = h.soul("max_iterations = 3\ntools = []\n");
     let id = SessionId::new("s-huge-outputs").unwrap();
     let mut ctx = Context::new(id.clone(), soul.id.clone(), "read the logs");

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use familiar::error::FileError;
 use familiar::policy::{Policy, builtin_source};
 use familiar::sandbox::busproxy::{BusProxy, SessionBus};
 use familiar::sandbox::{SandboxPolicy, UnixSockets};
@@ -17,7 +18,7 @@ use tokio::sync::mpsc;
 use zbus::interface;
 use zbus::zvariant::OwnedVariant;
 
-use super::daemon::TestBus;
+use crate::common::bus::TestBus;
 use crate::common::sandbox::{SandboxHome, alive, landlock_available, sh};
 
 /// The activatable witness: writes the environment the bus gave it, then fails
@@ -72,7 +73,10 @@ fn bus_with_witness(dir: &Path, env_file: &Path) -> TestBus {
 }
 
 /// A soul's `[sandbox]` from its lines, parsed by the real soul parser.
-fn soul_sandbox(h: &SandboxHome, sandbox: &str) -> Result<familiar::sandbox::SandboxSpec, String> {
+fn soul_sandbox(
+    h: &SandboxHome,
+    sandbox: &str,
+) -> Result<familiar::sandbox::SandboxSpec, FileError> {
     let policy =
         Policy::from_toml("default.toml", builtin_source("default").unwrap(), &h.home).unwrap();
     let src = format!("description = \"t\"\nprompt = \"t\"\n[sandbox]\n{sandbox}\n");
@@ -86,7 +90,6 @@ fn soul_sandbox(h: &SandboxHome, sandbox: &str) -> Result<familiar::sandbox::San
         SoulOrigin::BuiltIn,
     )
     .map(|s| s.sandbox.clone())
-    .map_err(|e| e.to_string())
 }
 
 /// What a tool would put into every service the bus starts later.
@@ -171,9 +174,24 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     assert_eq!(notify.enforcement.unix_sockets, UnixSockets::Granted);
     let pid = proxy.pid().await.expect("the proxy runs");
 
-    // The bus itself: the basics answer, UpdateActivationEnvironment does not.
+    the_bus_answers_its_basics_but_not_an_environment_update(&policy).await;
+    names_not_listed_are_unreachable_and_not_activated(&policy, &env_file).await;
+    the_real_bus_and_its_sockets_are_hidden(&policy, &bus, runtime.path(), &proxy).await;
+    later_activated_services_get_no_ld_preload(&bus, &env_file);
+
+    // The task's end: the proxy is gone, reaped.
+    assert!(alive(i32::try_from(pid).unwrap()));
+    proxy.stop().await;
+    assert!(
+        !alive(i32::try_from(pid).unwrap()),
+        "the proxy outlived its task"
+    );
+}
+
+/// The bus itself through the proxy: the basics answer, UpdateActivationEnvironment does not.
+async fn the_bus_answers_its_basics_but_not_an_environment_update(policy: &SandboxPolicy) {
     let basics = sh(
-        &policy,
+        policy,
         &gdbus_call(
             "--session",
             "org.freedesktop.DBus",
@@ -185,7 +203,7 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     .await;
     assert_eq!(basics.exit_code, Some(0), "{basics:?}");
     let update = sh(
-        &policy,
+        policy,
         &gdbus_call(
             "--session",
             "org.freedesktop.DBus",
@@ -197,20 +215,32 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     .await;
     assert_ne!(update.exit_code, Some(0), "{update:?}");
     assert!(update.stderr.contains("AccessDenied"), "{update:?}");
+}
 
-    // Not listed: unreachable, and not activated either.
+/// Names the soul does not list: unreachable, and not activated either.
+async fn names_not_listed_are_unreachable_and_not_activated(
+    policy: &SandboxPolicy,
+    env_file: &Path,
+) {
     for name in [WITNESS, "dev.familiar.Agent1", "org.freedesktop.systemd1"] {
         let call = sh(
-            &policy,
+            policy,
             &gdbus_call("--session", name, "/", "org.freedesktop.DBus.Peer.Ping", ""),
         )
         .await;
         assert_ne!(call.exit_code, Some(0), "{name}: {call:?}");
     }
     assert!(!env_file.exists(), "a name not listed was activated");
+}
 
-    // The real bus and the runtime directory's sockets are hidden, though unix sockets
-    // are open to the command: only the proxy's directory is there.
+/// The real bus and the runtime directory's sockets are hidden, though unix sockets are
+/// open to the command: only the proxy's directory is there.
+async fn the_real_bus_and_its_sockets_are_hidden(
+    policy: &SandboxPolicy,
+    bus: &TestBus,
+    runtime: &Path,
+    proxy: &BusProxy,
+) {
     for raw in [
         gdbus_call(
             &format!("--address '{}'", bus.address),
@@ -220,21 +250,21 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
             UPDATE,
         ),
         gdbus_call(
-            &format!("--address unix:path={}/bus", runtime.path().display()),
+            &format!("--address unix:path={}/bus", runtime.display()),
             "org.freedesktop.DBus",
             "/org/freedesktop/DBus",
             "org.freedesktop.DBus.GetId",
             "",
         ),
     ] {
-        let out = sh(&policy, &raw).await;
+        let out = sh(policy, &raw).await;
         assert_ne!(out.exit_code, Some(0), "{raw}: {out:?}");
     }
     let seen = sh(
-        &policy,
+        policy,
         &format!(
             "for p in '{}' '{}' '{}'; do test -e \"$p\" && echo \"$p\"; done; true",
-            runtime.path().join("bus").display(),
+            runtime.join("bus").display(),
             proxy.socket().display(),
             bus.socket_path().display()
         ),
@@ -251,7 +281,7 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
         "{seen:?}"
     );
     let kind = sh(
-        &policy,
+        policy,
         &format!(
             "test -S '{}' || echo not a socket",
             bus.socket_path().display()
@@ -259,9 +289,11 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
     )
     .await;
     assert_eq!(kind.stdout, "not a socket\n", "{kind:?}");
+}
 
-    // A service the bus activates now has no LD_PRELOAD. Control: an update made
-    // outside any sandbox does reach it, so the witness would show one.
+/// A service the bus activates after the tool's update has no LD_PRELOAD. Control: an
+/// update made outside any sandbox does reach it, so the witness would show one.
+fn later_activated_services_get_no_ld_preload(bus: &TestBus, env_file: &Path) {
     let control = busctl_outside(
         &bus.address,
         &[
@@ -291,17 +323,9 @@ async fn a_tool_talks_to_the_listed_names_only_and_cannot_reach_the_bus_itself()
             "0",
         ],
     );
-    let env = std::fs::read_to_string(&env_file).unwrap();
+    let env = std::fs::read_to_string(env_file).unwrap();
     assert!(env.contains("FAMILIAR_WITNESS=outside"), "{env}");
     assert!(!env.contains("LD_PRELOAD"), "{env}");
-
-    // The task's end: the proxy is gone, reaped.
-    assert!(alive(i32::try_from(pid).unwrap()));
-    proxy.stop().await;
-    assert!(
-        !alive(i32::try_from(pid).unwrap()),
-        "the proxy outlived its task"
-    );
 }
 
 #[test]
@@ -314,7 +338,8 @@ fn a_raw_grant_of_the_session_bus_is_refused_at_load_pointing_to_bus_talk() {
         &h,
         &format!("read = [\"~\"]\nsockets = [\"{}\"]", bus.display()),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("t.toml:5"), "{err}");
     assert!(err.contains("bus_talk"), "{err}");
 }
@@ -327,7 +352,9 @@ fn a_malformed_bus_name_is_an_error_naming_the_line() {
         "dev.familiar.Agent1",
         "org.freedesktop.DBus",
     ] {
-        let err = soul_sandbox(&h, &format!("bus_talk = [\"{bad}\"]")).unwrap_err();
+        let err = soul_sandbox(&h, &format!("bus_talk = [\"{bad}\"]"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("t.toml:4"), "{bad}: {err}");
     }
 }

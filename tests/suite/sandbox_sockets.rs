@@ -17,10 +17,11 @@ use std::sync::Arc;
 use familiar::tools::Registry;
 use serde_json::json;
 
-use super::daemon::{Fixture, TestBus};
+use crate::common::bus::TestBus;
 use crate::common::fake_secrets::FakeSecrets;
+use crate::common::fixture::Fixture;
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::sandbox::{SandboxHome, landlock_available, run, sh};
-use crate::suite::agent::harness::{text_reply, tools_reply};
 
 /// Tries each way out and prints one line per attempt: `NAME ok` or `NAME errno N`.
 const PROBE_PY: &str = r#"
@@ -400,17 +401,15 @@ async fn granted_task(
         read.display(),
         bus.socket_path().display()
     );
-    let f = Fixture::custom_on(
-        bus,
-        replies,
-        "",
-        OPEN_POLICY,
-        familiar::daemon::DaemonOptions::default(),
-        &[("granted", &soul)],
-        vec![Arc::clone(Registry::builtin().get("shell").unwrap())],
-    )
-    .await;
-    let mut w = super::daemon::Watch::new(&f.proxy).await;
+    let f = Fixture::builder(replies)
+        .on(bus)
+        .policy(OPEN_POLICY)
+        .options(familiar::daemon::DaemonOptions::default())
+        .soul("granted", &soul)
+        .tools(vec![Arc::clone(Registry::builtin().get("shell").unwrap())])
+        .start()
+        .await;
+    let mut w = crate::common::fixture::Watch::new(&f.proxy).await;
     let (task, _) = f.submit("granted", prompt).await.unwrap();
     let (status, _) = w.finished(&task).await;
     assert_eq!(status, "completed");

@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, HashMap};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::agent::harness::text_reply;
-use super::daemon::{PATIENCE, TestBus};
 use super::reliability::RealDaemon;
+use crate::common::PATIENCE;
 use crate::common::TestHome;
+use crate::common::bus::TestBus;
 use crate::common::fake_secrets::FakeSecrets;
+use crate::common::harness::text_reply;
 use crate::common::llm_server::*;
 
 const KEY: &str = "sk-from-the-keyring-6d1f";

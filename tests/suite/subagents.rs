@@ -14,7 +14,7 @@ use familiar::tools::Registry;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::agent::harness::{Harness, OPEN_POLICY, builtin_plus, text_reply, tools_reply};
+use crate::common::harness::{Harness, OPEN_POLICY, builtin_plus, text_reply, tools_reply};
 use crate::common::llm_server::{Gate, Reply, Step, oa_text};
 
 /// A parent `boss` that may read and delegate to `helper`, but not write; a `helper`
@@ -65,23 +65,21 @@ fn payloads<'a>(events: &'a [Arc<Event>], kind: &str) -> Vec<&'a Arc<Event>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_runs_under_the_stricter_rules_and_reports_under_its_own_id() {
-    let h = Harness::with(
-        vec![
-            delegate("write the notes"),
-            tools_reply(&[
-                (
-                    "w1",
-                    "write_file",
-                    json!({"path": "notes.txt", "content": "x"}),
-                ),
-                ("d2", "delegate", json!({"soul": "boss", "prompt": "again"})),
-            ]),
-            text_reply("could not write"),
-            text_reply("the helper could not write"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        delegate("write the notes"),
+        tools_reply(&[
+            (
+                "w1",
+                "write_file",
+                json!({"path": "notes.txt", "content": "x"}),
+            ),
+            ("d2", "delegate", json!({"soul": "boss", "prompt": "again"})),
+        ]),
+        text_reply("could not write"),
+        text_reply("the helper could not write"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let set = souls(&h, BOSS);
     let boss = Arc::clone(&set.souls["boss"]);
@@ -125,7 +123,7 @@ async fn a_child_runs_under_the_stricter_rules_and_reports_under_its_own_id() {
     assert!(!h.workspace().join("notes.txt").exists());
     // A delegate of a delegate fails with a tool error that says why.
     assert_eq!(child_calls[1].0, "delegate");
-    let child_results = super::agent::harness::tool_messages(&h.server, 2);
+    let child_results = crate::common::harness::tool_messages(&h.server, 2);
     let depth_error = child_results[1]["content"].as_str().unwrap();
     assert!(
         depth_error.contains("cannot delegate further"),
@@ -133,7 +131,7 @@ async fn a_child_runs_under_the_stricter_rules_and_reports_under_its_own_id() {
     );
 
     // The parent got the child's answer with its status.
-    let parent_results = super::agent::harness::tool_messages(&h.server, 3);
+    let parent_results = crate::common::harness::tool_messages(&h.server, 3);
     let answer = parent_results[0]["content"].as_str().unwrap();
     assert!(answer.contains("completed]"), "{answer}");
     assert!(answer.contains("could not write"), "{answer}");
@@ -169,7 +167,7 @@ async fn a_childs_iterations_come_out_of_the_parents_budget() {
     let script = std::iter::once(delegate("loop"))
         .chain(looping)
         .collect::<Vec<_>>();
-    let h = Harness::with(script, "", OPEN_POLICY).await;
+    let h = Harness::builder(script).policy(OPEN_POLICY).build().await;
     let boss = BOSS.replace("max_iterations = 6", "max_iterations = 3");
     let set = souls(&h, &boss);
     let boss = Arc::clone(&set.souls["boss"]);
@@ -202,7 +200,10 @@ async fn cancelling_the_parent_cancels_the_child() {
         Step::Wait(gate.clone()),
         Step::Hang,
     ]);
-    let h = Harness::with(vec![delegate("wait"), hang], "", OPEN_POLICY).await;
+    let h = Harness::builder(vec![delegate("wait"), hang])
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let set = souls(&h, BOSS);
     let boss = Arc::clone(&set.souls["boss"]);
     let rt = h.runtime_with_souls(tools(), set);
@@ -227,18 +228,17 @@ async fn cancelling_the_parent_cancels_the_child() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_lists_a_sub_task_under_its_parent_and_signals_its_events() {
-    use super::daemon::{TestBus, Watch};
+    use crate::common::bus::TestBus;
+    use crate::common::fixture::Watch;
     use familiar::dbus::proxy::Agent1Proxy;
 
-    let h = Harness::with(
-        vec![
-            delegate("look around"),
-            text_reply("nothing here"),
-            text_reply("the helper found nothing"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        delegate("look around"),
+        text_reply("nothing here"),
+        text_reply("the helper found nothing"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let bus = TestBus::start();
     let rt = h.runtime_with_souls(tools(), souls(&h, BOSS));

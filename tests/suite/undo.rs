@@ -11,10 +11,10 @@ use std::path::Path;
 use familiar::sandbox::{FileOp, FileReply};
 use tokio_util::sync::CancellationToken;
 
-use super::agent::harness::{text_reply, tools_reply};
-use familiar::daemon::DaemonOptions;
+use crate::common::harness::{text_reply, tools_reply};
 
-use super::daemon::{Fixture, Watch, error_name};
+use super::daemon::error_name;
+use crate::common::fixture::{Fixture, Watch};
 use crate::common::llm_server::Reply;
 use crate::common::sandbox::{SandboxHome, landlock_available, launcher};
 
@@ -85,21 +85,18 @@ const UNDOER: &str = "id = \"undoer\"\ndescription = \"d\"\nprompt = \"p\"\nmax_
 const ALLOW_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"allow\"\n";
 
 async fn undoer(script: Vec<Reply>) -> Fixture {
-    Fixture::custom(
-        script,
-        "",
-        ALLOW_WRITES,
-        DaemonOptions::default(),
-        &[("undoer", UNDOER)],
+    Fixture::builder(script)
+        .policy(ALLOW_WRITES)
+        .soul("undoer", UNDOER)
         // The real one, not the daemon fixture's stand-in.
-        vec![
+        .tools(vec![
             familiar::tools::Registry::builtin()
                 .get("write_file")
                 .cloned()
                 .unwrap(),
-        ],
-    )
-    .await
+        ])
+        .start()
+        .await
 }
 
 fn docs(f: &Fixture) -> std::path::PathBuf {

@@ -403,6 +403,42 @@ async fn describe(spec: &mut CallSpec) -> Result<Option<crate::compositor::Windo
     }
 }
 
+/// The call's decision: refused as the gate decided, run, or asked (the wait for the
+/// answer recorded in `approval_wait`). `Ok` carries the decision and the window that
+/// had the focus when the person was asked; `Err` the refused call's result.
+async fn decide(
+    env: &CallEnv,
+    spec: &mut CallSpec,
+    approval_wait: &mut Option<u64>,
+) -> Result<(AuditDecision, Option<crate::compositor::Window>), CallResult> {
+    // Cloned: `ask` needs the whole spec, to record the answer in its trail.
+    match spec.disposition.clone() {
+        Disposition::Refuse { decision, reason } => {
+            Err(CallResult::refused(decision, reason, spec.trail.clone()))
+        }
+        Disposition::Run => Ok((AuditDecision::Allowed, None)),
+        Disposition::Ask {
+            reason,
+            grant,
+            sends_to,
+        } => {
+            let asked_focus = describe(spec).await?;
+            if let Some(host) = sends_to {
+                spec.summary = format!("send {} to {host}?", spec.summary);
+            }
+            let asked = Instant::now();
+            let ctx = &env.tool_ctx;
+            let reason = deletes_for_good(reason, &spec.name, &ctx.sandbox.destroy, &ctx.workspace);
+            let answer = ask(env, spec, reason, grant).await;
+            *approval_wait = Some(asked.elapsed().as_millis() as u64);
+            match answer {
+                Ok(decision) => Ok((decision, asked_focus)),
+                Err((decision, why)) => Err(CallResult::refused(decision, why, spec.trail.clone())),
+            }
+        }
+    }
+}
+
 async fn decide_and_run(
     env: &CallEnv,
     mut spec: CallSpec,
@@ -413,35 +449,9 @@ async fn decide_and_run(
     if audited {
         spec.trail.call = Some(spec.summary.clone());
     }
-    let mut asked_focus = None;
-    // Cloned: `ask` needs the whole spec, to record the answer in its trail.
-    let decision = match spec.disposition.clone() {
-        Disposition::Refuse { decision, reason } => {
-            return CallResult::refused(decision, reason, spec.trail);
-        }
-        Disposition::Run => AuditDecision::Allowed,
-        Disposition::Ask {
-            reason,
-            grant,
-            sends_to,
-        } => {
-            match describe(&mut spec).await {
-                Ok(focus) => asked_focus = focus,
-                Err(refused) => return refused,
-            }
-            if let Some(host) = sends_to {
-                spec.summary = format!("send {} to {host}?", spec.summary);
-            }
-            let asked = Instant::now();
-            let ctx = &env.tool_ctx;
-            let reason = deletes_for_good(reason, &spec.name, &ctx.sandbox.destroy, &ctx.workspace);
-            let answer = ask(env, &mut spec, reason, grant).await;
-            *approval_wait = Some(asked.elapsed().as_millis() as u64);
-            match answer {
-                Ok(decision) => decision,
-                Err((decision, why)) => return CallResult::refused(decision, why, spec.trail),
-            }
-        }
+    let (decision, asked_focus) = match decide(env, &mut spec, approval_wait).await {
+        Ok(decided) => decided,
+        Err(refused) => return refused,
     };
 
     let Some(tool) = spec.tool else {

@@ -9,7 +9,7 @@ use familiar::agent::events::EventPayload;
 use familiar::store::TaskStatus;
 use serde_json::{Value, json};
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 const LIST_SOUL: &str = "max_iterations = 12\ntools = [\"list_dir\", \"read_file\"]\n";
@@ -65,7 +65,11 @@ async fn ten_iterations(anthropic: bool) {
     } else {
         text_reply("done")
     });
-    let h = Harness::with(script, if anthropic { ANTHROPIC } else { "" }, OPEN_POLICY).await;
+    let h = Harness::builder(script)
+        .provider(if anthropic { ANTHROPIC } else { "" })
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     for i in 0..10 {
         std::fs::create_dir_all(h.workspace().join(format!("d{i}"))).unwrap();
     }
@@ -129,7 +133,7 @@ async fn recovers_from(body: Value) {
         "SUMMARY: listed the workspace often.\nFACTS:\n- it is empty",
     ));
     script.push(text_reply("done"));
-    let h = Harness::with(script, "", OPEN_POLICY).await;
+    let h = Harness::builder(script).policy(OPEN_POLICY).build().await;
     for i in 0..10 {
         std::fs::create_dir_all(h.workspace().join(format!("d{i}"))).unwrap();
     }
@@ -160,7 +164,10 @@ async fn context_overflow_is_compacted_and_retried_for_every_wording() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overflow_that_cannot_be_compacted_names_the_limit_and_the_setting() {
     let body = json!({"error": {"code": 400, "message": "request (9873 tokens) exceeds the available context size (8192 tokens)", "type": "exceed_context_size_error", "n_prompt_tokens": 9873, "n_ctx": 8192}});
-    let h = Harness::with(vec![Reply::status(400, body)], "", OPEN_POLICY).await;
+    let h = Harness::builder(vec![Reply::status(400, body)])
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let rt = h.runtime(builtin_plus(vec![]));
     let (out, _) = h.run(rt, h.spec(h.soul(LIST_SOUL), "hi", None)).await;
     assert_eq!(out.status, TaskStatus::Failed);
@@ -186,7 +193,7 @@ async fn cut_and_denied_calls_finish_and_an_empty_answer_is_recorded() {
     ]));
     let denied = tools_reply(&[("c2", "read_file", json!({"path": "~/.ssh/id_ed25519"}))]);
     let empty = Reply::sse(sse(vec![oa_finish("stop"), oa_usage(100, 0), oa_done()]));
-    let h = Harness::with(vec![cut, denied, empty], "", "").await;
+    let h = Harness::builder(vec![cut, denied, empty]).build().await;
     let rt = h.runtime(builtin_plus(vec![]));
     let (out, events) = h.run(rt, h.spec(h.soul(LIST_SOUL), "read", None)).await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
@@ -251,12 +258,11 @@ async fn two_sessions(anthropic: bool) {
             text_reply(text)
         }
     };
-    let h = Harness::with(
-        vec![reply("one"), reply("two")],
-        if anthropic { ANTHROPIC } else { "" },
-        OPEN_POLICY,
-    )
-    .await;
+    let h = Harness::builder(vec![reply("one"), reply("two")])
+        .provider(if anthropic { ANTHROPIC } else { "" })
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let rt = h.runtime(builtin_plus(vec![]));
     let soul = h.soul(LIST_SOUL);
     let mut outcomes = Vec::new();

@@ -12,7 +12,7 @@ use familiar::tools::desktop::{DesktopDispatch, DesktopState, Locate};
 use familiar::tools::{Registry, Tool};
 use serde_json::json;
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::skip;
 use crate::common::sway::{Desktop, Options, window_in};
 
@@ -52,19 +52,17 @@ async fn a_foot_window_is_seen_and_moved_to_workspace_2_on_a_real_sway() {
     assert_eq!(desktop.focused_workspace.as_deref(), Some("1"));
     assert_eq!(desktop.outputs[0].name, "HEADLESS-1");
 
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "desktop_state", json!({}))]),
-            tools_reply(&[(
-                "c2",
-                "desktop_dispatch",
-                json!({"action": "move_to_workspace", "window": id.to_string(), "workspace": "2"}),
-            )]),
-            text_reply("The terminal is on workspace 2."),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "desktop_state", json!({}))]),
+        tools_reply(&[(
+            "c2",
+            "desktop_dispatch",
+            json!({"action": "move_to_workspace", "window": id.to_string(), "workspace": "2"}),
+        )]),
+        text_reply("The terminal is on workspace 2."),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let locate: Locate = {
         let c = compositor.clone();

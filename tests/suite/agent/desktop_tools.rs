@@ -8,10 +8,10 @@ use familiar::tools::hypr::{HyprDispatch, HyprState, Locate};
 use familiar::tools::{Registry, Tool};
 use serde_json::json;
 
-use super::harness::*;
 use crate::common::fake_hyprland::{
     ACTIVE_WINDOW, ACTIVE_WORKSPACE, CLIENTS, FOCUSED_ADDRESS, FakeHyprland, Reply as Hypr,
 };
+use crate::common::harness::*;
 
 fn hypr_tools(socket: std::path::PathBuf) -> Registry {
     let locate: Locate = Arc::new(move || Some(Hyprland::at(socket.clone())));
@@ -28,19 +28,17 @@ const DESKTOP: &str = "tools = [\"hypr_state\", \"hypr_dispatch\"]\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_reads_the_desktop_and_switches_workspace() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "hypr_state", json!({}))]),
-            tools_reply(&[(
-                "c2",
-                "hypr_dispatch",
-                json!({"dispatcher": "workspace", "args": "3"}),
-            )]),
-            text_reply("Switched to workspace 3."),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "hypr_state", json!({}))]),
+        tools_reply(&[(
+            "c2",
+            "hypr_dispatch",
+            json!({"dispatcher": "workspace", "args": "3"}),
+        )]),
+        text_reply("Switched to workspace 3."),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let fake = FakeHyprland::start(
         &h.home.path().join("run"),
@@ -71,18 +69,16 @@ async fn the_model_reads_the_desktop_and_switches_workspace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_is_always_asked_even_when_the_policy_allows_execute() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "hypr_dispatch",
-                json!({"dispatcher": "exec", "args": "kitty"}),
-            )]),
-            text_reply("I could not start kitty."),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "hypr_dispatch",
+            json!({"dispatcher": "exec", "args": "kitty"}),
+        )]),
+        text_reply("I could not start kitty."),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     // The fake expects nothing: no request may reach the compositor.
     let fake = FakeHyprland::start(&h.home.path().join("run"), "sig", vec![]);
@@ -135,19 +131,17 @@ const NEUTRAL: &str = "tools = [\"desktop_state\", \"desktop_dispatch\"]\n";
 async fn desktop_dispatch_moves_a_niri_window_to_a_workspace() {
     use crate::common::fake_niri::{FakeNiri, HANDLED, OUTPUTS, WINDOWS, WORKSPACES};
     use familiar::compositor::{Compositor, Niri};
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "desktop_state", json!({}))]),
-            tools_reply(&[(
-                "c2",
-                "desktop_dispatch",
-                json!({"action": "move_to_workspace", "window": "13", "workspace": "1"}),
-            )]),
-            text_reply("Moved Element to workspace 1."),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "desktop_state", json!({}))]),
+        tools_reply(&[(
+            "c2",
+            "desktop_dispatch",
+            json!({"action": "move_to_workspace", "window": "13", "workspace": "1"}),
+        )]),
+        text_reply("Moved Element to workspace 1."),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let action = json!({"Action": {"MoveWindowToWorkspace":
         {"window_id": 13, "reference": {"Index": 1}, "focus": false}}})
@@ -190,23 +184,21 @@ async fn desktop_dispatch_moves_a_niri_window_to_a_workspace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn desktop_dispatch_on_hyprland_is_a_dispatcher_and_launch_is_always_asked() {
     use familiar::compositor::Compositor;
-    let h = Harness::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "desktop_dispatch",
-                json!({"action": "move_to_workspace", "window": FOCUSED_ADDRESS, "workspace": "3"}),
-            )]),
-            tools_reply(&[(
-                "c2",
-                "desktop_dispatch",
-                json!({"action": "launch", "command": "kitty"}),
-            )]),
-            text_reply("Moved; kitty was not started."),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "desktop_dispatch",
+            json!({"action": "move_to_workspace", "window": FOCUSED_ADDRESS, "workspace": "3"}),
+        )]),
+        tools_reply(&[(
+            "c2",
+            "desktop_dispatch",
+            json!({"action": "launch", "command": "kitty"}),
+        )]),
+        text_reply("Moved; kitty was not started."),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     // Only the move reaches the compositor: the launch waits for an approval nobody gives.
     let move_request = format!("/dispatch movetoworkspacesilent 3,address:{FOCUSED_ADDRESS}");

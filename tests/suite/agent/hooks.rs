@@ -11,7 +11,7 @@ use familiar::store::{AuditOutcome, TaskStatus};
 use futures::FutureExt;
 use serde_json::json;
 
-use super::harness::*;
+use crate::common::harness::*;
 
 /// Writes down every hook call; `ran` counts the runs of the test's write tool.
 struct Recorder {
@@ -53,21 +53,19 @@ impl Hooks for Recorder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_tool_fires_before_the_tool_runs_and_never_for_a_refused_call() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[
-                (
-                    "c1",
-                    "write_file",
-                    json!({"path": "out.txt", "content": "x"}),
-                ),
-                ("c2", "read_file", json!({"path": "~/.ssh/id_ed25519"})),
-            ]),
-            text_reply("done"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[
+            (
+                "c1",
+                "write_file",
+                json!({"path": "out.txt", "content": "x"}),
+            ),
+            ("c2", "read_file", json!({"path": "~/.ssh/id_ed25519"})),
+        ]),
+        text_reply("done"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let ran = Arc::new(AtomicUsize::new(0));
     let r = Arc::clone(&ran);

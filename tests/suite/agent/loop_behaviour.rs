@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use familiar::agent::TaskOutcome;
 use familiar::agent::events::EventPayload;
 use familiar::catalog::{self, ToolInfo};
 use familiar::ids::SessionId;
@@ -12,7 +13,7 @@ use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::Barrier;
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 const READ_SOUL: &str = "max_iterations = 10\ntools = [\"read_file\", \"list_dir\", \"disk_usage\", \"search_files\", \"write_file\"]\n";
@@ -35,7 +36,35 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
     assert_eq!(out.iterations, 3);
     assert_eq!(out.usage.input_tokens, 300);
 
-    // What the model was sent: the tool result, delimited, in the second request.
+    the_model_got_the_result_delimited_and_the_environment_as_a_reminder(&h);
+    the_saved_context_holds_the_whole_task(&h, &out);
+
+    // Events, in order, and the transcript has them.
+    let k = kinds(&events);
+    assert_eq!(k.first(), Some(&"task_started"));
+    assert_eq!(k.last(), Some(&"task_finished"));
+    assert_eq!(count(&events, "iteration_started"), 3);
+    assert_eq!(count(&events, "tool_call_started"), 2);
+    assert_eq!(count(&events, "tool_call_finished"), 2);
+    assert_eq!(count(&events, "plan_updated"), 2);
+    let transcript = h.store.read_transcript(&out.session_id).unwrap();
+    let messages = transcript.iter().filter(|e| e["kind"] == "message").count();
+    assert_eq!(messages, 6);
+    assert!(transcript.iter().any(|e| e["kind"] == "task_finished"));
+
+    // Each tool decision is in the audit log.
+    let audit = std::fs::read_to_string(h.store.audit_path()).unwrap();
+    assert_eq!(audit.lines().count(), 2);
+    assert!(audit.contains("\"decision\":\"allowed\""));
+    assert!(
+        audit.contains("soul_tools=pass"),
+        "every step is in the audit log: {audit}"
+    );
+}
+
+/// What the model was sent in a_multi_step_task_completes_and_its_context_is_saved: the
+/// tool result, delimited, in the second request; the environment after the prompt.
+fn the_model_got_the_result_delimited_and_the_environment_as_a_reminder(h: &Harness) {
     let tool_msgs = tool_messages(&h.server, 1);
     assert_eq!(tool_msgs.len(), 1);
     assert_eq!(tool_msgs[0]["tool_call_id"], "c1");
@@ -69,8 +98,10 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
         !system.contains(&h.workspace().display().to_string()),
         "{system}"
     );
+}
 
-    // The context, field by field.
+/// The context a_multi_step_task_completes_and_its_context_is_saved leaves, field by field.
+fn the_saved_context_holds_the_whole_task(h: &Harness, out: &TaskOutcome) {
     let ctx: Context = h.store.load_context(&out.session_id).unwrap().unwrap();
     assert_eq!(ctx.version, 1);
     assert_eq!(ctx.session_id, out.session_id);
@@ -108,28 +139,6 @@ async fn a_multi_step_task_completes_and_its_context_is_saved() {
             ("read_file: notes.txt", StepStatus::Completed),
             ("list_dir: .", StepStatus::Completed)
         ]
-    );
-
-    // Events, in order, and the transcript has them.
-    let k = kinds(&events);
-    assert_eq!(k.first(), Some(&"task_started"));
-    assert_eq!(k.last(), Some(&"task_finished"));
-    assert_eq!(count(&events, "iteration_started"), 3);
-    assert_eq!(count(&events, "tool_call_started"), 2);
-    assert_eq!(count(&events, "tool_call_finished"), 2);
-    assert_eq!(count(&events, "plan_updated"), 2);
-    let transcript = h.store.read_transcript(&out.session_id).unwrap();
-    let messages = transcript.iter().filter(|e| e["kind"] == "message").count();
-    assert_eq!(messages, 6);
-    assert!(transcript.iter().any(|e| e["kind"] == "task_finished"));
-
-    // Each tool decision is in the audit log.
-    let audit = std::fs::read_to_string(h.store.audit_path()).unwrap();
-    assert_eq!(audit.lines().count(), 2);
-    assert!(audit.contains("\"decision\":\"allowed\""));
-    assert!(
-        audit.contains("soul_tools=pass"),
-        "every step is in the audit log: {audit}"
     );
 }
 
@@ -333,23 +342,21 @@ async fn full_compaction_summarises_and_the_transcript_keeps_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_run_in_parallel_and_a_write_runs_alone() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[
-                ("r1", "disk_usage", json!({"path": "a"})),
-                ("r2", "search_files", json!({"path": ".", "pattern": "x"})),
-                (
-                    "w1",
-                    "write_file",
-                    json!({"path": "out.txt", "content": "x"}),
-                ),
-                ("r3", "disk_usage", json!({"path": "b"})),
-            ]),
-            text_reply("done"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[
+            ("r1", "disk_usage", json!({"path": "a"})),
+            ("r2", "search_files", json!({"path": ".", "pattern": "x"})),
+            (
+                "w1",
+                "write_file",
+                json!({"path": "out.txt", "content": "x"}),
+            ),
+            ("r3", "disk_usage", json!({"path": "b"})),
+        ]),
+        text_reply("done"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let write_saw = Arc::new(AtomicUsize::new(usize::MAX));
@@ -462,30 +469,28 @@ async fn the_kernel_refuses_what_the_policy_let_through() {
     let secret = outside.path().join("secret.txt");
     write(&secret, "TOP SECRET");
     let escape = outside.path().join("escape.txt");
-    let h = Harness::with(
-        vec![
-            tools_reply(&[
-                (
-                    "c1",
-                    "read_file",
-                    json!({"path": secret.display().to_string()}),
-                ),
-                (
-                    "c2",
-                    "write_file",
-                    json!({"path": escape.display().to_string(), "content": "x"}),
-                ),
-                (
-                    "c3",
-                    "write_file",
-                    json!({"path": "inside.txt", "content": "fine"}),
-                ),
-            ]),
-            text_reply("done"),
-        ],
-        "",
-        &format!("protected_paths = []\n{OPEN_POLICY}"),
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[
+            (
+                "c1",
+                "read_file",
+                json!({"path": secret.display().to_string()}),
+            ),
+            (
+                "c2",
+                "write_file",
+                json!({"path": escape.display().to_string(), "content": "x"}),
+            ),
+            (
+                "c3",
+                "write_file",
+                json!({"path": "inside.txt", "content": "fine"}),
+            ),
+        ]),
+        text_reply("done"),
+    ])
+    .policy(&format!("protected_paths = []\n{OPEN_POLICY}"))
+    .build()
     .await;
     let soul = h.soul(&format!(
         "tools = [\"read_file\", \"write_file\"]\n[sandbox]\nread = [\"{}\"]\n",

@@ -4,7 +4,6 @@
 mod cache_prefix;
 mod desktop_sway;
 mod desktop_tools;
-pub mod harness;
 mod hooks;
 mod loop_behaviour;
 mod overflow;

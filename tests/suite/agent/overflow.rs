@@ -10,7 +10,7 @@ use std::sync::Arc;
 use familiar::store::TaskStatus;
 use serde_json::{Value, json};
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 const READ_SOUL: &str = "max_iterations = 8\ntools = [\"read_file\"]\n";
@@ -76,7 +76,11 @@ fn model(r: &Recorded) -> Reply {
 async fn a_short_history_of_huge_tool_outputs_is_trimmed_and_the_task_completes() {
     // The configured window is the default (32 768): the server's 8 192 is learned from
     // its refusal.
-    let h = Harness::with(Vec::new(), "max_output_tokens = 512\n", OPEN_POLICY).await;
+    let h = Harness::builder(Vec::new())
+        .provider("max_output_tokens = 512\n")
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     h.server.set_responder(Arc::new(model));
     std::fs::create_dir_all(h.workspace()).unwrap();
     for i in 0..3 {
@@ -142,7 +146,11 @@ async fn a_short_history_of_huge_tool_outputs_is_trimmed_and_the_task_completes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_that_alone_overflows_fails_saying_what_was_tried() {
-    let h = Harness::with(Vec::new(), "max_output_tokens = 512\n", OPEN_POLICY).await;
+    let h = Harness::builder(Vec::new())
+        .provider("max_output_tokens = 512\n")
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     h.server.set_responder(Arc::new(model));
     let rt = h.runtime(builtin_plus(vec![]));
     let prompt = "please ".repeat(30_000);

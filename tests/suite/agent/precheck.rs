@@ -3,7 +3,7 @@
 
 use familiar::store::TaskStatus;
 
-use super::harness::*;
+use crate::common::harness::*;
 
 #[tokio::test]
 async fn a_quiet_precheck_skips_the_model_and_says_nothing_to_report() {

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 use crate::common::{TestHome, familiar_alone};
 

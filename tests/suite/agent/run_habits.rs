@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use super::harness::*;
 use crate::common::TestHome;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 fn config(home: &TestHome, server: &LlmServer) {

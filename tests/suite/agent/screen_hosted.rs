@@ -15,10 +15,10 @@ use familiar::tools::Registry;
 use familiar::tools::bus::Bus;
 use familiar::tools::screen::Screenshot;
 
-use super::harness::*;
 use super::screen_sway::{call_reply, done_reply, png_size, sent_image};
+use crate::common::bus::TestBus;
 use crate::common::fake_portal::FakePortal;
-use crate::suite::daemon::TestBus;
+use crate::common::harness::*;
 
 /// Answers every question with `answer`, keeping each question's summary.
 pub(super) struct Person {
@@ -82,12 +82,11 @@ fn provider(kind: &str) -> String {
 /// A hosted model of `kind` scripted to call `screenshot` once, a GNOME session's
 /// portal, and a person who answers `answer`.
 async fn setup(kind: &str, answer: Answer) -> Option<Setup> {
-    let h = Harness::hosted(
-        vec![call_reply(kind), done_reply(kind)],
-        &provider(kind),
-        OPEN_POLICY,
-    )
-    .await?;
+    let h = Harness::builder(vec![call_reply(kind), done_reply(kind)])
+        .provider(&provider(kind))
+        .policy(OPEN_POLICY)
+        .hosted()
+        .await?;
     let host = host_of(&h);
     let bus = TestBus::start();
     let pictures = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ use familiar::tools::Registry;
 use familiar::tools::screen::Screenshot;
 use serde_json::{Value, json};
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 use crate::common::skip;
 use crate::common::sway::{Desktop, Options};
@@ -154,12 +154,11 @@ async fn a_screenshot_of_the_focused_window_reaches_each_provider_as_an_image() 
         return;
     };
     for kind in ["openai", "anthropic", "ollama"] {
-        let h = Harness::with(
-            vec![call_reply(kind), done_reply(kind)],
-            &provider(kind, true),
-            OPEN_POLICY,
-        )
-        .await;
+        let h = Harness::builder(vec![call_reply(kind), done_reply(kind)])
+            .provider(&provider(kind, true))
+            .policy(OPEN_POLICY)
+            .build()
+            .await;
         let rt = h.runtime(tools(&sway));
         let soul = h.soul("tools = [\"screenshot\"]\n");
         let (out, _) = h.run(rt, h.spec(soul, "what is on my screen?", None)).await;
@@ -197,12 +196,11 @@ async fn a_model_without_vision_is_told_so_and_nothing_is_captured() {
     let Some(sway) = desktop_with_a_window() else {
         return;
     };
-    let h = Harness::with(
-        vec![call_reply("openai"), done_reply("openai")],
-        &provider("openai", false),
-        OPEN_POLICY,
-    )
-    .await;
+    let h = Harness::builder(vec![call_reply("openai"), done_reply("openai")])
+        .provider(&provider("openai", false))
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let rt = h.runtime(tools(&sway));
     let soul = h.soul("tools = [\"screenshot\"]\n");
     let (out, _) = h.run(rt, h.spec(soul, "what is on my screen?", None)).await;

@@ -9,7 +9,7 @@ use futures::FutureExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::harness::*;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 const READ_SOUL: &str = "max_iterations = 10\ntools = [\"read_file\", \"list_dir\", \"disk_usage\", \"search_files\", \"write_file\"]\n";

@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::json;
 
-use super::harness::*;
 use crate::common::TestHome;
+use crate::common::harness::*;
 use crate::common::llm_server::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,7 +64,7 @@ async fn a_line_typed_under_run_joins_the_task_at_its_next_step() {
     stdin.write_all(b"mind the logs\n").unwrap();
     stdin.flush().unwrap();
     let mut screen = String::new();
-    tokio::time::timeout(crate::suite::daemon::PATIENCE, async {
+    tokio::time::timeout(crate::common::PATIENCE, async {
         while !screen.contains("noted: your message joins") {
             screen.push_str(&rx.recv().await.expect("the terminal closed"));
         }

@@ -13,14 +13,14 @@ use familiar::tools::typing::TypeText;
 use familiar::tools::{Tool, ToolError};
 use serde_json::{Value, json};
 
-use super::harness::*;
+use crate::common::bus::TestBus;
 use crate::common::fake_hyprland::{
     ACTIVE_WINDOW, ACTIVE_WORKSPACE, FOCUSED_ADDRESS, FakeHyprland, MONITORS, NO_ACTIVE_WINDOW,
     Reply as Hypr, WORKSPACES,
 };
 use crate::common::fake_logind::FakeLogind;
 use crate::common::fake_niri::{self, FakeNiri};
-use crate::suite::daemon::TestBus;
+use crate::common::harness::*;
 
 /// Asks about `args` and runs the call as the dispatcher runs an approved one.
 async fn ask_then_run(tool: &TypeText, args: Value) -> (String, Result<String, ToolError>) {

@@ -26,11 +26,11 @@ use familiar::tools::ui::{Ui, UiAct};
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
 use serde_json::{Value, json};
 
-use super::harness::*;
+use crate::common::bus::TestBus;
 use crate::common::fake_logind::FakeLogind;
+use crate::common::harness::*;
 use crate::common::skip;
 use crate::common::sway::{Desktop, Keyboard, Options, PATIENCE};
-use crate::suite::daemon::TestBus;
 
 /// A session with a zenity entry dialog that has the focus, logind on a private bus,
 /// and the tool pointed at both.
@@ -177,16 +177,14 @@ async fn the_loop_asks_every_call_and_the_entry_gets_exactly_the_text() {
         return;
     };
     let text = "Zoë Ångström ✓ 日本 \\ \"quoted\"";
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "type_text", json!({"text": "wrong"}))]),
-            tools_reply(&[("c2", "type_text", json!({"keys": ["ctrl+a", "BackSpace"]}))]),
-            tools_reply(&[("c3", "type_text", json!({"text": text}))]),
-            text_reply("typed"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "type_text", json!({"text": "wrong"}))]),
+        tools_reply(&[("c2", "type_text", json!({"keys": ["ctrl+a", "BackSpace"]}))]),
+        tools_reply(&[("c3", "type_text", json!({"text": text}))]),
+        text_reply("typed"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let frontend = Arc::new(GrantThenApprove::default());
     h.approvals.add_frontend(frontend.clone());

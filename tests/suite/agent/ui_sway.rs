@@ -16,8 +16,8 @@ use familiar::tools::ui::{Ui, UiAct, UiRead};
 use familiar::tools::{Registry, Tool, ToolError};
 use serde_json::json;
 
-use super::harness::*;
 use super::screen_hosted::{Person, host_of};
+use crate::common::harness::*;
 use crate::common::skip;
 use crate::common::sway::{Desktop, Options, PATIENCE};
 
@@ -119,15 +119,13 @@ async fn a_model_reads_a_question_and_presses_yes() {
     let read = read_until(&ui, "push button \"Yes\"").await;
     // Ids are stable: the model's script can name the one the read will show.
     let yes = id_of(&read, "push button \"Yes\"");
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "ui_read", json!({}))]),
-            tools_reply(&[("c2", "ui_act", json!({"id": yes, "action": "press"}))]),
-            text_reply("saved"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "ui_read", json!({}))]),
+        tools_reply(&[("c2", "ui_act", json!({"id": yes, "action": "press"}))]),
+        text_reply("saved"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let rt = h.runtime(Registry::with(vec![
         Arc::new(UiRead { ui: ui.clone() }),
@@ -161,14 +159,13 @@ async fn a_hosted_models_read_is_asked_naming_the_window_and_the_host() {
     let Some((sway, ui)) = session() else {
         return;
     };
-    let Some(h) = Harness::hosted(
-        vec![
-            tools_reply(&[("c1", "ui_read", json!({}))]),
-            text_reply("read"),
-        ],
-        "api_key_env = \"HOME\"\n",
-        OPEN_POLICY,
-    )
+    let Some(h) = Harness::builder(vec![
+        tools_reply(&[("c1", "ui_read", json!({}))]),
+        text_reply("read"),
+    ])
+    .provider("api_key_env = \"HOME\"\n")
+    .policy(OPEN_POLICY)
+    .hosted()
     .await
     else {
         return;

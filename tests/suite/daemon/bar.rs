@@ -7,8 +7,8 @@ use std::process::Stdio;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
 
 const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
 
@@ -29,15 +29,12 @@ async fn wait_line(lines: &mut mpsc::UnboundedReceiver<String>, line: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bar_goes_from_idle_to_working_to_asking_and_back() {
-    let f = Fixture::with(
-        vec![
-            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
-            text_reply("not written"),
-        ],
-        "",
-        ASK_WRITES,
-        Default::default(),
-    )
+    let f = Fixture::builder(vec![
+        tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+        text_reply("not written"),
+    ])
+    .policy(ASK_WRITES)
+    .start()
     .await;
     let mut child = f
         .harness
@@ -77,15 +74,12 @@ async fn the_bar_goes_from_idle_to_working_to_asking_and_back() {
 // tooltip as Pango markup; the JSON line carries it escaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompts_markup_reaches_waybar_escaped() {
-    let f = Fixture::with(
-        vec![
-            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
-            text_reply("not written"),
-        ],
-        "",
-        ASK_WRITES,
-        Default::default(),
-    )
+    let f = Fixture::builder(vec![
+        tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+        text_reply("not written"),
+    ])
+    .policy(ASK_WRITES)
+    .start()
     .await;
     let mut child = f
         .harness
@@ -192,15 +186,12 @@ async fn the_protocol_crates_watcher_shows_what_the_bar_shows() {
     let Some(example) = watch_example() else {
         return;
     };
-    let f = Fixture::with(
-        vec![
-            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
-            text_reply("not written"),
-        ],
-        "",
-        ASK_WRITES,
-        Default::default(),
-    )
+    let f = Fixture::builder(vec![
+        tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+        text_reply("not written"),
+    ])
+    .policy(ASK_WRITES)
+    .start()
     .await;
     let spawn = |cmd: &mut std::process::Command| {
         cmd.env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address)

@@ -3,9 +3,12 @@
 
 use std::process::Output;
 
-use super::super::agent::harness::text_reply;
+use familiar::daemon::DaemonOptions;
+use futures::StreamExt;
+
 use super::*;
 use crate::common::TestHome;
+use crate::common::harness::text_reply;
 
 /// Runs `familiar ARGS` against `bus` off the runtime's threads (the daemon under test
 /// runs on them).
@@ -249,23 +252,21 @@ async fn an_unreachable_daemon_is_exit_3_with_how_to_start_it() {
 // request id nor how to answer, and `tasks` showed nothing pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_notifications_ask_and_tasks_show_the_request_and_how_to_answer() {
-    use super::super::agent::harness::tools_reply;
-    let f = Fixture::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "write_file",
-                serde_json::json!({"path": "note.txt", "content": "hi"}),
-            )]),
-            text_reply("written"),
-        ],
-        "",
-        "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n",
-        DaemonOptions {
-            notifications: false,
-            ..DaemonOptions::default()
-        },
-    )
+    use crate::common::harness::tools_reply;
+    let f = Fixture::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "write_file",
+            serde_json::json!({"path": "note.txt", "content": "hi"}),
+        )]),
+        text_reply("written"),
+    ])
+    .policy("[tiers]\nread = \"allow\"\nwrite = \"ask\"\n")
+    .options(DaemonOptions {
+        notifications: false,
+        ..DaemonOptions::default()
+    })
+    .start()
     .await;
     let mut w = Watch::new(&f.proxy).await;
     let ws = f.workspace();

@@ -13,6 +13,7 @@ use super::cli::familiar;
 use super::systemd::spawn_daemon;
 use super::*;
 use crate::common::TestHome;
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, sse};
 
 fn text(b: &[u8]) -> String {
@@ -54,6 +55,33 @@ fn daemon_data_check(stdout: &[u8]) -> Value {
         .unwrap_or_else(|| panic!("no daemon_data check in {}", text(stdout)))
 }
 
+/// What the daemon wrote under systemd 252 before the fix (a session with its workspace,
+/// an audit line and a memory, in the config dir), and the CLI's own data.
+fn leave_an_old_daemons_data(home: &TestHome, old: &SessionId) {
+    let config_dir = home.config_dir();
+    let stray = Store::open(&config_dir).unwrap();
+    let mut ctx = familiar::store::Context::new(
+        old.clone(),
+        familiar::ids::SoulId::new("safe_assistant").unwrap(),
+        "an old question",
+    );
+    stray.save_context(&mut ctx).unwrap();
+    let ws = stray.ensure_workspace(old).unwrap();
+    std::fs::write(ws.join("notes.txt"), "kept").unwrap();
+    std::fs::write(
+        config_dir.join("audit.jsonl"),
+        "{\"tool\":\"old_daemon\"}\n",
+    )
+    .unwrap();
+    Memory::new(&config_dir, 10)
+        .remember("the daemon's fact", MemoryScope::All, old)
+        .unwrap();
+    Store::open(&home.data_dir()).unwrap();
+    Memory::new(&home.data_dir(), 10)
+        .remember("the cli's fact", MemoryScope::All, old)
+        .unwrap();
+}
+
 /// Regression: under systemd 252 the daemon kept its sessions, transcripts,
 /// audit log, memory and workspaces in `~/.config/familiar` and the CLI never saw them.
 /// Now the daemon uses the CLI's data dir, and takes in what an earlier daemon left in
@@ -74,30 +102,9 @@ async fn on_systemd_252_the_daemon_and_the_cli_share_one_data_dir() {
             server.base
         ),
     );
-    // What the daemon wrote under systemd 252 before this fix, and the CLI's own data.
     let old = SessionId::new("s-from-the-old-daemon").unwrap();
     let config_dir = home.config_dir();
-    let stray = Store::open(&config_dir).unwrap();
-    let mut ctx = familiar::store::Context::new(
-        old.clone(),
-        familiar::ids::SoulId::new("safe_assistant").unwrap(),
-        "an old question",
-    );
-    stray.save_context(&mut ctx).unwrap();
-    let ws = stray.ensure_workspace(&old).unwrap();
-    std::fs::write(ws.join("notes.txt"), "kept").unwrap();
-    std::fs::write(
-        config_dir.join("audit.jsonl"),
-        "{\"tool\":\"old_daemon\"}\n",
-    )
-    .unwrap();
-    Memory::new(&config_dir, 10)
-        .remember("the daemon's fact", MemoryScope::All, &old)
-        .unwrap();
-    Store::open(&home.data_dir()).unwrap();
-    Memory::new(&home.data_dir(), 10)
-        .remember("the cli's fact", MemoryScope::All, &old)
-        .unwrap();
+    leave_an_old_daemons_data(&home, &old);
 
     let bus = TestBus::start();
     let (_sock_dir, sock_path, sock) = notify_socket();

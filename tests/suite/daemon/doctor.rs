@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::cli::familiar;
 use super::*;
 use crate::common::llm_server::LlmServer;
+use crate::common::llm_server::Reply;
 use crate::common::{TestHome, familiar_alone};
 
 fn config_for(server: &LlmServer) -> String {

@@ -9,6 +9,7 @@ use super::data_dir::{notify_socket, ready};
 use super::systemd::spawn_daemon;
 use super::*;
 use crate::common::TestHome;
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{Gate, LlmServer, Step, oa_text, sse};
 
 /// A daemon whose model holds every answer (headers sent, then nothing), and an `ask`

@@ -12,8 +12,9 @@ use familiar::tools::Tool;
 use futures::FutureExt;
 use serde_json::{Value, json};
 
-use super::super::agent::harness::{fn_tool, text_reply, tools_reply};
 use super::*;
+use crate::common::harness::{fn_tool, text_reply, tools_reply};
+use crate::common::llm_server::Reply;
 
 /// A soul of one tool, `tool`.
 fn soul(id: &str, tool: &str) -> String {
@@ -54,7 +55,13 @@ async fn fixture(
         ..Default::default()
     };
     let toml = soul(soul_id, tool);
-    Fixture::custom(script, "", policy, options, &[(soul_id, &toml)], extra).await
+    Fixture::builder(script)
+        .policy(policy)
+        .options(options)
+        .soul(soul_id, &toml)
+        .tools(extra)
+        .start()
+        .await
 }
 
 async fn submit(f: &Fixture, soul: &str) -> String {

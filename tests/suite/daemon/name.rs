@@ -5,6 +5,7 @@
 use std::os::unix::net::UnixDatagram;
 
 use familiar::daemon::DaemonError;
+use familiar::dbus::proxy::Agent1Proxy;
 use familiar::ids::SessionId;
 use familiar::store::TaskStatus;
 

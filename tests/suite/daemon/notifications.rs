@@ -10,8 +10,9 @@ use tokio::sync::mpsc;
 use zbus::object_server::SignalEmitter;
 use zbus::{OwnedVariant, interface};
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
+use crate::common::llm_server::Reply;
 
 /// One recorded Notify: (id, summary, actions).
 type Shown = (u32, String, Vec<String>);
@@ -121,7 +122,7 @@ const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
 async fn fixture(script: Vec<Reply>) -> (Fixture, Server) {
     // The notification server must own its name before the daemon shows anything; the
     // daemon looks it up per request, so starting it on the fixture's bus suffices.
-    let f = Fixture::with(script, "", ASK_WRITES, Default::default()).await;
+    let f = Fixture::builder(script).policy(ASK_WRITES).start().await;
     let server = Server::start(&f.bus).await;
     (f, server)
 }

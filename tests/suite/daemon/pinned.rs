@@ -13,9 +13,9 @@ use familiar::tools::Registry;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::cli::familiar;
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
 
 const ASK_WRITES: &str = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n";
 const BOSS: &str = "id = \"boss\"\nprompt = \"boss\"\nmax_iterations = 4\ntools = [\"read_file\", \"write_file\", \"delegate\"]\ndelegates = [\"helper\"]\n";
@@ -97,25 +97,23 @@ async fn stdout(f: &Fixture, args: &[&str]) -> String {
 
 async fn delegating_fixture() -> Fixture {
     let builtin = Registry::builtin();
-    Fixture::custom(
-        vec![
-            tools_reply(&[(
-                "d1",
-                "delegate",
-                json!({"soul": "helper", "prompt": "write <b>n</b>.txt"}),
-            )]),
-            tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
-            text_reply("not written"),
-            text_reply("the helper could not write"),
-            text_reply("json here"),
-            text_reply("later"),
-        ],
-        "",
-        ASK_WRITES,
-        Default::default(),
-        &[("boss", BOSS), ("helper", HELPER)],
-        vec![Arc::clone(builtin.get("delegate").unwrap())],
-    )
+    Fixture::builder(vec![
+        tools_reply(&[(
+            "d1",
+            "delegate",
+            json!({"soul": "helper", "prompt": "write <b>n</b>.txt"}),
+        )]),
+        tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]),
+        text_reply("not written"),
+        text_reply("the helper could not write"),
+        text_reply("json here"),
+        text_reply("later"),
+    ])
+    .policy(ASK_WRITES)
+    .soul("boss", BOSS)
+    .soul("helper", HELPER)
+    .tools(vec![Arc::clone(builtin.get("delegate").unwrap())])
+    .start()
     .await
 }
 

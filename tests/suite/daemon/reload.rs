@@ -8,6 +8,7 @@ use super::data_dir::{notify_socket, ready};
 use super::systemd::spawn_daemon;
 use super::*;
 use crate::common::TestHome;
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, sse};
 
 fn text(b: &[u8]) -> String {

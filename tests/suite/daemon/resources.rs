@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::user_manager::{UserManager, text};
 use super::*;
 use crate::common::TestHome;
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::LlmServer;
-use crate::suite::agent::harness::{text_reply, tools_reply};
 
 /// Allocates 300 MiB and touches it, well past the soul's 64M.
 const HOG_PY: &str = "b = bytearray(300 << 20)\nprint(\"allocated\", len(b))\n";

@@ -4,13 +4,15 @@
 use std::collections::HashMap;
 
 use familiar::daemon::DaemonOptions;
+use familiar::dbus::proxy::Agent1Proxy;
 use familiar::ids::SessionId;
 use familiar::store::{Context, TaskStatus};
 use serde_json::json;
 use zbus::Variant;
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{Gate, Step, oa_done, oa_finish, oa_text, oa_usage, sse};
 
 /// A text reply that waits for `gate` before sending anything.
@@ -272,13 +274,10 @@ async fn one_task_per_session_and_cancel_while_running() {
 #[tokio::test]
 async fn the_pool_is_bounded_and_the_queue_is_fifo_and_bounded() {
     let gate = Gate::new();
-    let f = Fixture::with(
-        vec![gated_reply(&gate, "one"), text_reply("three")],
-        "\n[daemon]\nmax_concurrent_tasks = 1\nqueue_limit = 2\n",
-        "",
-        DaemonOptions::default(),
-    )
-    .await;
+    let f = Fixture::builder(vec![gated_reply(&gate, "one"), text_reply("three")])
+        .config("\n[daemon]\nmax_concurrent_tasks = 1\nqueue_limit = 2\n")
+        .start()
+        .await;
     let mut w = Watch::new(&f.proxy).await;
     let (t1, _) = f.submit("test", "one").await.unwrap();
     w.event(&t1, "iteration_started").await;
@@ -327,7 +326,10 @@ async fn submit_is_rate_limited_per_caller() {
         submit_rate: "2/h".parse().unwrap(),
         ..DaemonOptions::default()
     };
-    let f = Fixture::with(vec![text_reply("a"), text_reply("b")], "", "", options).await;
+    let f = Fixture::builder(vec![text_reply("a"), text_reply("b")])
+        .options(options)
+        .start()
+        .await;
     f.submit("test", "one").await.unwrap();
     f.submit("test", "two").await.unwrap();
     assert_eq!(
@@ -343,22 +345,20 @@ async fn submit_is_rate_limited_per_caller() {
 
 #[tokio::test]
 async fn an_approval_is_answered_with_respond() {
-    let f = Fixture::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "write_file",
-                json!({"path": "note.txt", "content": "hi"}),
-            )]),
-            text_reply("written"),
-        ],
-        "",
-        "[tiers]\nread = \"allow\"\nwrite = \"ask\"\n",
-        DaemonOptions {
-            notifications: false,
-            ..DaemonOptions::default()
-        },
-    )
+    let f = Fixture::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "write_file",
+            json!({"path": "note.txt", "content": "hi"}),
+        )]),
+        text_reply("written"),
+    ])
+    .policy("[tiers]\nread = \"allow\"\nwrite = \"ask\"\n")
+    .options(DaemonOptions {
+        notifications: false,
+        ..DaemonOptions::default()
+    })
+    .start()
     .await;
     let mut w = Watch::new(&f.proxy).await;
     let ws = f.workspace();

@@ -5,9 +5,10 @@
 use familiar::ids::SessionId;
 use serde_json::{Value, json};
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::service::gated_reply;
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{Gate, Step};
 
 /// `reply`, held back until `gate` opens.

@@ -4,6 +4,8 @@
 use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 
+use familiar::dbus::proxy::Agent1Proxy;
+
 use super::*;
 use crate::common::TestHome;
 

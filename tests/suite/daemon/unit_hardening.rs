@@ -13,6 +13,7 @@ use std::process::Command;
 use super::user_manager::{UserManager, text};
 use super::*;
 use crate::common::TestHome;
+use crate::common::llm_server::Reply;
 use crate::common::llm_server::{LlmServer, oa_done, oa_finish, oa_text, oa_tool_call, sse};
 
 /// The highest exposure `systemd-analyze --user security` may rate the unit (10 is
@@ -28,6 +29,57 @@ fn proc_status(pid: &str, name: &str) -> String {
         .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
         .trim()
         .to_owned()
+}
+
+/// What the task's shell call left: one write in the workspace, none outside, the
+/// command PID 1 of its own namespace and nothing running on, the bus refused, and the
+/// kernel's EACCES in the daemon's transcript (`pid` the daemon's, `stderr` the ask's).
+fn the_kernel_confined_the_tool(home: &TestHome, ws: &Path, pid: &str, stderr: &[u8]) {
+    assert_eq!(
+        std::fs::read_to_string(ws.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(
+        !home.path().join("outside.txt").exists(),
+        "the tool wrote outside its workspace"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pid.txt")).unwrap(),
+        "1\n",
+        "the command is not PID 1 of a namespace of its own under the unit"
+    );
+    // Nothing the tool started runs on: its processes are found by their working
+    // directory, the workspace.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == *ws))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "processes outlived the call");
+    let bus_said = std::fs::read_to_string(ws.join("bus.txt")).unwrap();
+    assert!(
+        bus_said.contains("Permission denied") && !bus_said.contains("org.freedesktop.DBus'"),
+        "the tool reached the session bus: {bus_said}"
+    );
+    // The shell said why: the kernel's EACCES, in the task's transcript.
+    let pid_env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let state = pid_env
+        .split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"STATE_DIRECTORY="))
+        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+        .unwrap_or_else(|| home.data_dir());
+    let transcripts = state.join("transcripts");
+    let said: String = std::fs::read_dir(&transcripts)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        said.contains("outside.txt: Permission denied"),
+        "{}",
+        text(stderr)
+    );
+    assert!(said.contains(r#""unix_sockets":"blocked""#), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,51 +172,7 @@ async fn the_hardened_unit_runs_the_daemon_and_landlock_still_confines_its_tools
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "ask: {}", text(&out.stderr));
-    assert_eq!(
-        std::fs::read_to_string(ws.join("inside.txt")).unwrap(),
-        "in\n"
-    );
-    assert!(
-        !home.path().join("outside.txt").exists(),
-        "the tool wrote outside its workspace"
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("pid.txt")).unwrap(),
-        "1\n",
-        "the command is not PID 1 of a namespace of its own under the unit"
-    );
-    // Nothing the tool started runs on: its processes are found by their working
-    // directory, the workspace.
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == ws))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(left, Vec::<String>::new(), "processes outlived the call");
-    let bus_said = std::fs::read_to_string(ws.join("bus.txt")).unwrap();
-    assert!(
-        bus_said.contains("Permission denied") && !bus_said.contains("org.freedesktop.DBus'"),
-        "the tool reached the session bus: {bus_said}"
-    );
-    // The shell said why: the kernel's EACCES, in the task's transcript.
-    let pid_env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let state = pid_env
-        .split(|&b| b == 0)
-        .find_map(|v| v.strip_prefix(b"STATE_DIRECTORY="))
-        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
-        .unwrap_or_else(|| home.data_dir());
-    let transcripts = state.join("transcripts");
-    let said: String = std::fs::read_dir(&transcripts)
-        .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
-    assert!(
-        said.contains("outside.txt: Permission denied"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(said.contains(r#""unix_sockets":"blocked""#), "{said}");
+    the_kernel_confined_the_tool(&home, &ws, &pid, &out.stderr);
 }
 
 #[test]

@@ -9,8 +9,10 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::{PATIENCE, TestBus, sigterm};
+use super::sigterm;
+use crate::common::PATIENCE;
 use crate::common::TestHome;
+use crate::common::bus::TestBus;
 
 const SYSTEMD: &str = "/usr/lib/systemd/systemd";
 

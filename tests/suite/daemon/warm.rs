@@ -5,10 +5,12 @@
 
 use familiar::dbus::proxy::Agent1Proxy;
 
-use super::super::agent::harness::text_reply;
 use super::super::reliability::RealDaemon;
-use super::{PATIENCE, TestBus, Watch};
+use crate::common::PATIENCE;
 use crate::common::TestHome;
+use crate::common::bus::TestBus;
+use crate::common::fixture::Watch;
+use crate::common::harness::text_reply;
 use crate::common::llm_server::LlmServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

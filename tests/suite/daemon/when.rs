@@ -11,8 +11,8 @@ use zbus::{OwnedObjectPath, interface};
 
 use super::*;
 use crate::common::TestHome;
+use crate::common::harness::text_reply;
 use crate::common::llm_server::LlmServer;
-use crate::suite::agent::harness::text_reply;
 
 struct UPower {
     on_battery: bool,

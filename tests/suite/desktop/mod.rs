@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::agent::harness::{text_reply, tools_reply};
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::{Gate, LlmServer, Reply, Step, oa_done, oa_finish, oa_text, sse};
 use crate::common::sway::{Desktop, Options};
 

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use super::{ask_notify, desktop, is_familiar, setup, text};
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::LlmServer;
 use crate::common::sway::{Desktop, Notification};
-use crate::suite::agent::harness::{text_reply, tools_reply};
 
 /// Writes in `~/docs` only, and is never asked.
 const UNDOER: &str = "id = \"undoer\"\ndescription = \"d\"\nprompt = \"p\"\nmax_iterations = 5\ntools = [\"read_file\", \"write_file\"]\n[sandbox]\nread = [\"~\"]\nwrite = [\"~/docs\"]\n";

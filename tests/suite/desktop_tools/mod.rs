@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use zbus::object_server::SignalEmitter;
 use zbus::{OwnedObjectPath, OwnedVariant, interface};
 
-use super::agent::harness::*;
-use super::daemon::TestBus;
+use crate::common::bus::TestBus;
+use crate::common::harness::*;
 
 mod launch;
 mod portal;
@@ -135,18 +135,14 @@ async fn notify_shows_a_cleaned_notification_as_familiar() {
         .build()
         .await
         .unwrap();
-    let h = Harness::with(
-        vec![
+    let h = Harness::builder(vec![
             tools_reply(&[(
                 "c1",
                 "notify",
                 json!({"summary": "Backup\u{1b}[31m done", "body": "3 files\nsee <a href=\"file:///etc\">log</a>"}),
             )]),
             text_reply("told you"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+        ]).policy(OPEN_POLICY).build()
     .await;
     let notify: Arc<dyn Tool> = Arc::new(Notify::new(Bus::Address(bus.address.clone())));
     assert!(tokio::task::block_in_place(|| notify.available()));
@@ -241,7 +237,10 @@ fn suspend_then(text: &str) -> Vec<crate::common::llm_server::Reply> {
 async fn power_suspend_checks_logind_then_suspends_without_a_prompt() {
     let bus = TestBus::start();
     let (_logind, recorded) = fake_logind(&bus, "yes").await;
-    let h = Harness::with(suspend_then("suspending"), "", OPEN_POLICY).await;
+    let h = Harness::builder(suspend_then("suspending"))
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let tool = power_tool(&bus);
     assert!(tokio::task::block_in_place(|| tool.available()));
     let (out, _) = run(&h, tool, "suspend").await;
@@ -264,7 +263,10 @@ async fn power_suspend_checks_logind_then_suspends_without_a_prompt() {
 async fn power_reports_na_and_does_not_suspend() {
     let bus = TestBus::start();
     let (_logind, recorded) = fake_logind(&bus, "na").await;
-    let h = Harness::with(suspend_then("cannot"), "", OPEN_POLICY).await;
+    let h = Harness::builder(suspend_then("cannot"))
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let (out, _) = run(&h, power_tool(&bus), "suspend").await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
     let result = last_tool_result(&h, 1);
@@ -280,7 +282,7 @@ async fn power_is_asked_under_the_default_policy_and_denied_with_nobody_to_ask()
     let bus = TestBus::start();
     let (_logind, recorded) = fake_logind(&bus, "yes").await;
     // The shipped default policy: system_critical is asked.
-    let h = Harness::with(suspend_then("not allowed"), "", "").await;
+    let h = Harness::builder(suspend_then("not allowed")).build().await;
     let (out, events) = run(&h, power_tool(&bus), "suspend").await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
     assert_eq!(count(&events, "approval_requested"), 1);
@@ -300,7 +302,7 @@ async fn power_is_hidden_without_logind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_the_sandbox_enforcement() {
-    let f = super::daemon::Fixture::new(vec![]).await;
+    let f = crate::common::fixture::Fixture::new(vec![]).await;
     let status = |args: &'static [&'static str]| {
         let mut cmd = f.harness.home.familiar();
         cmd.env("DBUS_SESSION_BUS_ADDRESS", &f.bus.address)

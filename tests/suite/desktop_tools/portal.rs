@@ -11,10 +11,10 @@ use familiar::tools::screen::Screenshot;
 use familiar::tools::{Tool, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
-use super::super::agent::harness::{Harness, OPEN_POLICY};
-use super::super::daemon::TestBus;
 use super::direct_ctx;
+use crate::common::bus::TestBus;
 use crate::common::fake_portal::{Answer, FakePortal};
+use crate::common::harness::{Harness, OPEN_POLICY};
 
 /// A GNOME session: no compositor familiar speaks to, the portal on `bus`.
 fn gnome(bus: &TestBus) -> Screenshot {
@@ -38,7 +38,10 @@ async fn setup() -> Setup {
     let bus = TestBus::start();
     let pictures = tempfile::tempdir().unwrap();
     let portal = FakePortal::start(&bus.address, pictures.path().to_owned()).await;
-    let h = Harness::with(Vec::new(), "", OPEN_POLICY).await;
+    let h = Harness::builder(Vec::new())
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let tool = gnome(&bus);
     Setup {
         _bus: bus,

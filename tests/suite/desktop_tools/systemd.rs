@@ -196,19 +196,16 @@ fn systemd_tool(bus: &TestBus) -> Arc<dyn Tool> {
 async fn systemd_list_shows_failed_then_active_and_status_reads_the_unit() {
     let bus = TestBus::start();
     let (_systemd, recorded) = fake_systemd(&bus).await;
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "systemd_user", json!({"action": "list"}))]),
-            tools_reply(&[(
-                "c2",
-                "systemd_user",
-                json!({"action": "status", "unit": "foo.service"}),
-            )]),
-            text_reply("foo is running"),
-        ],
-        "",
-        "",
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "systemd_user", json!({"action": "list"}))]),
+        tools_reply(&[(
+            "c2",
+            "systemd_user",
+            json!({"action": "status", "unit": "foo.service"}),
+        )]),
+        text_reply("foo is running"),
+    ])
+    .build()
     .await;
     let (out, _) = run(&h, systemd_tool(&bus), "how are my units?").await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);
@@ -241,18 +238,16 @@ async fn systemd_list_shows_failed_then_active_and_status_reads_the_unit() {
 async fn systemd_restart_under_an_open_policy_restarts_the_unit() {
     let bus = TestBus::start();
     let (_systemd, recorded) = fake_systemd(&bus).await;
-    let h = Harness::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "systemd_user",
-                json!({"action": "restart", "unit": "foo.service"}),
-            )]),
-            text_reply("restarted"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "systemd_user",
+            json!({"action": "restart", "unit": "foo.service"}),
+        )]),
+        text_reply("restarted"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let (out, _) = run(&h, systemd_tool(&bus), "restart foo").await;
     assert_eq!(out.status, TaskStatus::Completed, "{}", out.result);

@@ -11,8 +11,8 @@ use familiar::store::TaskStatus;
 use serde_json::{Value, json};
 
 use super::server;
+use crate::common::harness::*;
 use crate::common::sandbox::landlock_available;
-use crate::suite::agent::harness::*;
 
 /// `[mcp.files]` for the test server in `mode`: tools at the `write` tier, `echo` at
 /// `read`; writable only `write`.
@@ -77,23 +77,22 @@ async fn a_soul_uses_a_servers_tools_under_landlock_with_a_stable_tool_list() {
     let allowed = scratch.path().join("allowed");
     std::fs::create_dir_all(&allowed).unwrap();
     let outside = scratch.path().join("outside.txt");
-    let h = Harness::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "files__write_file",
-                json!({"path": allowed.join("a.txt"), "text": "from the model"}),
-            )]),
-            tools_reply(&[(
-                "c2",
-                "files__write_file",
-                json!({"path": outside, "text": "escape"}),
-            )]),
-            text_reply("done"),
-        ],
-        &mcp_table("ok", &allowed),
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "files__write_file",
+            json!({"path": allowed.join("a.txt"), "text": "from the model"}),
+        )]),
+        tools_reply(&[(
+            "c2",
+            "files__write_file",
+            json!({"path": outside, "text": "escape"}),
+        )]),
+        text_reply("done"),
+    ])
+    .provider(&mcp_table("ok", &allowed))
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let rt = h.runtime(builtin_plus(Vec::new()));
     let soul = h.soul("tools = [\"read_file\", \"mcp:files\"]\n");
@@ -147,25 +146,24 @@ async fn mcp_calls_pass_the_allowlist_blocked_patterns_protected_paths_and_tiers
     let scratch = tempfile::tempdir().unwrap();
     let policy = "[tiers]\nread = \"allow\"\nwrite = \"deny\"\nexecute = \"allow\"\n\
                   system_critical = \"deny\"\n";
-    let h = Harness::with(
-        vec![
-            tools_reply(&[
-                ("c1", "files__echo", json!({"text": "hello"})),
-                ("c2", "files__echo", json!({"text": "rm -rf ~"})),
-                ("c3", "files__echo", json!({"text": "~/.ssh/id_ed25519"})),
-                (
-                    "c4",
-                    "files__write_file",
-                    json!({"path": "/tmp/x", "text": "x"}),
-                ),
-                ("c5", "files__picture", json!({})),
-                ("c6", "other__echo", json!({"text": "hi"})),
-            ]),
-            text_reply("done"),
-        ],
-        &mcp_table("ok", scratch.path()),
-        policy,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[
+            ("c1", "files__echo", json!({"text": "hello"})),
+            ("c2", "files__echo", json!({"text": "rm -rf ~"})),
+            ("c3", "files__echo", json!({"text": "~/.ssh/id_ed25519"})),
+            (
+                "c4",
+                "files__write_file",
+                json!({"path": "/tmp/x", "text": "x"}),
+            ),
+            ("c5", "files__picture", json!({})),
+            ("c6", "other__echo", json!({"text": "hi"})),
+        ]),
+        text_reply("done"),
+    ])
+    .provider(&mcp_table("ok", scratch.path()))
+    .policy(policy)
+    .build()
     .await;
     let rt = h.runtime(builtin_plus(Vec::new()));
     let soul = h.soul("tools = [\"mcp:files/echo\", \"mcp:files/write_file\"]\n");
@@ -217,18 +215,17 @@ async fn an_mcp_tool_at_an_ask_tier_is_asked_and_a_denial_is_not_run() {
     let target = scratch.path().join("asked.txt");
     let policy = "[tiers]\nread = \"allow\"\nwrite = \"ask\"\nexecute = \"allow\"\n\
                   system_critical = \"deny\"\n";
-    let h = Harness::with(
-        vec![
-            tools_reply(&[(
-                "c1",
-                "files__write_file",
-                json!({"path": target, "text": "x"}),
-            )]),
-            text_reply("done"),
-        ],
-        &mcp_table("ok", scratch.path()),
-        policy,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[(
+            "c1",
+            "files__write_file",
+            json!({"path": target, "text": "x"}),
+        )]),
+        text_reply("done"),
+    ])
+    .provider(&mcp_table("ok", scratch.path()))
+    .policy(policy)
+    .build()
     .await;
     let rt = h.runtime(builtin_plus(Vec::new()));
     let soul = h.soul("tools = [\"mcp:files\"]\n");
@@ -252,12 +249,11 @@ async fn an_mcp_tool_at_an_ask_tier_is_asked_and_a_denial_is_not_run() {
 
 #[tokio::test]
 async fn a_server_that_cannot_start_leaves_its_tools_out_and_the_model_is_told() {
-    let h = Harness::with(
-        vec![text_reply("done")],
-        "[mcp.broken]\ncommand = \"/nonexistent/mcp-server\"\n",
-        OPEN_POLICY,
-    )
-    .await;
+    let h = Harness::builder(vec![text_reply("done")])
+        .provider("[mcp.broken]\ncommand = \"/nonexistent/mcp-server\"\n")
+        .policy(OPEN_POLICY)
+        .build()
+        .await;
     let rt = h.runtime(builtin_plus(Vec::new()));
     let soul = h.soul("tools = [\"read_file\", \"mcp:broken\", \"mcp:missing\"]\n");
     let (outcome, _) = h.run(rt.clone(), h.spec(soul, "hi", None)).await;
@@ -382,27 +378,25 @@ async fn a_killed_run_takes_its_mcp_server_along() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_keeps_an_mcp_server_across_tasks_and_stops_it_when_it_stops() {
-    use crate::suite::daemon::{Fixture, Watch};
+    use crate::common::fixture::{Fixture, Watch};
     if !landlock_available() {
         return;
     }
     let scratch = tempfile::tempdir().unwrap();
-    let mut f = Fixture::custom(
-        vec![
-            tools_reply(&[("c1", "files__echo", json!({"text": "first"}))]),
-            text_reply("one"),
-            tools_reply(&[("c2", "files__echo", json!({"text": "second"}))]),
-            text_reply("two"),
-        ],
-        &mcp_table("ok", scratch.path()),
-        OPEN_POLICY,
-        familiar::daemon::DaemonOptions::default(),
-        &[(
-            "mcp",
-            "id = \"mcp\"\nprompt = \"You use MCP tools.\"\ntools = [\"mcp:files\"]\n",
-        )],
-        Vec::new(),
+    let mut f = Fixture::builder(vec![
+        tools_reply(&[("c1", "files__echo", json!({"text": "first"}))]),
+        text_reply("one"),
+        tools_reply(&[("c2", "files__echo", json!({"text": "second"}))]),
+        text_reply("two"),
+    ])
+    .config(&mcp_table("ok", scratch.path()))
+    .policy(OPEN_POLICY)
+    .options(familiar::daemon::DaemonOptions::default())
+    .soul(
+        "mcp",
+        "id = \"mcp\"\nprompt = \"You use MCP tools.\"\ntools = [\"mcp:files\"]\n",
     )
+    .start()
     .await;
     let mut watch = Watch::new(&f.proxy).await;
     let pid_file = f.harness.store.data_dir().join("mcp/files/server.pid");
@@ -430,14 +424,12 @@ async fn the_daemon_keeps_an_mcp_server_across_tasks_and_stops_it_when_it_stops(
 /// nothing implements is refused as unknown, before the policy, and the task goes on.
 #[tokio::test]
 async fn a_tool_with_no_server_is_refused_as_unknown_and_never_asked() {
-    let h = Harness::with(
-        vec![
-            tools_reply(&[("c1", "probe__probe", json!({}))]),
-            text_reply("done"),
-        ],
-        "",
-        OPEN_POLICY,
-    )
+    let h = Harness::builder(vec![
+        tools_reply(&[("c1", "probe__probe", json!({}))]),
+        text_reply("done"),
+    ])
+    .policy(OPEN_POLICY)
+    .build()
     .await;
     let rt = h.runtime(builtin_plus(Vec::new()));
     let soul = h.soul("tools = [\"read_file\", \"mcp:probe\"]\n");

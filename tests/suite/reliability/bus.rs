@@ -1,8 +1,8 @@
 //! The session bus going away under the real daemon: it exits non-zero (so systemd's
 //! `Restart=on-failure` brings it back on the new bus) and does not spin meanwhile.
 
-use super::super::agent::harness::text_reply;
 use super::*;
+use crate::common::harness::text_reply;
 
 /// The daemon used to live on after its bus died, unreachable and never
 /// restarted.

@@ -17,8 +17,8 @@ use futures::StreamExt;
 use rand::Rng;
 use serde_json::json;
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::{Recorded, Reply};
 
 const CRASH_SOUL: &str = "id = \"crash\"\ndescription = \"crash\"\nprompt = \"p\"\nmax_iterations = 20\ntools = [\"list_dir\", \"read_file\"]\n";

@@ -10,8 +10,8 @@ use std::os::unix::process::CommandExt;
 
 use serde_json::json;
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::*;
 
 async fn output(mut cmd: std::process::Command) -> std::process::Output {
@@ -166,7 +166,7 @@ async fn a_read_only_data_dir_fails_the_task_with_exit_1_and_says_what_to_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_fails_a_task_on_a_full_disk_and_serves_the_next() {
     // The failing task never reaches the model: its first transcript line fails.
-    let f = super::super::daemon::Fixture::new(vec![text_reply("after freeing space")]).await;
+    let f = crate::common::fixture::Fixture::new(vec![text_reply("after freeing space")]).await;
     let data = f.harness.store.data_dir().to_owned();
     // The store is already open on the plain directory: mount over a subdirectory the
     // task writes to (its workspace root and transcripts stay on the full tmpfs).
@@ -176,7 +176,7 @@ async fn the_daemon_fails_a_task_on_a_full_disk_and_serves_the_next() {
         return;
     };
     let filler = fill(&transcripts);
-    let mut w = super::super::daemon::Watch::new(&f.proxy).await;
+    let mut w = crate::common::fixture::Watch::new(&f.proxy).await;
     let (task, _) = f.submit("test", "hi").await.unwrap();
     let (status, result) = w.finished(&task).await;
     assert_eq!(status, "failed", "{result}");

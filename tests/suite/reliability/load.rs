@@ -16,9 +16,9 @@ use familiar::dbus::proxy::Agent1Proxy;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::super::agent::harness::{text_reply, tools_reply};
 use super::super::daemon::error_name;
 use super::*;
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::{Recorded, Reply};
 
 const E: &str = "dev.familiar.Agent1.Error.";

@@ -19,8 +19,9 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::daemon::{PATIENCE, TestBus};
+use crate::common::PATIENCE;
 use crate::common::TestHome;
+use crate::common::bus::TestBus;
 use crate::common::llm_server::LlmServer;
 
 /// A count from the environment, else `default`.

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use super::super::agent::harness::{text_reply, tools_reply};
-use super::super::daemon::{Fixture, Watch};
+use crate::common::fixture::{Fixture, Watch};
+use crate::common::harness::{text_reply, tools_reply};
 use crate::common::llm_server::*;
 
 /// One faulted task: what the model sends, and how the task must end.
@@ -109,13 +109,10 @@ async fn every_model_fault_ends_in_a_status_and_the_daemon_serves_the_next_task(
         // After each fault a plain task, which must complete.
         script.push(text_reply("still here"));
     }
-    let f = Fixture::with(
-        script,
-        "stall_timeout = \"300ms\"\n",
-        "",
-        Default::default(),
-    )
-    .await;
+    let f = Fixture::builder(script)
+        .config("stall_timeout = \"300ms\"\n")
+        .start()
+        .await;
     let mut w = Watch::new(&f.proxy).await;
     for c in &cases {
         let (task, _) = f.submit("test", c.name).await.unwrap();

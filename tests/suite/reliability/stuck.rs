@@ -11,9 +11,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::json;
 
-use super::super::agent::harness::{OPEN_POLICY, text_reply, tools_reply};
-use super::super::daemon::{Fixture, Watch};
 use super::*;
+use crate::common::fixture::{Fixture, Watch};
+use crate::common::harness::{OPEN_POLICY, text_reply, tools_reply};
 
 /// `notify` that never returns, as a call to a hung desktop service would.
 struct Hangs;
@@ -44,22 +44,20 @@ const SLOW_SOUL: &str =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_tool_ends_at_the_wall_clock_and_a_slow_command_at_its_timeout() {
     let shell = Arc::clone(familiar::tools::Registry::builtin().get("shell").unwrap());
-    let f = Fixture::custom(
-        vec![
-            tools_reply(&[("c1", "notify", json!({"summary": "hi"}))]),
-            tools_reply(&[(
-                "c2",
-                "shell",
-                json!({"command": "sleep 300", "timeout_secs": 1}),
-            )]),
-            text_reply("the command was slow"),
-        ],
-        "",
-        OPEN_POLICY,
-        Default::default(),
-        &[("hangs", HANGING_SOUL), ("slow", SLOW_SOUL)],
-        vec![Arc::new(Hangs), shell],
-    )
+    let f = Fixture::builder(vec![
+        tools_reply(&[("c1", "notify", json!({"summary": "hi"}))]),
+        tools_reply(&[(
+            "c2",
+            "shell",
+            json!({"command": "sleep 300", "timeout_secs": 1}),
+        )]),
+        text_reply("the command was slow"),
+    ])
+    .policy(OPEN_POLICY)
+    .soul("hangs", HANGING_SOUL)
+    .soul("slow", SLOW_SOUL)
+    .tools(vec![Arc::new(Hangs), shell])
+    .start()
     .await;
     let mut w = Watch::new(&f.proxy).await;
     let (hung, _) = f.submit("hangs", "notify me").await.unwrap();
@@ -116,12 +114,13 @@ impl Silent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_nobody_answers_times_out_as_a_denial() {
     let write = tools_reply(&[("c1", "write_file", json!({"path": "n.txt", "content": "x"}))]);
-    let f = Fixture::with(
-        vec![write, text_reply("not allowed, fine"), text_reply("next")],
-        "",
-        "approval_timeout = \"1s\"\n[tiers]\nread = \"allow\"\nwrite = \"ask\"\n",
-        Default::default(),
-    )
+    let f = Fixture::builder(vec![
+        write,
+        text_reply("not allowed, fine"),
+        text_reply("next"),
+    ])
+    .policy("approval_timeout = \"1s\"\n[tiers]\nread = \"allow\"\nwrite = \"ask\"\n")
+    .start()
     .await;
     let _server = zbus::connection::Builder::address(f.bus.address.as_str())
         .serve_at("/org/freedesktop/Notifications", Silent)

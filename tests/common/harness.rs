@@ -1,4 +1,6 @@
-//! A runtime wired to a loopback model, a temp home and a test policy.
+//! A runtime wired to a loopback model, a temp home and a test policy: [`Harness`], made
+//! by [`Harness::builder`] (or [`Harness::new`] for the defaults), and the helpers the
+//! agent tests share (scripted replies, test tools, what the model was sent).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,24 +70,54 @@ pub struct Harness {
 /// A policy that allows every tier (tests that are not about asking).
 pub const OPEN_POLICY: &str = "[tiers]\nread = \"allow\"\nwrite = \"allow\"\nexecute = \"allow\"\nsystem_critical = \"allow\"\n";
 
-impl Harness {
-    pub async fn new(script: Vec<Reply>) -> Harness {
-        Harness::with(script, "", "").await
+/// How a [`Harness`] is made: the model's script, then only what a test changes.
+#[must_use]
+pub struct HarnessBuilder {
+    script: Vec<Reply>,
+    provider: Provider,
+    policy: String,
+}
+
+/// The `[providers.local]` table of a harness.
+enum Provider {
+    /// The loopback server's `base_url`, `model = "test-model"`, `max_retries = 2`, then
+    /// these lines.
+    Loopback(String),
+    /// This table whole: a real server's `base_url` and model.
+    Whole(String),
+}
+
+impl HarnessBuilder {
+    /// Lines added to `[providers.local]` (after the loopback server's); they may also
+    /// open tables of their own after it (`[daemon]`, `[desktop]`).
+    pub fn provider(mut self, extra: &str) -> Self {
+        self.provider = Provider::Loopback(extra.to_owned());
+        self
     }
 
-    /// `provider_extra` goes into `[providers.local]`; `policy_src` is a policy file.
-    pub async fn with(script: Vec<Reply>, provider_extra: &str, policy_src: &str) -> Harness {
-        Harness::on(LlmServer::start(script).await, provider_extra, policy_src)
+    /// `[providers.local]` is `provider` whole (a real server's `base_url` and model);
+    /// the loopback server gets no request.
+    pub fn against(mut self, provider: &str) -> Self {
+        self.provider = Provider::Whole(provider.to_owned());
+        self
     }
 
-    /// Like [`Harness::with`], with the model at this machine's address on its network
-    /// (what familiar counts as hosted: only loopback is local), or `None` after a
-    /// visible skip where the machine has no such address.
-    pub async fn hosted(
-        script: Vec<Reply>,
-        provider_extra: &str,
-        policy_src: &str,
-    ) -> Option<Harness> {
+    /// The policy file's text (empty: the built-in defaults).
+    pub fn policy(mut self, src: &str) -> Self {
+        self.policy = src.to_owned();
+        self
+    }
+
+    /// The harness, its model on loopback.
+    pub async fn build(self) -> Harness {
+        let server = LlmServer::start(self.script).await;
+        Harness::serving(server, &self.provider, &self.policy)
+    }
+
+    /// The harness with the model at this machine's address on its network (what
+    /// familiar counts as hosted: only loopback is local), or `None` after a visible
+    /// skip where the machine has no such address.
+    pub async fn hosted(self) -> Option<Harness> {
         // A UDP "connection" sends nothing: it only picks the address of the route out.
         let ip = std::net::UdpSocket::bind("0.0.0.0:0")
             .and_then(|s| s.connect("203.0.113.1:9").map(|()| s))
@@ -97,26 +129,34 @@ impl Harness {
             crate::common::skip::skip("this machine has no address but loopback");
             return None;
         };
-        let server = LlmServer::start_at(&ip.to_string(), script).await;
-        Some(Harness::on(server, provider_extra, policy_src))
+        let server = LlmServer::start_at(&ip.to_string(), self.script).await;
+        Some(Harness::serving(server, &self.provider, &self.policy))
+    }
+}
+
+impl Harness {
+    /// The defaults: the loopback model playing `script`, the built-in policy.
+    pub async fn new(script: Vec<Reply>) -> Harness {
+        Harness::builder(script).build().await
     }
 
-    fn on(server: LlmServer, provider_extra: &str, policy_src: &str) -> Harness {
-        let provider = format!(
-            "base_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{provider_extra}",
-            server.base
-        );
-        Harness::serving(server, &provider, policy_src)
+    /// A harness whose model plays `script`; the builder's methods change the rest.
+    pub fn builder(script: Vec<Reply>) -> HarnessBuilder {
+        HarnessBuilder {
+            script,
+            provider: Provider::Loopback(String::new()),
+            policy: String::new(),
+        }
     }
 
-    /// A harness whose `[providers.local]` is `provider` whole (a real server's
-    /// `base_url` and model); its loopback server gets no request.
-    pub async fn against(provider: &str, policy_src: &str) -> Harness {
-        let server = LlmServer::start(Vec::new()).await;
-        Harness::serving(server, provider, policy_src)
-    }
-
-    fn serving(server: LlmServer, provider: &str, policy_src: &str) -> Harness {
+    fn serving(server: LlmServer, provider: &Provider, policy_src: &str) -> Harness {
+        let provider = match provider {
+            Provider::Loopback(extra) => format!(
+                "base_url = \"{}/v1\"\nmodel = \"test-model\"\nmax_retries = 2\n{extra}",
+                server.base
+            ),
+            Provider::Whole(table) => table.clone(),
+        };
         let home = TestHome::new();
         let env: BTreeMap<String, String> = [
             ("HOME", home.path().display().to_string()),
