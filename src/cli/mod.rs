@@ -29,6 +29,7 @@ mod status;
 mod store_key;
 mod submit;
 mod typed;
+mod waiting;
 mod when;
 
 use std::path::PathBuf;
