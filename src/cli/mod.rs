@@ -7,6 +7,7 @@
 
 mod ask;
 mod bar;
+mod bus_wait;
 mod call_args;
 mod chooser;
 mod client;
