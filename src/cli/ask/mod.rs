@@ -18,6 +18,8 @@ use familiar_protocol::task::TaskStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::launcher::LauncherError;
+
 mod context;
 mod signals;
 
@@ -108,11 +110,18 @@ async fn menu_prompt(notify: bool) -> anyhow::Result<Result<Option<String>, Exit
         picked = crate::launcher::pick(&menu, "familiar> ", &[]) => match picked {
             Ok(prompt) => Ok(Ok(prompt)),
             Err(e) => {
+                let exit = match &e {
+                    LauncherError::NoneFound | LauncherError::Configured(_) => Exit::Usage,
+                    LauncherError::Spawn { .. } | LauncherError::Failed { .. } => Exit::Failed,
+                };
                 let f = Failure {
-                    exit: Exit::Usage,
+                    exit,
                     message: format!("--dmenu: {e}"),
                 };
-                Ok(Err(fail(f, notify, None).await?))
+                // Under a keybinding nobody reads stderr: a key that did nothing must
+                // say why on screen (issue 42 §5), with or without --notify.
+                let on_screen = notify || !std::io::stdout().is_terminal();
+                Ok(Err(fail(f, on_screen, None).await?))
             }
         },
         // The menu is dropped, which kills it: nobody types into the void.
