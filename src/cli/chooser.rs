@@ -15,8 +15,15 @@ use familiar_protocol::display::chooser::{self, Choice, GRANT_FOR};
 use familiar_protocol::display::{terminal_safe, title};
 use familiar_protocol::query::PendingApproval;
 
-use super::client::{Failure, block_on, connect};
+use crate::launcher::LauncherError;
+
+use super::client::{Failure, block_on, connect, menu_exit};
 use super::{Exit, Out};
+
+/// A menu that did not open, already shown on screen under a keybinding.
+#[derive(Debug, thiserror::Error)]
+#[error("approve --dmenu: {0}")]
+struct MenuFailed(LauncherError);
 
 /// One request waiting for an answer, as `GetTask` lists it (its `grant`: none from an
 /// older daemon, or for a request that is always asked: then no grant is offered),
@@ -28,7 +35,20 @@ struct Waiting {
 }
 
 pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exit> {
-    block_on(async {
+    let chose = block_on(choose(request, out))?;
+    match chose.map_err(|e| e.downcast::<MenuFailed>()) {
+        Ok(exit) => Ok(exit),
+        // Exits as for `ask --dmenu`: 1 for a menu that cannot open, 2 for none.
+        Err(Ok(m)) => Failure {
+            exit: menu_exit(&m.0),
+            message: m.to_string(),
+        }
+        .report(),
+        Err(Err(e)) => Err(e),
+    }
+}
+
+async fn choose(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exit> {
         let (_conn, proxy) = match connect().await {
             Ok(v) => v,
             Err(f) => return report(f).await,
@@ -55,7 +75,6 @@ pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exi
             },
         };
         answer(&proxy, &chosen, out).await
-    })?
 }
 
 /// Every pending request of every running task, oldest task first.
@@ -152,11 +171,11 @@ async fn launcher(prompt: &str, lines: &[String]) -> anyhow::Result<Option<Strin
     match crate::launcher::pick(&crate::launcher::Menu::for_client(), prompt, lines).await {
         Ok(picked) => Ok(picked),
         Err(e) => {
-            let message = format!("approve --dmenu: {e}");
+            let failed = MenuFailed(e);
             if !std::io::stdout().is_terminal() {
-                super::progress::error("familiar: approve", &message).await;
+                super::progress::error("familiar: approve", &failed.to_string()).await;
             }
-            anyhow::bail!(message)
+            Err(failed.into())
         }
     }
 }

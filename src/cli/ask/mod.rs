@@ -18,8 +18,6 @@ use familiar_protocol::task::TaskStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::launcher::LauncherError;
-
 mod context;
 mod signals;
 
@@ -110,12 +108,8 @@ async fn menu_prompt(notify: bool) -> anyhow::Result<Result<Option<String>, Exit
         picked = crate::launcher::pick(&menu, "familiar> ", &[]) => match picked {
             Ok(prompt) => Ok(Ok(prompt)),
             Err(e) => {
-                let exit = match &e {
-                    LauncherError::NoneFound | LauncherError::Configured(_) => Exit::Usage,
-                    LauncherError::Spawn { .. } | LauncherError::Failed { .. } => Exit::Failed,
-                };
                 let f = Failure {
-                    exit,
+                    exit: super::client::menu_exit(&e),
                     message: format!("--dmenu: {e}"),
                 };
                 // Under a keybinding nobody reads stderr: a key that did nothing must
