@@ -49,32 +49,34 @@ pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exi
 }
 
 async fn choose(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exit> {
-        let (_conn, proxy) = match connect().await {
-            Ok(v) => v,
-            Err(f) => return report(f).await,
-        };
-        let mut waiting = match pending(&proxy).await {
-            Ok(w) => w,
-            Err(e) => return report(super::client::classify(e)).await,
-        };
-        if let Some(id) = request {
-            waiting.retain(|w| w.request.request_id == id);
+    let (_conn, proxy) = match connect().await {
+        Ok(v) => v,
+        Err(f) => return report(f).await,
+    };
+    let mut waiting = match pending(&proxy).await {
+        Ok(w) => w,
+        Err(e) => return report(super::client::classify(e)).await,
+    };
+    if let Some(id) = request {
+        waiting.retain(|w| w.request.request_id == id);
+    }
+    let chosen = match (waiting.len(), request) {
+        // An unknown request, as for `approve ID` (exit 2).
+        (0, Some(id)) => {
+            return report(Failure {
+                exit: Exit::Usage,
+                message: format!("request {id} does not wait (answered, timed out or unknown)"),
+            })
+            .await;
         }
-        let chosen = match waiting.len() {
-            0 => {
-                let what = match request {
-                    Some(id) => format!("request {id} no longer waits (answered or timed out)"),
-                    None => "nothing waits for your answer".to_owned(),
-                };
-                return said(out, &what).await;
-            }
-            1 => waiting.swap_remove(0),
-            _ => match pick_request(waiting).await? {
-                Some(w) => w,
-                None => return said(out, "nothing chosen: the requests still wait").await,
-            },
-        };
-        answer(&proxy, &chosen, out).await
+        (0, None) => return said(out, "nothing waits for your answer").await,
+        (1, _) => waiting.swap_remove(0),
+        _ => match pick_request(waiting).await? {
+            Some(w) => w,
+            None => return said(out, "nothing chosen: the requests still wait").await,
+        },
+    };
+    answer(&proxy, &chosen, out).await
 }
 
 /// Every pending request of every running task, oldest task first.
