@@ -13,7 +13,10 @@
 //! Invariant: the program that runs is a system program or an absolute path outside
 //! the home directory; it is run without a shell, its stdin closed after the choices,
 //! and nothing it prints but its first line is taken; a menu dismissed (Escape, a
-//! non-zero exit with no output) is `None`, never an answer.
+//! non-zero exit with no output) is `None`, never an answer. A menu that could not
+//! open (no Wayland display) is an error with its own last words: it exits non-zero
+//! like a dismissed one, but says why on stderr (fuzzel's ` err: …` lines; its
+//! `info:`/`warn:` chatter, which a dismissed fuzzel prints too, does not count).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -48,7 +51,18 @@ pub enum LauncherError {
         program: String,
         source: std::io::Error,
     },
+    #[error("the launcher `{program}` could not open ({status}): {said}")]
+    Failed {
+        program: String,
+        /// `exit 1`, `killed by signal 9`.
+        status: String,
+        /// Its last lines on stderr, joined.
+        said: String,
+    },
 }
+
+/// The lines of a menu's stderr kept in its error.
+const LAST_LINES: usize = 3;
 
 /// Which menu opens: config.toml's, or the first installed one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +185,7 @@ async fn run(cmd: &[String], choices: &[String]) -> Result<Option<String>, Launc
         .args(rest)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(spawn_error)?;
@@ -185,7 +199,42 @@ async fn run(cmd: &[String], choices: &[String]) -> Result<Option<String>, Launc
     let output = child.wait_with_output().await.map_err(spawn_error)?;
     let text = String::from_utf8_lossy(&output.stdout);
     let line = text.lines().next().unwrap_or_default().trim().to_owned();
-    Ok((!line.is_empty()).then_some(line))
+    if !line.is_empty() {
+        return Ok(Some(line));
+    }
+    if output.status.success() {
+        return Ok(None);
+    }
+    match failure(&String::from_utf8_lossy(&output.stderr)) {
+        Some(said) => Err(LauncherError::Failed {
+            program: Path::new(program)
+                .file_name()
+                .map_or_else(|| program.clone(), |n| n.to_string_lossy().into_owned()),
+            status: match output.status.code() {
+                Some(code) => format!("exit {code}"),
+                None => format!(
+                    "killed by signal {}",
+                    std::os::unix::process::ExitStatusExt::signal(&output.status)
+                        .unwrap_or_default()
+                ),
+            },
+            said,
+        }),
+        None => Ok(None),
+    }
+}
+
+/// What a menu that exited non-zero without a pick said of a failure: its last lines
+/// on stderr but for fuzzel's `info:` and `warn:` logging (a dismissed fuzzel prints
+/// those too); `None` when nothing else, as a dismissed menu says nothing.
+fn failure(stderr: &str) -> Option<String> {
+    let said: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("info:") && !l.starts_with("warn:"))
+        .collect();
+    let last = &said[said.len().saturating_sub(LAST_LINES)..];
+    (!last.is_empty()).then(|| familiar_protocol::display::terminal_safe(&last.join(" / ")))
 }
 
 #[cfg(test)]
@@ -207,6 +256,23 @@ mod tests {
     #[tokio::test]
     async fn a_dismissed_menu_is_no_answer() {
         assert_eq!(run(&sh("exit 1"), &["one".into()]).await.unwrap(), None);
+        // fuzzel logs its version and config file even when dismissed.
+        let chatter = "echo 'info: main.c:1076: version: 1.8.2' >&2; echo 'warn: x' >&2; exit 1";
+        assert_eq!(run(&sh(chatter), &["one".into()]).await.unwrap(), None);
+    }
+
+    // Regression (issue 42 §5): fuzzel without a Wayland display exited 1 saying why
+    // on stderr, which was swallowed: `ask --dmenu` exited 0 and showed nothing.
+    #[tokio::test]
+    async fn a_menu_that_cannot_open_is_an_error_with_its_last_words() {
+        let script = "echo 'info: main.c:1076: version: 1.8.2' >&2; \
+             echo ' err: wayland.c:1804: failed to connect to wayland; no compositor running?' >&2; \
+             exit 1";
+        let err = run(&sh(script), &[]).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the launcher `sh` could not open (exit 1): err: wayland.c:1804: failed to connect to wayland; no compositor running?"
+        );
     }
 
     fn configured(words: &[&str], home: &Path) -> Menu {

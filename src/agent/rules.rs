@@ -73,7 +73,7 @@ pub(super) fn after_turn(p: &mut Progress, turn: Turn) -> (State, Option<String>
         return (State::Finish(TaskStatus::Failed, fatal), None);
     }
     if turn.calls.is_empty() {
-        return (after_answer(p, turn.finish, turn.text), None);
+        return (after_answer(p, turn.finish, turn.text, turn.repeated), None);
     }
     if turn.all_refused {
         p.denied_turns += 1;
@@ -101,11 +101,27 @@ pub(super) fn after_turn(p: &mut Progress, turn: Turn) -> (State, Option<String>
 }
 
 /// A turn without tool calls: the answer, unless it was cut off or filtered.
-fn after_answer(p: &mut Progress, finish: FinishReason, text: String) -> State {
+fn after_answer(
+    p: &mut Progress,
+    finish: FinishReason,
+    text: String,
+    repeated: Option<usize>,
+) -> State {
     match finish {
         FinishReason::Length => {
             p.length_continuations += 1;
-            if p.length_continuations > MAX_LENGTH_CONTINUATIONS {
+            if p.length_continuations > MAX_LENGTH_CONTINUATIONS
+                && let Some(repeats) = repeated
+            {
+                // The guard cut it, not the output limit: raising the limit would only
+                // buy more copies.
+                State::Finish(
+                    TaskStatus::Failed,
+                    format!(
+                        "stopped: the answer kept repeating the same passage ({repeats} times in a row), and again after it was asked not to; the text before the repetition is kept"
+                    ),
+                )
+            } else if p.length_continuations > MAX_LENGTH_CONTINUATIONS {
                 State::Finish(
                     TaskStatus::Failed,
                     "the model's answer hit the output limit again; ask for a shorter answer or raise max_output_tokens".into(),
@@ -250,6 +266,7 @@ mod tests {
                 .collect(),
             all_refused: false,
             fatal: None,
+            repeated: None,
         }
     }
 
@@ -391,8 +408,32 @@ mod tests {
             assert_eq!(warning, None);
             assert_eq!(p.notes.len(), n as usize);
         }
-        let (s, _) = finish(after_turn(&mut p, turn(0, FinishReason::Length)).0);
+        let (s, r) = finish(after_turn(&mut p, turn(0, FinishReason::Length)).0);
         assert_eq!(s, TaskStatus::Failed);
+        assert!(r.contains("raise max_output_tokens"), "{r}");
+    }
+
+    // Regression (issue 42 §5): answers the repetition guard cut ended with "hit the
+    // output limit again … raise max_output_tokens", which only buys more copies.
+    #[test]
+    fn answers_cut_by_the_repetition_guard_end_in_its_own_words() {
+        let mut p = Progress::default();
+        let repeated = || Turn {
+            repeated: Some(8),
+            ..turn(0, FinishReason::Length)
+        };
+        for _ in 1..=MAX_LENGTH_CONTINUATIONS {
+            assert!(matches!(
+                after_turn(&mut p, repeated()).0,
+                State::CheckLimits
+            ));
+        }
+        let (s, r) = finish(after_turn(&mut p, repeated()).0);
+        assert_eq!(s, TaskStatus::Failed);
+        assert_eq!(
+            r,
+            "stopped: the answer kept repeating the same passage (8 times in a row), and again after it was asked not to; the text before the repetition is kept"
+        );
     }
 
     #[test]

@@ -465,7 +465,19 @@ impl Task {
                 };
                 &estimated
             }
-            Some(_) | None => c.usage(),
+            Some(_) | None => match c.repeated() {
+                // The guard closed the stream before the server's counts: what it wrote
+                // was still generated, and counts.
+                Some(r) if c.usage().total() == 0 => {
+                    estimated = Usage {
+                        input_tokens: estimate,
+                        output_tokens: self.context.model.estimator.text(&r.streamed),
+                        ..Usage::default()
+                    };
+                    &estimated
+                }
+                Some(_) | None => c.usage(),
+            },
         };
         self.spend(usage);
         let kept = cut.map(|_| usage.output_tokens);

@@ -13,7 +13,9 @@
 //! Invariant: driven by the bus only. It never polls and never starts the daemon (no
 //! method call while nothing owns the name): it wakes for the daemon's signals, of the
 //! kinds that change what it shows (no `text_delta`), and for the name's owner
-//! changing, and prints only when its line changes.
+//! changing, and prints only when its line changes. It never exits for want of a bus
+//! (a bar module that exits leaves its slot empty): without one it shows `off` with the
+//! cause and waits for the bus to appear ([`super::bus_wait`]), then goes on.
 
 use std::io::Write;
 
@@ -26,7 +28,8 @@ use futures::StreamExt;
 use futures::stream::{BoxStream, select_all};
 use zbus::Connection;
 
-use super::client::{Failure, classify};
+use super::bus_wait::BusWait;
+use super::client::classify;
 use super::{Exit, Out};
 
 /// The event kinds that change what the bar shows.
@@ -52,6 +55,8 @@ struct State {
     /// The last finished task that can be undone, and what it changed.
     undo: Option<(String, String)>,
     percentage: u64,
+    /// Why there is no session bus, while there is none.
+    no_bus: Option<String>,
 }
 
 /// What a wake-up brought.
@@ -61,20 +66,68 @@ enum Update {
     Finished(String, String, String),
 }
 
+/// How following the daemon ended.
+enum Stop {
+    /// The bar's reader is gone: nothing more to do.
+    Output(std::io::Error),
+    /// The bus went away or refused what the bar asked.
+    Bus(zbus::Error),
+}
+
+impl From<zbus::Error> for Stop {
+    fn from(e: zbus::Error) -> Stop {
+        Stop::Bus(e)
+    }
+}
+
+impl From<zbus::fdo::Error> for Stop {
+    fn from(e: zbus::fdo::Error) -> Stop {
+        Stop::Bus(e.into())
+    }
+}
+
 pub fn bar(plain: bool, out: &mut Out) -> anyhow::Result<Exit> {
     super::client::block_on(async {
-        let conn = match Connection::session().await {
-            Ok(c) => c,
-            Err(e) => return Failure::unreachable(format!("no session bus: {e}")).report(),
-        };
-        match follow(&conn, plain, out).await {
-            Ok(()) => Ok(Exit::Completed),
-            Err(e) => classify(e).report(),
+        let address = super::bus_wait::address();
+        let mut last = String::new();
+        loop {
+            // Watching before connecting: a bus that appears in between still wakes it.
+            let mut wait = BusWait::new(&address);
+            let why = match Connection::session().await {
+                Ok(conn) => match follow(&conn, plain, &mut last, out).await {
+                    Ok(()) => "the session bus went away".to_owned(),
+                    Err(Stop::Output(e)) => return Err(e.into()),
+                    Err(Stop::Bus(e)) => classify(e).message,
+                },
+                Err(e) => format!("no session bus at {address} ({e})"),
+            };
+            tracing::debug!("familiar bar: {why}");
+            let off = State {
+                no_bus: Some(why),
+                ..State::default()
+            };
+            show(&render(&off, plain), &mut last, out).map_err(anyhow::Error::from)?;
+            wait.changed().await;
         }
     })?
 }
 
-async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<()> {
+/// Prints `line` when it is not the last one printed.
+fn show(line: &str, last: &mut String, out: &mut Out) -> std::io::Result<()> {
+    if line != last {
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        line.clone_into(last);
+    }
+    Ok(())
+}
+
+async fn follow(
+    conn: &Connection,
+    plain: bool,
+    last: &mut String,
+    out: &mut Out,
+) -> Result<(), Stop> {
     let dbus = zbus::fdo::DBusProxy::new(conn).await?;
     let proxy = Agent1Proxy::new(conn).await?;
     let mut updates = subscribe(&dbus, &proxy).await?;
@@ -83,15 +136,8 @@ async fn follow(conn: &Connection, plain: bool, out: &mut Out) -> zbus::Result<(
     if dbus.name_has_owner(name).await? {
         load(&proxy, &mut state).await;
     }
-    let mut last = String::new();
     loop {
-        let line = render(&state, plain);
-        if line != last {
-            writeln!(out, "{line}").map_err(|e| zbus::Error::InputOutput(e.into()))?;
-            out.flush()
-                .map_err(|e| zbus::Error::InputOutput(e.into()))?;
-            last = line;
-        }
+        show(&render(&state, plain), last, out).map_err(Stop::Output)?;
         let Some(update) = updates.next().await else {
             return Ok(());
         };
@@ -227,7 +273,9 @@ fn render(state: &State, plain: bool) -> String {
     running.sort_by(|a, b| a.id.cmp(&b.id));
     let n = running.len();
     let asking = state.board.waiting().count();
-    let (alt, text) = if !state.up {
+    let (alt, text) = if state.no_bus.is_some() && plain {
+        ("off", "off (no session bus)".to_owned())
+    } else if !state.up {
         ("off", "off".to_owned())
     } else if asking > 0 {
         ("asking", format!("asking ({asking})"))
@@ -250,6 +298,11 @@ fn render(state: &State, plain: bool) -> String {
     }
     if let Some(f) = &state.failed {
         tooltip.push(format!("last task failed: {f}"));
+    }
+    if let Some(why) = &state.no_bus {
+        tooltip.push(format!(
+            "{why}: waiting for it; familiar starts when asked once it is there"
+        ));
     }
     if tooltip.is_empty() {
         tooltip.push(match alt {
@@ -364,5 +417,10 @@ mod tests {
     #[test]
     fn no_daemon_is_off() {
         assert_eq!(render(&State::default(), true), "familiar: off");
+        let no_bus = State {
+            no_bus: Some("no session bus at unix:path=/x/bus (refused)".to_owned()),
+            ..State::default()
+        };
+        assert_eq!(render(&no_bus, true), "familiar: off (no session bus)");
     }
 }

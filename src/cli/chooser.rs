@@ -15,8 +15,15 @@ use familiar_protocol::display::chooser::{self, Choice, GRANT_FOR};
 use familiar_protocol::display::{terminal_safe, title};
 use familiar_protocol::query::PendingApproval;
 
-use super::client::{Failure, block_on, connect};
+use crate::launcher::LauncherError;
+
+use super::client::{Failure, block_on, connect, menu_exit};
 use super::{Exit, Out};
+
+/// A menu that did not open, already shown on screen under a keybinding.
+#[derive(Debug, thiserror::Error)]
+#[error("approve --dmenu: {0}")]
+struct MenuFailed(LauncherError);
 
 /// One request waiting for an answer, as `GetTask` lists it (its `grant`: none from an
 /// older daemon, or for a request that is always asked: then no grant is offered),
@@ -28,34 +35,48 @@ struct Waiting {
 }
 
 pub fn approve_dmenu(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exit> {
-    block_on(async {
-        let (_conn, proxy) = match connect().await {
-            Ok(v) => v,
-            Err(f) => return report(f).await,
-        };
-        let mut waiting = match pending(&proxy).await {
-            Ok(w) => w,
-            Err(e) => return report(super::client::classify(e)).await,
-        };
-        if let Some(id) = request {
-            waiting.retain(|w| w.request.request_id == id);
+    let chose = block_on(choose(request, out))?;
+    match chose.map_err(|e| e.downcast::<MenuFailed>()) {
+        Ok(exit) => Ok(exit),
+        // Exits as for `ask --dmenu`: 1 for a menu that cannot open, 2 for none.
+        Err(Ok(m)) => Failure {
+            exit: menu_exit(&m.0),
+            message: m.to_string(),
         }
-        let chosen = match waiting.len() {
-            0 => {
-                let what = match request {
-                    Some(id) => format!("request {id} no longer waits (answered or timed out)"),
-                    None => "nothing waits for your answer".to_owned(),
-                };
-                return said(out, &what).await;
-            }
-            1 => waiting.swap_remove(0),
-            _ => match pick_request(waiting).await? {
-                Some(w) => w,
-                None => return said(out, "nothing chosen: the requests still wait").await,
-            },
-        };
-        answer(&proxy, &chosen, out).await
-    })?
+        .report(),
+        Err(Err(e)) => Err(e),
+    }
+}
+
+async fn choose(request: Option<&str>, out: &mut Out) -> anyhow::Result<Exit> {
+    let (_conn, proxy) = match connect().await {
+        Ok(v) => v,
+        Err(f) => return report(f).await,
+    };
+    let mut waiting = match pending(&proxy).await {
+        Ok(w) => w,
+        Err(e) => return report(super::client::classify(e)).await,
+    };
+    if let Some(id) = request {
+        waiting.retain(|w| w.request.request_id == id);
+    }
+    let chosen = match (waiting.len(), request) {
+        // An unknown request, as for `approve ID` (exit 2).
+        (0, Some(id)) => {
+            return report(Failure {
+                exit: Exit::Usage,
+                message: format!("request {id} does not wait (answered, timed out or unknown)"),
+            })
+            .await;
+        }
+        (0, None) => return said(out, "nothing waits for your answer").await,
+        (1, _) => waiting.swap_remove(0),
+        _ => match pick_request(waiting).await? {
+            Some(w) => w,
+            None => return said(out, "nothing chosen: the requests still wait").await,
+        },
+    };
+    answer(&proxy, &chosen, out).await
 }
 
 /// Every pending request of every running task, oldest task first.
@@ -152,11 +173,11 @@ async fn launcher(prompt: &str, lines: &[String]) -> anyhow::Result<Option<Strin
     match crate::launcher::pick(&crate::launcher::Menu::for_client(), prompt, lines).await {
         Ok(picked) => Ok(picked),
         Err(e) => {
-            let message = format!("approve --dmenu: {e}");
+            let failed = MenuFailed(e);
             if !std::io::stdout().is_terminal() {
-                super::progress::error("familiar: approve", &message).await;
+                super::progress::error("familiar: approve", &failed.to_string()).await;
             }
-            anyhow::bail!(message)
+            Err(failed.into())
         }
     }
 }

@@ -96,6 +96,17 @@ fn bus_failure(e: zbus::Error) -> Failure {
     }
 }
 
+/// The exit code of a menu that did not open: none installed or a broken `[desktop]
+/// menu` is a configuration error (2), a menu that could not start or open (no Wayland
+/// display) a failure (1).
+pub(super) fn menu_exit(e: &crate::launcher::LauncherError) -> Exit {
+    use crate::launcher::LauncherError;
+    match e {
+        LauncherError::NoneFound | LauncherError::Configured(_) => Exit::Usage,
+        LauncherError::Spawn { .. } | LauncherError::Failed { .. } => Exit::Failed,
+    }
+}
+
 /// Whether a status `ListTasks` or `GetTask` sent is a task's that has not ended (queued
 /// or running); a status this build does not know is not.
 pub(super) fn unfinished(status: &str) -> bool {

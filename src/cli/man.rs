@@ -18,15 +18,15 @@ use super::{Cli, Exit, Out};
 const EXIT_STATUS: &[(&str, &str)] = &[
     (
         "0",
-        "The command or the task completed (a task skipped because its --when conditions did not hold counts as completed).",
+        "The command or the task did what was asked, also when that was nothing (a task skipped because its --when conditions did not hold, a dismissed menu).",
     ),
     (
         "1",
-        "The task failed, was denied or was cancelled; a command that could not do what it was asked.",
+        "The task failed, was denied or was cancelled; a command that could not do what it was asked (a failed doctor check, a menu that cannot open; policy check: the call would be asked or denied).",
     ),
     (
         "2",
-        "A usage or configuration error, an unknown soul, session, task or approval request.",
+        "A usage or configuration error; an unknown soul, session, task, approval request or memory entry; any other error a command stops at.",
     ),
     (
         "3",

@@ -44,9 +44,10 @@ pub fn memory(
                 }
                 Ok(Exit::Completed)
             }
+            // An unknown id, as for `cancel`, `undo` and `sessions rm`.
             Err(e @ MemoryError::NotFound(_)) => {
                 writeln!(std::io::stderr().lock(), "familiar: {e}")?;
-                Ok(Exit::Failed)
+                Ok(Exit::Usage)
             }
             Err(e) => Err(e.into()),
         },

@@ -7,6 +7,7 @@
 
 mod ask;
 mod bar;
+mod bus_wait;
 mod call_args;
 mod chooser;
 mod client;
@@ -29,6 +30,7 @@ mod status;
 mod store_key;
 mod submit;
 mod typed;
+mod waiting;
 mod when;
 
 use std::path::PathBuf;

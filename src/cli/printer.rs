@@ -6,9 +6,10 @@
 //! (another task id than the first event's) go to stderr, indented under the parent.
 //! `--json`: every event as one JSON object per line on stdout.
 
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::sync::Arc;
 
+use super::waiting::{Waiting, thousands};
 use super::{Exit, Out};
 use crate::agent::events::{CallDecision, Event, EventPayload};
 use crate::approval::{terminal_safe, visible};
@@ -42,8 +43,22 @@ pub async fn print_events(
         at_line_start: true,
         top: None,
         answered: false,
+        waiting: None,
+        terminal: std::io::stderr().is_terminal(),
+        live: false,
     };
-    while let Some(mut event) = rx.recv().await {
+    loop {
+        let due = if json { None } else { printer.due() };
+        let mut event = tokio::select! {
+            event = rx.recv() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            () = until(due) => {
+                printer.tick()?;
+                continue;
+            }
+        };
         if ephemeral
             && let EventPayload::TaskFinished { session_kept, .. } =
                 &mut Arc::make_mut(&mut event).payload
@@ -57,8 +72,17 @@ pub async fn print_events(
             printer.print(&event)?;
         }
     }
+    printer.erase_live()?;
     printer.out.flush()?;
     Ok(())
+}
+
+/// Sleeps until `due`, or forever.
+async fn until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 struct Printer {
@@ -69,16 +93,33 @@ struct Printer {
     top: Option<TaskId>,
     /// Whether any of the followed task's text was printed.
     answered: bool,
+    /// The followed task's model call that has not answered yet.
+    waiting: Option<Waiting>,
+    /// Whether stderr is a terminal: the waiting line is then redrawn in place.
+    terminal: bool,
+    /// Whether the waiting line is drawn on the terminal (no newline after it).
+    live: bool,
 }
 
 impl Printer {
     fn print(&mut self, event: &Event) -> anyhow::Result<()> {
+        // Whatever is printed next goes where the live line was.
+        self.erase_live()?;
+        self.print_event(event)?;
+        if self.terminal && self.waiting.as_ref().is_some_and(Waiting::shown) {
+            self.draw_live()?;
+        }
+        Ok(())
+    }
+
+    fn print_event(&mut self, event: &Event) -> anyhow::Result<()> {
         let top = self.top.get_or_insert_with(|| event.task_id.clone());
         if event.task_id != *top {
             self.end_text_line()?;
             print_child_event(event, &mut std::io::stderr().lock())?;
             return Ok(());
         }
+        self.follow_wait(&event.payload);
         let mut err = std::io::stderr().lock();
         match &event.payload {
             EventPayload::TextDelta { text } => {
@@ -128,6 +169,8 @@ impl Printer {
                     usage.total(),
                 )?;
             }
+            // On a terminal the live line shows it, with the time.
+            EventPayload::ModelProgress { .. } if self.terminal => {}
             payload => {
                 if !write_tool_line(payload, "", &mut err)?
                     && let Some(line) = status_line(payload)
@@ -138,6 +181,85 @@ impl Printer {
                     writeln!(err, "  {line}")?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Starts, updates or ends the wait for the model's answer.
+    fn follow_wait(&mut self, payload: &EventPayload) {
+        let now = tokio::time::Instant::now();
+        match payload {
+            EventPayload::IterationStarted { .. } => self.waiting = Some(Waiting::new(now)),
+            EventPayload::ModelProgress {
+                processed, total, ..
+            } => self
+                .waiting
+                .get_or_insert_with(|| Waiting::new(now))
+                .report(*processed, *total, now),
+            // The model answers, or the call failed, or something else is under way.
+            EventPayload::TextDelta { .. }
+            | EventPayload::ToolCallStarted { .. }
+            | EventPayload::ApprovalRequested { .. }
+            | EventPayload::Retry { .. }
+            | EventPayload::ModelFallback { .. }
+            | EventPayload::DegenerateOutput { .. }
+            | EventPayload::SubagentStarted { .. }
+            | EventPayload::TaskFinished { .. } => self.waiting = None,
+            EventPayload::TaskStarted { .. }
+            | EventPayload::ToolCallFinished { .. }
+            | EventPayload::ApprovalResolved { .. }
+            | EventPayload::PlanUpdated { .. }
+            | EventPayload::RateLimited { .. }
+            | EventPayload::LoopWarning { .. }
+            | EventPayload::Compaction { .. }
+            | EventPayload::SteeringReceived { .. }
+            | EventPayload::SubagentFinished { .. } => {}
+        }
+    }
+
+    /// When the waiting line is next due, if a call waits.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        let w = self.waiting.as_ref()?;
+        // On a pipe only a wait the server reports on is repeated.
+        (self.terminal || w.reported()).then(|| w.next_tick(self.terminal))
+    }
+
+    /// The waiting line, again, with the time: in place on a terminal, else a line.
+    fn tick(&mut self) -> anyhow::Result<()> {
+        if self.terminal {
+            self.erase_live()?;
+            return self.draw_live();
+        }
+        let Some(w) = self.waiting.as_mut() else {
+            return Ok(());
+        };
+        let line = w.line(tokio::time::Instant::now());
+        w.ticked();
+        self.end_text_line()?;
+        writeln!(std::io::stderr().lock(), "  {line}")?;
+        Ok(())
+    }
+
+    fn draw_live(&mut self) -> anyhow::Result<()> {
+        let Some(w) = &self.waiting else {
+            return Ok(());
+        };
+        let line = w.line(tokio::time::Instant::now());
+        self.end_text_line()?;
+        let mut err = std::io::stderr().lock();
+        write!(err, "  {line}")?;
+        err.flush()?;
+        self.live = true;
+        Ok(())
+    }
+
+    /// Clears the live line, leaving the cursor at the start of its line.
+    fn erase_live(&mut self) -> std::io::Result<()> {
+        if self.live {
+            let mut err = std::io::stderr().lock();
+            write!(err, "\r\x1b[K")?;
+            err.flush()?;
+            self.live = false;
         }
         Ok(())
     }
@@ -304,19 +426,6 @@ fn status_line(payload: &EventPayload) -> Option<String> {
     Some(line)
 }
 
-/// `2471` → `2,471`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// One event of a delegated sub-task, indented under its parent's lines: its tool
 /// lines, its rate limits, and its error when it did not complete.
 fn print_child_event(event: &Event, err: &mut impl Write) -> std::io::Result<()> {
@@ -427,8 +536,5 @@ mod tests {
             status_line(&p).as_deref(),
             Some("reading the prompt: 1,024 / 2,471 tokens")
         );
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }

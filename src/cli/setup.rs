@@ -7,6 +7,7 @@
 //! `--dry-run`. A `systemctl --user` step that fails is reported; the exit code is 1
 //! only when nothing can start the daemon (no user manager and no session bus that
 //! activates it); the files are still right, so running the commands later is enough.
+//! `--uninstall` likewise exits 1 only when a user manager answered and a step failed.
 //! It ends with the binding lines for the compositor this session runs.
 
 use std::io::Write;
@@ -326,11 +327,29 @@ fn uninstall(dry_run: bool, out: &mut Out) -> anyhow::Result<Exit> {
         out,
         "\nSessions, config and the audit log are kept (~/.local/state/familiar, ~/.config/familiar)."
     )?;
-    Ok(if stopped && reloaded {
-        Exit::Completed
-    } else {
-        Exit::Failed
-    })
+    if stopped && reloaded {
+        return Ok(Exit::Completed);
+    }
+    // As for `setup`: without a user manager nothing of familiar runs under one, and
+    // with the files gone nothing can start the daemon: the uninstall is done.
+    if !manager_answers() {
+        writeln!(
+            out,
+            "No systemd user manager answered: nothing runs under one, and with the files removed\nnothing starts the daemon any more."
+        )?;
+        return Ok(Exit::Completed);
+    }
+    Ok(Exit::Failed)
+}
+
+/// Whether a systemd user manager answers `systemctl --user` here.
+fn manager_answers() -> bool {
+    Command::new("systemctl")
+        .args(["--user", "show-environment"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn state(p: &Planned) -> &'static str {

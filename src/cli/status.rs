@@ -6,7 +6,7 @@ use std::io::Write;
 
 use familiar_protocol::query::{Configuration, SandboxReport, WarmState};
 
-use super::client::with_proxy;
+use super::client::{Failure, with_proxy};
 use super::{Exit, Out};
 
 /// What this machine says without asking the daemon: version, config file, provider
@@ -64,19 +64,34 @@ fn write_local_facts(f: &serde_json::Value, out: &mut Out) -> anyhow::Result<()>
 pub fn status(config: Option<&std::path::Path>, json: bool, out: &mut Out) -> anyhow::Result<Exit> {
     let local = local_facts(config);
     let got = with_proxy(async |conn, p| {
+        // Asked before any call to the daemon: a call to a name nobody owns would start
+        // the daemon by D-Bus activation, and `status` only looks.
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let name = zbus::names::BusName::try_from(familiar_protocol::NAME)?;
+        if !dbus.name_has_owner(name).await.map_err(zbus::Error::from)? {
+            return Ok(None);
+        }
         let version = p.version().await?;
         let active = p.active_tasks().await?;
         let metrics = p.metrics().await?;
         // A daemon older than the `Sandbox` property still answers the rest.
         let sandbox = p.sandbox().await.ok();
         let configuration = p.configuration().await.ok();
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
         let pid = dbus
             .get_connection_unix_process_id(familiar_protocol::NAME.try_into()?)
             .await
             .ok();
-        Ok((version, active, metrics, pid, sandbox, configuration))
-    })?;
+        Ok(Some((version, active, metrics, pid, sandbox, configuration)))
+    })?
+    .and_then(|running| {
+        running.ok_or_else(|| Failure {
+            exit: Exit::Unreachable,
+            message: format!(
+                "the familiar daemon is not running (nothing owns {}, and `status` does not start it): it starts on first use once `familiar setup` installed its activation file, or now with `systemctl --user start familiar`",
+                familiar_protocol::NAME
+            ),
+        })
+    });
     let (version, active, metrics, pid, sandbox, configuration) = match got {
         Ok(v) => v,
         Err(f) => {

@@ -167,6 +167,11 @@ fn setup_uninstall_removes_what_setup_installed_and_a_dev_build_is_named() {
         .unwrap();
     let said = text(&out.stdout);
     assert!(said.contains("removed: "), "{said}");
+    // Regression (issue 42 §5): without a user manager the systemctl steps fail and
+    // uninstall exited 1 where setup (with a bus that activates) exits 0; the files
+    // are gone, nothing can start the daemon: done.
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("No systemd user manager answered"), "{said}");
     for f in [
         "familiar.service",
         "familiar-maintenance.service",

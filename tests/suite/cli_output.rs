@@ -253,3 +253,71 @@ fn man_install_goes_where_man_looks_from_the_binarys_bin() {
         "{found:?}"
     );
 }
+
+// Regression (issue 42 §5): with a small local model "reading the prompt: 0 / 1,945
+// tokens" stayed frozen for 96 s, with no sign of life. The line comes again with the
+// time the request has been out; the server holds its answer until the test saw it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prefill_shows_the_time_ticking() {
+    use std::io::BufRead as _;
+
+    let gate = Gate::new();
+    let server = LlmServer::start(vec![Reply::sse_steps(vec![
+        Step::Send(oa_progress(0, 1945, 0).into_bytes()),
+        Step::Wait(gate.clone()),
+        Step::Send(
+            sse(vec![
+                oa_progress(1945, 1945, 0),
+                oa_text("done"),
+                oa_finish("stop"),
+                oa_usage(1945, 1),
+                oa_done(),
+            ])
+            .into_bytes(),
+        ),
+    ])])
+    .await;
+    let home = TestHome::new();
+    config(&home, &server);
+    home.write_config("souls/one.toml", "prompt = \"p\"\nmax_iterations = 2\n");
+    let mut child = home
+        .familiar_process()
+        .args(["run", "--soul", "one", "look"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let ticking = regex::Regex::new(r"^  reading the prompt: 0 / 1,945 tokens, \d+ s").unwrap();
+    let (seen, rest) = tokio::task::spawn_blocking(move || {
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let done = ticking.is_match(&line);
+            seen.push(line);
+            if done {
+                break;
+            }
+        }
+        (seen, lines)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("  reading the prompt: 0 / 1,945 tokens"),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.last().is_some_and(|l| l.contains(" tokens, ")),
+        "{seen:#?}"
+    );
+    gate.open();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let rest: Vec<String> = rest.map(Result::unwrap).collect();
+    assert_eq!(out.status.code(), Some(0), "{rest:#?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+}

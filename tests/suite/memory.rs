@@ -227,8 +227,9 @@ async fn familiar_run_remembers_and_the_next_task_sees_the_note() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).starts_with(&format!("forgot {id}")));
     assert_eq!(stdout(&familiar(&home, &["memory"]).await), "");
+    // An unknown id is 2, as for every command (issue 42 §5: it was 1).
     let out = familiar(&home, &["memory", "forget", &id]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no memory entry"));
 }
 

@@ -24,6 +24,7 @@ mod sandbox_plan;
 mod sandbox_sockets;
 mod sandbox_startup;
 mod secrets;
+mod skips;
 mod snapshot;
 mod store;
 mod subagents;

@@ -41,11 +41,25 @@ pub(in crate::agent) struct Collected {
     pub(super) refused: usize,
     pub(in crate::agent) error: Option<LlmError>,
     pub(super) calls: Vec<(Submitted, CallResult)>,
+    /// Set when the repetition guard cut the answer.
+    pub(super) repeated: Option<RepeatCut>,
+}
+
+/// An answer the repetition guard cut: the server never sends its counts for it.
+pub(in crate::agent) struct RepeatCut {
+    /// Copies in a row when the guard fired.
+    pub(in crate::agent) repeats: usize,
+    /// Everything the model wrote of it (the copies cut included), which it was paid for.
+    pub(in crate::agent) streamed: String,
 }
 
 impl Collected {
     pub(in crate::agent) fn usage(&self) -> &Usage {
         &self.usage
+    }
+
+    pub(in crate::agent) fn repeated(&self) -> Option<&RepeatCut> {
+        self.repeated.as_ref()
     }
 
     /// The answer's text that streamed before the task was stopped (cancelled, its wall
@@ -227,6 +241,10 @@ impl<'t> Collector<'t> {
                 unit,
                 repeats,
             } => {
+                c.repeated = Some(RepeatCut {
+                    repeats,
+                    streamed: streamed_text(&c.blocks, &c.text),
+                });
                 if c.text.is_char_boundary(keep) {
                     c.text.truncate(keep);
                 }

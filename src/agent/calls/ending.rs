@@ -26,6 +26,8 @@ pub(in crate::agent) struct Turn {
     pub(in crate::agent) calls: Vec<(String, serde_json::Value)>,
     pub(in crate::agent) all_refused: bool,
     pub(in crate::agent) fatal: Option<String>,
+    /// Copies in a row, when the repetition guard cut the answer.
+    pub(in crate::agent) repeated: Option<usize>,
 }
 
 /// How a model call ended.
@@ -149,6 +151,7 @@ impl<'t> Collector<'t> {
             all_refused: called_tools && c.refused == c.calls.len(),
             calls: folded.signatures,
             fatal: folded.fatal,
+            repeated: c.repeated.as_ref().map(|r| r.repeats),
         })
     }
 

@@ -109,10 +109,13 @@ async fn menu_prompt(notify: bool) -> anyhow::Result<Result<Option<String>, Exit
             Ok(prompt) => Ok(Ok(prompt)),
             Err(e) => {
                 let f = Failure {
-                    exit: Exit::Usage,
+                    exit: super::client::menu_exit(&e),
                     message: format!("--dmenu: {e}"),
                 };
-                Ok(Err(fail(f, notify, None).await?))
+                // Under a keybinding nobody reads stderr: a key that did nothing must
+                // say why on screen (issue 42 §5), with or without --notify.
+                let on_screen = notify || !std::io::stdout().is_terminal();
+                Ok(Err(fail(f, on_screen, None).await?))
             }
         },
         // The menu is dropped, which kills it: nobody types into the void.

@@ -220,11 +220,12 @@ async fn config_checks(config: &Config) -> Vec<Check> {
     if !bus_souls.is_empty() {
         checks.push(system::bus_proxy_check(&bus_souls));
     }
+    let default_fix = default_soul_fix(&souls, config.default_soul.as_str());
     let Some(soul) = needed(
         &mut checks,
         "souls",
         souls.get(config.default_soul.as_str()),
-        "set `default_soul` in config.toml to one of the souls listed",
+        &default_fix,
     ) else {
         return checks;
     };
@@ -251,6 +252,19 @@ async fn config_checks(config: &Config) -> Vec<Check> {
         .unwrap_or(&provider.model);
     checks.extend(provider::provider_checks(provider, model).await);
     checks
+}
+
+/// The fix for a default soul that does not load: a default soul whose own file is
+/// broken is fixed in that file (its error is listed above), not by choosing another.
+fn default_soul_fix(souls: &SoulSet, id: &str) -> String {
+    let file = format!("/{id}.toml");
+    match souls.errors.iter().find(|e| e.file.ends_with(&file)) {
+        Some(err) => format!(
+            "correct {} (`familiar souls validate {}` shows the error): it is the default soul",
+            err.file, err.file
+        ),
+        None => "set `default_soul` in config.toml to one of the souls listed".to_owned(),
+    }
 }
 
 /// The value a later check needs, or a failed check saying why it is missing (the

@@ -203,6 +203,37 @@ async fn a_repeating_answer_is_cut_and_the_loop_goes_on() {
     assert!(second.contains("kept repeating the same text"), "{second}");
 }
 
+/// Regression (issue 42 §5): after answers the guard cut, the task ended with "hit
+/// the output limit again … raise max_output_tokens" and 0 tokens, though ~1,000
+/// tokens of text had streamed. It says the answer kept repeating, and counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_cut_by_the_repetition_guard_end_in_its_words_with_their_tokens() {
+    let line = "I will check the disk usage of your home folder now.\n";
+    let repeating = || {
+        Reply::sse_steps(vec![
+            Step::Send(sse((0..40).map(|_| oa_text(line)).collect::<Vec<_>>()).into_bytes()),
+            Step::Hang,
+        ])
+    };
+    let h = Harness::new(vec![repeating(), repeating(), repeating()]).await;
+    let rt = h.runtime(builtin_plus(vec![]));
+    let soul = h.soul("max_iterations = 6\n");
+    let (out, _) = h.run(rt, h.spec(soul, "how big is ~?", None)).await;
+    h.server.wait_closed(3).await;
+    assert_eq!(out.status, TaskStatus::Failed, "{}", out.result);
+    assert!(
+        out.result
+            .starts_with("stopped: the answer kept repeating the same passage (")
+            && !out.result.contains("max_output_tokens"),
+        "{}",
+        out.result
+    );
+    // Each cut answer streamed at least its 8 copies (~12 tokens each), and its
+    // request was read: none of it is free.
+    assert!(out.usage.output_tokens >= 3 * 8 * 10, "{:?}", out.usage);
+    assert!(out.usage.input_tokens > 0, "{:?}", out.usage);
+}
+
 /// A task that failed before the model answered left its prompt as the
 /// session's last message, so the next task sent `user, user`, which templates that
 /// enforce alternation reject for every later task of the session.

@@ -234,3 +234,90 @@ async fn the_protocol_crates_watcher_shows_what_the_bar_shows() {
         child.wait().unwrap();
     }
 }
+
+// Regression (issue 42 §5): with no session bus `familiar bar` exited 3 naming the
+// daemon's activation (a bar module that exits leaves its slot empty). It says `off`
+// with the cause and goes on once a bus appears at the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bar_waits_off_for_a_session_bus_and_goes_on_when_one_appears() {
+    let home = crate::common::TestHome::new();
+    let dir = tempfile::tempdir().unwrap();
+    let address = format!("unix:path={}/bus", dir.path().display());
+    let mut child = home
+        .familiar_process()
+        .env("DBUS_SESSION_BUS_ADDRESS", &address)
+        .args(["bar", "--plain"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = lines_of(&mut child);
+    wait_line(&mut lines, "familiar: off (no session bus)").await;
+    // The bus comes after the bar, as it may at login.
+    let mut bus = std::process::Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address"])
+        .arg(format!("--address={address}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut printed = String::new();
+    BufReader::new(bus.stdout.take().unwrap())
+        .read_line(&mut printed)
+        .unwrap();
+    wait_line(&mut lines, "familiar: off").await;
+    // And it follows the daemon's name on that bus like any other (a stand-in that
+    // answers every call with an error: an empty board).
+    let conn = zbus::connection::Builder::address(address.as_str())
+        .serve_at("/elsewhere", Nothing)
+        .name(familiar_protocol::NAME)
+        .build()
+        .await
+        .unwrap();
+    wait_line(&mut lines, "familiar: idle").await;
+    assert_eq!(child.try_wait().unwrap(), None, "the bar exited");
+    drop(conn);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    bus.kill().unwrap();
+    bus.wait().unwrap();
+}
+
+/// An object that serves nothing of the daemon's.
+struct Nothing;
+
+#[zbus::interface(name = "org.example.Nothing")]
+impl Nothing {
+    fn nothing(&self) {}
+}
+
+#[test]
+fn no_session_bus_is_off_with_its_cause_in_waybars_line() {
+    let home = crate::common::TestHome::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = home
+        .familiar_process()
+        .env(
+            "DBUS_SESSION_BUS_ADDRESS",
+            format!("unix:path={}/bus", dir.path().display()),
+        )
+        .arg("bar")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let line: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(line["alt"], "off");
+    assert_eq!(line["text"], "off");
+    let tooltip = line["tooltip"].as_str().unwrap();
+    assert!(
+        tooltip.starts_with("no session bus at unix:path=") && tooltip.contains("waiting for it"),
+        "{tooltip}"
+    );
+}

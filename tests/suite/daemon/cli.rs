@@ -386,3 +386,31 @@ async fn ask_gets_its_submit_reply_while_other_tasks_flood_the_bus() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "t-000000000001 s-000000000001");
 }
+
+/// Regression (issue 42 §5): `familiar status` started the daemon by D-Bus activation
+/// where docs/cli.md says it exits 3 when the daemon is not running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_does_not_start_the_daemon_by_activation() {
+    let home = TestHome::new();
+    let services = tempfile::tempdir().unwrap();
+    let started = services.path().join("started");
+    std::fs::write(
+        services.path().join("dev.familiar.Agent1.service"),
+        format!(
+            "[D-BUS Service]\nName=dev.familiar.Agent1\nExec=/usr/bin/touch {}\n",
+            started.display()
+        ),
+    )
+    .unwrap();
+    let bus = TestBus::start_with(Some(services.path()), &[]);
+    let out = familiar(&home, &bus, &["status"], &[]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("daemon: not running"));
+    assert!(
+        text(&out.stderr).contains("the familiar daemon is not running"),
+        "{}",
+        text(&out.stderr)
+    );
+    // An activation would have run the Exec line before the bus answered.
+    assert!(!started.exists(), "status activated the daemon");
+}

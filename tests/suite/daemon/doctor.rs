@@ -262,3 +262,36 @@ async fn an_activatable_notification_server_is_not_said_to_answer() {
         "{detail}"
     );
 }
+
+/// Regression (issue 42 §5): a broken default soul's fix said to set `default_soul`
+/// in config.toml; the file to correct is the soul's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_default_soul_names_its_file_to_fix() {
+    let server = LlmServer::start(vec![]).await;
+    let home = TestHome::new();
+    home.write_config(
+        "config.toml",
+        &format!("default_soul = \"mine\"\n{}", config_for(&server)),
+    );
+    let soul = home.write_config("souls/mine.toml", "prompt = \"p\"\nmax_iteratons = 3\n");
+    let bus = TestBus::start();
+    let out = familiar(&home, &bus, &["doctor", "--json"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let c = checks(&out.stdout);
+    let fixes: Vec<&str> = c["souls"]
+        .iter()
+        .filter_map(|v| v["fix"].as_str())
+        .collect();
+    let file = soul.display().to_string();
+    assert!(
+        fixes
+            .iter()
+            .any(|f| f.starts_with(&format!("correct {file} "))
+                && f.ends_with("it is the default soul")),
+        "{fixes:#?}"
+    );
+    assert!(
+        !fixes.iter().any(|f| f.contains("default_soul")),
+        "{fixes:#?}"
+    );
+}

@@ -99,3 +99,25 @@ async fn doctor_lists_the_menu_and_where_it_was_found() {
         "{detail}"
     );
 }
+
+// Regression (issue 42 §5): an ID that does not wait exited 0 under `approve --dmenu`
+// and 2 under `approve ID`; an unknown request is 2 for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_dmenu_with_a_request_that_does_not_wait_exits_2() {
+    let f = Fixture::new(vec![]).await;
+    let out = familiar(
+        &f.harness.home,
+        &f.bus,
+        &["approve", "--dmenu", "r-000000000000"],
+        &[],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("request r-000000000000 does not wait"),
+        "{stderr}"
+    );
+    let out = familiar(&f.harness.home, &f.bus, &["approve", "r-000000000000"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+}

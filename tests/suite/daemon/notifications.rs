@@ -373,3 +373,61 @@ async fn every_daemon_surface_shows_the_whole_hostile_call_made_visible() {
 fn is_bidi_or_zero_width(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
+
+// Regression (issue 42 §5): `ask --dmenu` with a launcher that cannot open (no Wayland
+// display) exited 0 and showed nothing: a key that did nothing, with no trace; the
+// launcher's own stderr was swallowed. It says why on screen and on stderr, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_dmenu_with_a_launcher_that_cannot_open_says_why_on_screen() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let (f, mut server) = fixture(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let menu = dir.path().join("menu");
+    // What fuzzel 1.8 says and does without a compositor.
+    std::fs::write(
+        &menu,
+        "#!/bin/sh\necho 'info: main.c:1076: version: 1.8.2' >&2\n\
+         echo ' err: wayland.c:1804: failed to connect to wayland; no compositor running?' >&2\n\
+         exit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&menu, std::fs::Permissions::from_mode(0o755)).unwrap();
+    f.harness.home.write_config(
+        "config.toml",
+        &format!("[desktop]\nmenu = \"{}\"\n", menu.display()),
+    );
+    let out = super::cli::familiar(&f.harness.home, &f.bus, &["ask", "--dmenu"], &[]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let cause = "the launcher `menu` could not open (exit 1): err: wayland.c:1804: failed to connect to wayland; no compositor running?";
+    assert!(stderr.contains(cause), "{stderr}");
+    let (_, summary, _) = server.next_shown().await;
+    assert_eq!(summary, "familiar: not asked");
+    assert!(
+        server
+            .bodies
+            .lock()
+            .unwrap()
+            .last()
+            .unwrap()
+            .contains(cause),
+        "{:?}",
+        server.bodies.lock().unwrap()
+    );
+    assert!(f.proxy.list_tasks().await.unwrap().is_empty());
+
+    // The real fuzzel, where installed: no display here either.
+    if crate::common::skip::program("fuzzel", "fuzzel").is_some() {
+        f.harness
+            .home
+            .write_config("config.toml", "[desktop]\nmenu = \"fuzzel --dmenu\"\n");
+        let out = super::cli::familiar(&f.harness.home, &f.bus, &["ask", "--dmenu"], &[]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("the launcher `fuzzel` could not open (exit 1): "),
+            "{stderr}"
+        );
+    }
+}
