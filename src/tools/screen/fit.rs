@@ -123,16 +123,10 @@ fn decode(bytes: &[u8]) -> Result<(Vec<u8>, u32, u32, png::ColorType), FitError>
     Ok((pixels, info.width, info.height, color))
 }
 
-fn pixel_type(color: png::ColorType) -> PixelType {
-    match color {
-        png::ColorType::Grayscale => PixelType::U8,
-        png::ColorType::GrayscaleAlpha => PixelType::U8x2,
-        // EXPAND turns a palette into RGB(A): Indexed never comes out of the decoder.
-        png::ColorType::Rgb | png::ColorType::Indexed => PixelType::U8x3,
-        png::ColorType::Rgba => PixelType::U8x4,
-    }
-}
-
+/// Scales `area` of the image to `out_w`x`out_h` as RGBA and gives back the source's
+/// channels. fast_image_resize is built with `only_u8x4`: its other pixel types, each
+/// in every SIMD variant, were 2.8 MB of the binary (BENCHMARKS.md, "binary sizes"),
+/// and widening a screenshot to four channels and back costs a few milliseconds.
 fn resize(
     pixels: Vec<u8>,
     (width, height): (u32, u32),
@@ -141,12 +135,13 @@ fn resize(
     color: png::ColorType,
 ) -> Result<Vec<u8>, FitError> {
     let failed = |e: &dyn std::fmt::Display| FitError::Scale(e.to_string());
-    let kind = pixel_type(color);
-    let src = Image::from_vec_u8(width, height, pixels, kind).map_err(|e| failed(&e))?;
-    let mut dst = Image::new(out_w, out_h, kind);
+    let src = Image::from_vec_u8(width, height, to_rgba(pixels, color), PixelType::U8x4)
+        .map_err(|e| failed(&e))?;
+    let mut dst = Image::new(out_w, out_h, PixelType::U8x4);
     // Lanczos keeps a window's text readable when a 2560-pixel screen becomes 1280.
     let options = ResizeOptions::new()
         .resize_alg(ResizeAlg::Convolution(FilterType::Lanczos3))
+        .use_alpha(has_alpha(color))
         .crop(
             f64::from(area.x),
             f64::from(area.y),
@@ -156,7 +151,39 @@ fn resize(
     Resizer::new()
         .resize(&src, &mut dst, &options)
         .map_err(|e| failed(&e))?;
-    Ok(dst.into_vec())
+    Ok(from_rgba(dst.into_vec(), color))
+}
+
+fn has_alpha(color: png::ColorType) -> bool {
+    match color {
+        png::ColorType::GrayscaleAlpha | png::ColorType::Rgba => true,
+        png::ColorType::Grayscale | png::ColorType::Rgb | png::ColorType::Indexed => false,
+    }
+}
+
+/// The decoder's 8-bit pixels of `color` as RGBA (opaque where the source has no alpha).
+fn to_rgba(pixels: Vec<u8>, color: png::ColorType) -> Vec<u8> {
+    let widen = |n: usize, f: fn(&[u8]) -> [u8; 4]| pixels.chunks_exact(n).flat_map(f).collect();
+    match color {
+        png::ColorType::Rgba => pixels,
+        // EXPAND turns a palette into RGB(A): Indexed never comes out of the decoder.
+        png::ColorType::Rgb | png::ColorType::Indexed => widen(3, |p| [p[0], p[1], p[2], 255]),
+        png::ColorType::GrayscaleAlpha => widen(2, |p| [p[0], p[0], p[0], p[1]]),
+        png::ColorType::Grayscale => widen(1, |p| [p[0], p[0], p[0], 255]),
+    }
+}
+
+/// RGBA pixels back in `color`'s channels (a grey source stays grey: R = G = B).
+fn from_rgba(rgba: Vec<u8>, color: png::ColorType) -> Vec<u8> {
+    let pixels = rgba.chunks_exact(4);
+    match color {
+        png::ColorType::Rgba => rgba,
+        png::ColorType::Rgb | png::ColorType::Indexed => {
+            pixels.flat_map(|p| [p[0], p[1], p[2]]).collect()
+        }
+        png::ColorType::GrayscaleAlpha => pixels.flat_map(|p| [p[0], p[3]]).collect(),
+        png::ColorType::Grayscale => pixels.map(|p| p[0]).collect(),
+    }
 }
 
 fn encode(
@@ -265,6 +292,39 @@ mod tests {
             fit(&png, Some(outside), 1280),
             Err(FitError::Outside(..))
         ));
+    }
+
+    fn uniform_png(width: u32, height: u32, color: png::ColorType, pixel: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, width, height);
+        encoder.set_color(color);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().unwrap();
+        writer
+            .write_image_data(&pixel.repeat((width * height) as usize))
+            .unwrap();
+        writer.finish().unwrap();
+        out
+    }
+
+    #[test]
+    fn every_colour_type_is_scaled_in_its_own_channels_and_colours() {
+        for (color, pixel) in [
+            (png::ColorType::Grayscale, vec![90]),
+            (png::ColorType::GrayscaleAlpha, vec![90, 200]),
+            (png::ColorType::Rgb, vec![10, 120, 230]),
+            (png::ColorType::Rgba, vec![10, 120, 230, 200]),
+        ] {
+            let fitted = fit(&uniform_png(64, 32, color, &pixel), None, 16).unwrap();
+            assert_eq!((fitted.width, fitted.height), (16, 8));
+            let (pixels, width, height, out) = decode(&fitted.png).unwrap();
+            assert_eq!((width, height, out), (16, 8, color));
+            assert_eq!(pixels.len(), 16 * 8 * pixel.len(), "{color:?}");
+            for p in pixels.chunks_exact(pixel.len()) {
+                let off = p.iter().zip(&pixel).map(|(a, b)| a.abs_diff(*b)).max();
+                assert!(off <= Some(1), "{color:?}: {p:?} for {pixel:?}");
+            }
+        }
     }
 
     #[test]
