@@ -117,12 +117,11 @@ fn clean_readonly_mappings(smaps: &str, exe: &std::path::Path) -> Vec<(usize, us
             let path = fields.nth(3);
             current = (path == exe.to_str() && perms.starts_with('r') && !perms.contains('w'))
                 .then_some((a, b));
-        } else if first == "Anonymous:" {
-            if let Some(m) = current.take()
-                && fields.next() == Some("0")
-            {
-                out.push(m);
-            }
+        } else if first == "Anonymous:"
+            && let Some(m) = current.take()
+            && fields.next() == Some("0")
+        {
+            out.push(m);
         }
     }
     out
