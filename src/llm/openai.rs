@@ -10,6 +10,8 @@
 
 use std::collections::VecDeque;
 
+use familiar_protocol::ids::CallId;
+use familiar_protocol::task::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -18,11 +20,9 @@ use super::image::{self, ImageWire, Images, image_wires};
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
 use super::{
-    ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, Usage,
-    parse_arguments,
+    ContentBlock, FinishReason, LlmError, Message, Request, Role, StreamEvent, parse_arguments,
 };
 use crate::config::ProviderConfig;
-use crate::ids::CallId;
 
 /// The chat completions wire format.
 pub(crate) struct OpenAi;

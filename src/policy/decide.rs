@@ -5,6 +5,9 @@
 //! recorded in [`Verdict::steps`], so the audit log and `familiar policy check` show
 //! why, not just what.
 
+use familiar_protocol::ids::SoulId;
+use familiar_protocol::tier::{Mode, Tier};
+
 use super::paths::{PathContext, protected_entry};
 use super::scope::startup_write;
 use super::shell::{Analysis, analyze};
@@ -12,8 +15,7 @@ use super::subjects::{
     Call, abbreviate, argument_strings, command_of, first_match, named_paths, seen_as, subjects,
 };
 use super::verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
-use super::{Grant, Mode, Policy, Tier};
-use crate::ids::SoulId;
+use super::{Grant, Policy};
 
 /// Decides one call. Pure apart from resolving symlinks in the paths it names.
 ///

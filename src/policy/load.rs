@@ -139,9 +139,10 @@ fn known_names(paths: &Paths) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::tier::Mode;
+
     use super::*;
     use crate::config::expand_home;
-    use crate::policy::Mode;
     use crate::policy::tests::{HOME, parse};
 
     fn builtin(name: &str) -> Policy {

@@ -10,7 +10,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-pub use familiar_sandbox::glob::{glob_match, has_glob};
+use familiar_sandbox::glob::{glob_match, has_glob};
 
 /// Where relative paths in a call are resolved.
 #[derive(Debug, Clone, Copy)]

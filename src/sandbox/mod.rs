@@ -1,7 +1,7 @@
 //! The Landlock sandbox every file-touching or program-running tool goes through: the
-//! daemon's side. The helper itself (its spec, plan, Landlock and seccomp code, its
-//! `main`) is the `familiar-sandbox` crate, re-exported here under the same names, so
-//! the code that confines hostile programs cannot import the daemon's (tokio, zbus).
+//! daemon's side. The helper itself (its spec, Landlock and seccomp code, its `main`)
+//! is the `familiar-sandbox` crate, imported by its own paths, so the code that
+//! confines hostile programs cannot import the daemon's (tokio, zbus).
 //!
 //! The daemon never restricts itself. A call runs in the helper binary
 //! `familiar-sandbox` (or `familiar sandbox-exec` where only `familiar` is installed;
@@ -23,11 +23,12 @@
 //! - [`busproxy`]: a task's filtering proxy to the session bus (`[sandbox] bus_talk`).
 //! - `sweep`: what a helper killed by a signal left in its session, killed.
 //!
-//! From `familiar-sandbox`: [`plan`] (protected-path carving, done once in the daemon
-//! and kept while current), [`ruleset`] (the plan as a Landlock ruleset), [`exec`] (the
-//! helper's entry: arguments, setup, report), [`fileops`] and [`search`] (file
-//! operations inside the sandbox), [`limits`] (rlimits, the pids cgroup), [`seccomp`]
-//! (no unix sockets, no io_uring), [`status`] (what the kernel enforces, [`probe`]).
+//! From `familiar-sandbox`, named by its paths: [`plan`] (protected-path carving, done
+//! once in the daemon and kept while current), `ruleset` (the plan as a Landlock
+//! ruleset), `exec` (the helper's entry: arguments, setup, report), `fileops` and
+//! `search` (file operations inside the sandbox), `limits` (rlimits, the pids cgroup),
+//! `seccomp` (no unix sockets, no io_uring), `status` (what the kernel enforces,
+//! `probe`).
 
 pub mod ancestry;
 pub mod busproxy;
@@ -41,17 +42,14 @@ mod sweep;
 
 use std::path::PathBuf;
 
-pub use familiar_sandbox::{
-    OpFailure, cover, exec, fileops, limits, plan, ruleset, search, seccomp, status,
-};
+// The plan computation is still the helper crate's (it moves to the product next).
+pub use familiar_sandbox::plan;
+use familiar_sandbox::seccomp::UnixSockets;
+use familiar_sandbox::status::{Enforcement, EnforcementStatus};
 
-pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
 pub use resources::{ResourceReport, Resources, TaskResources};
-pub use search::{SearchMatch, SearchReply, SearchStop};
-pub use seccomp::UnixSockets;
-pub use spec::{Limits, SandboxPolicy, SandboxSpec};
-pub use status::{Enforcement, EnforcementStatus, probe};
+pub use spec::{SandboxPolicy, SandboxSpec};
 
 /// What the kernel enforces, as the bus reports it (the `Sandbox` property,
 /// `task_started`'s `sandbox`): the protocol crate's type, which the helper's crate

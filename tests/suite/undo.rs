@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use familiar::sandbox::{FileOp, FileReply};
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use tokio_util::sync::CancellationToken;
 
 use super::agent::harness::{text_reply, tools_reply};

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use familiar_protocol::display::escape_markup;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use zbus::{Connection, Variant, proxy};
@@ -163,9 +164,6 @@ pub async fn signals(conn: &Connection) -> zbus::Result<Signals> {
     });
     Ok(Signals { rx, reader })
 }
-
-/// `&`, `<` and `>` as entities (the body-markup subset of the spec is XML-like).
-pub use familiar_protocol::display::escape_markup;
 
 /// A notification's look and life: its hints and how long it stays.
 #[derive(Debug, Clone)]

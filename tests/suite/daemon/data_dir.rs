@@ -5,8 +5,8 @@
 
 use std::os::unix::net::UnixDatagram;
 
-use familiar::ids::SessionId;
 use familiar::store::{Memory, MemoryScope, Store};
+use familiar_protocol::ids::SessionId;
 use serde_json::Value;
 
 use super::cli::familiar;
@@ -80,7 +80,7 @@ async fn on_systemd_252_the_daemon_and_the_cli_share_one_data_dir() {
     let stray = Store::open(&config_dir).unwrap();
     let mut ctx = familiar::store::Context::new(
         old.clone(),
-        familiar::ids::SoulId::new("safe_assistant").unwrap(),
+        familiar_protocol::ids::SoulId::new("safe_assistant").unwrap(),
         "an old question",
     );
     stray.save_context(&mut ctx).unwrap();

@@ -31,9 +31,9 @@ use std::time::Duration;
 
 use familiar::catalog::ToolInfo;
 use familiar::daemon::{Daemon, DaemonOptions};
-use familiar::dbus::proxy::Agent1Proxy;
 use familiar::soul::{PromptSource, SoulOrigin, SoulSet};
 use familiar::tools::{Tool, ToolContext, ToolError};
+use familiar_protocol::proxy::Agent1Proxy;
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -271,7 +271,7 @@ impl Fixture {
         &self,
         soul: &str,
         prompt: &str,
-    ) -> Result<(String, String), familiar::dbus::Error> {
+    ) -> Result<(String, String), familiar_protocol::Error> {
         self.proxy.submit(soul, prompt, Default::default()).await
     }
 
@@ -282,9 +282,9 @@ impl Fixture {
 
 /// Subscribed signal streams of one client, opened before a Submit.
 pub struct Watch {
-    pub events: familiar::dbus::proxy::TaskEventStream,
-    pub finished: familiar::dbus::proxy::TaskFinishedStream,
-    pub approvals: familiar::dbus::proxy::ApprovalRequestedStream,
+    pub events: familiar_protocol::proxy::TaskEventStream,
+    pub finished: familiar_protocol::proxy::TaskFinishedStream,
+    pub approvals: familiar_protocol::proxy::ApprovalRequestedStream,
 }
 
 impl Watch {
@@ -370,10 +370,10 @@ impl Watch {
 }
 
 /// The D-Bus error name of a failed call.
-pub fn error_name(r: Result<impl std::fmt::Debug, familiar::dbus::Error>) -> String {
+pub fn error_name(r: Result<impl std::fmt::Debug, familiar_protocol::Error>) -> String {
     match r.expect_err("the call should fail") {
-        familiar::dbus::Error::ZBus(e) => {
-            familiar::dbus::proxy::method_error(&e)
+        familiar_protocol::Error::ZBus(e) => {
+            familiar_protocol::proxy::method_error(&e)
                 .unwrap_or_else(|| panic!("not an error reply: {e:?}"))
                 .0
         }

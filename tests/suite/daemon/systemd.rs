@@ -132,7 +132,7 @@ async fn the_daemon_is_ready_only_once_its_name_is_owned_and_stops_on_sigterm() 
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
     assert!(
-        dbus.name_has_owner(familiar::dbus::NAME.try_into().unwrap())
+        dbus.name_has_owner(familiar_protocol::NAME.try_into().unwrap())
             .await
             .unwrap()
     );
@@ -232,7 +232,7 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
     );
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
-    let name: zbus::names::BusName<'_> = familiar::dbus::NAME.try_into().unwrap();
+    let name: zbus::names::BusName<'_> = familiar_protocol::NAME.try_into().unwrap();
     assert!(!dbus.name_has_owner(name.clone()).await.unwrap());
 
     let mut ask = home.familiar();
