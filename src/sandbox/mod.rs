@@ -23,8 +23,10 @@
 //! - [`busproxy`]: a task's filtering proxy to the session bus (`[sandbox] bus_talk`).
 //! - `sweep`: what a helper killed by a signal left in its session, killed.
 //!
-//! From `familiar-sandbox`, named by its paths: [`plan`] (protected-path carving, done
-//! once in the daemon and kept while current), `ruleset` (the plan as a Landlock
+//! - [`plan`]: the protected-path carving, done once per soul and workspace and kept
+//!   while current; the helper gets its rules (`familiar_sandbox::plan::Plan`).
+//!
+//! From `familiar-sandbox`, named by its paths: `ruleset` (the plan as a Landlock
 //! ruleset), `exec` (the helper's entry: arguments, setup, report), `fileops` and
 //! `search` (file operations inside the sandbox), `limits` (rlimits, the pids cgroup),
 //! `seccomp` (no unix sockets, no io_uring), `status` (what the kernel enforces,
@@ -36,14 +38,13 @@ mod capture;
 pub mod launcher;
 pub mod lines;
 pub mod pin;
+pub mod plan;
 pub mod resources;
 pub mod spec;
 mod sweep;
 
 use std::path::PathBuf;
 
-// The plan computation is still the helper crate's (it moves to the product next).
-pub use familiar_sandbox::plan;
 use familiar_sandbox::seccomp::UnixSockets;
 use familiar_sandbox::status::{Enforcement, EnforcementStatus};
 

@@ -8,12 +8,13 @@
 //! The invariant this crate exists for: the code that confines hostile programs is
 //! small enough to audit and cannot reach the daemon's. It depends on neither tokio nor
 //! zbus (Cargo.toml; `.ci/run` checks `cargo tree -p familiar-sandbox`), and nothing
-//! here imports the product crate `familiar`, which re-exports these modules as
-//! `familiar::sandbox::*` beside its daemon side (launcher, capture, resources).
+//! here imports the product crate `familiar`, whose daemon side (`familiar::sandbox`:
+//! the plan computation and its cache, launcher, capture, resources) names these
+//! modules by their paths.
 //!
 //! - [`spec`]: what the helper gets for one call.
-//! - [`plan`]: the protected-path carving the daemon does once per soul and workspace,
-//!   and the rules it yields.
+//! - [`plan`]: the rules of one sandbox, as the daemon worked them out (its
+//!   `sandbox::plan` carves the protected paths once per soul and workspace).
 //! - [`ruleset`]: the plan as a Landlock ruleset.
 //! - [`seccomp`]: the helper's filter (no unix sockets unless granted, no io_uring).
 //! - [`exec`]: the helper's entry point, its arguments and its report ([`main`]).
