@@ -163,7 +163,7 @@ pub struct SandboxPolicy {
     pub sockets: Vec<PathBuf>,
     /// The task's bus proxy ([`SandboxPolicy::with_bus`]), started by the first command.
     pub bus: Option<Arc<BusProxy>>,
-    /// Hidden from commands, but `uncover` ([`familiar_sandbox::cover`]).
+    /// Hidden from commands, but `uncover` (`familiar_sandbox`'s `cover`).
     pub cover: Vec<PathBuf>,
     pub uncover: Vec<PathBuf>,
     pub limits: Limits,

@@ -1,7 +1,7 @@
 //! The sandbox plan as the helper reads it: every Landlock rule of one sandbox, worked
 //! out in the daemon (the product's `sandbox::plan`: carving the protected paths, the
 //! witnesses, the cache) and handed over in the [`HelperSpec`](crate::spec::HelperSpec)
-//! ready to apply ([`crate::ruleset`]).
+//! ready to apply (`ruleset`).
 //!
 //! The invariant: a rule names the inode it was made for (`dev`, `ino`); the helper
 //! skips a rule whose path is no longer that inode, so a swap after the daemon made
