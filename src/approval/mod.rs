@@ -28,10 +28,12 @@ use tokio_util::sync::CancellationToken;
 
 pub mod chooser;
 pub mod grant;
+pub mod notify;
 pub mod render;
 mod tty;
 
 pub use grant::{About, Grantable, Scope};
+pub use notify::NotificationFrontend;
 pub use render::describe_call;
 pub use tty::{LineSource, TtyFrontend, prompt_text};
 

@@ -44,8 +44,8 @@ use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
 use crate::agent::Runtime;
+use crate::approval;
 use crate::config::{Config, ProcessEnv};
-use crate::dbus;
 use crate::launcher::Menu;
 use crate::policy::{self, RateSpec};
 use crate::soul::SoulSet;
@@ -139,9 +139,12 @@ impl Daemon {
                 Some(s) => Menu::from_config(&s.runtime.get().settings.config),
                 None => started.clone(),
             });
-            services.approvals.add_frontend(Arc::new(
-                dbus::notifications::NotificationFrontend::new(conn.clone(), menu),
-            ));
+            services
+                .approvals
+                .add_frontend(Arc::new(approval::NotificationFrontend::new(
+                    conn.clone(),
+                    menu,
+                )));
         }
         let owner = tokio::spawn(supervisor::run(
             supervisor::Supervisor::new(

@@ -18,11 +18,11 @@ use familiar_protocol::ids::RequestId;
 use tokio_util::sync::CancellationToken;
 use zbus::Connection;
 
-use super::{
-    ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal, Signals,
-    show,
+use super::{Answer, ApprovalBroker, ApprovalRequest, Frontend, chooser};
+use crate::dbus::notifications::{
+    self, ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal,
+    Signals, show,
 };
-use crate::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend, chooser};
 use crate::launcher::{CurrentMenu, Menu};
 
 /// Action keys on approval notifications.
@@ -237,7 +237,7 @@ async fn watch(
 ) -> zbus::Result<()> {
     let proxy = NotificationsProxy::new(conn).await?;
     // Subscribe before showing, so a fast click is not missed.
-    let mut signals = super::signals(conn).await?;
+    let mut signals = notifications::signals(conn).await?;
     let caps = Capabilities::read(&proxy).await;
     let mut id = present(&proxy, r, caps, 0, None).await?;
     loop {
