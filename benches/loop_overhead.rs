@@ -33,14 +33,15 @@ use familiar::agent::{LlmFactory, Runtime, Services, Settings, TaskSpec, run_tas
 use familiar::approval::ApprovalBroker;
 use familiar::catalog::ToolInfo;
 use familiar::config::Config;
-use familiar::ids::TaskId;
 use familiar::llm::{ClientEvent, LlmClient, LlmError, Message, Request, RetryPolicy, Sleeper};
-use familiar::policy::{Call, PathContext, Policy, Tier};
+use familiar::policy::{Call, PathContext, Policy};
 use familiar::ratelimit::RateLimiters;
 use familiar::snapshot::Snapshotter;
 use familiar::soul::{PromptSource, Soul, SoulOrigin};
 use familiar::store::{Context, Store};
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
+use familiar_protocol::ids::TaskId;
+use familiar_protocol::tier::Tier;
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -239,7 +240,7 @@ async fn whole_loop(
                 "CARGO_BIN_EXE_familiar-sandbox"
             ))),
             plans: familiar::sandbox::plan::PlanCache::default(),
-            enforcement: familiar::sandbox::probe(),
+            enforcement: familiar_sandbox::status::probe(),
             warm: Default::default(),
         };
         let settings = Settings {
@@ -380,7 +381,11 @@ fn parts_alone(
         })
         .collect();
     let store = Store::open(&home.join("save")).unwrap();
-    let mut c = Context::new(familiar::ids::SessionId::generate(), soul.id.clone(), "x");
+    let mut c = Context::new(
+        familiar_protocol::ids::SessionId::generate(),
+        soul.id.clone(),
+        "x",
+    );
     for i in 0..80 {
         c.history.push(Message::user_text(format!(
             "message {i} {}",
@@ -432,7 +437,7 @@ async fn sandboxed_calls(
             true_times.push(t.elapsed());
         }
         let t = Instant::now();
-        let op = familiar::sandbox::fileops::FileOp::Read {
+        let op = familiar_sandbox::fileops::FileOp::Read {
             path: work.join("notes.txt"),
             offset: None,
             limit: None,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use familiar::agent::context::reminder::{self, Budget, Environment, Inputs, Place};
 use familiar::snapshot::Snapshotter;
-use familiar::store::Plan;
+use familiar_protocol::task::Plan;
 
 fn report(label: &str, mut samples: Vec<Duration>, mut chars: Vec<usize>) {
     samples.sort();

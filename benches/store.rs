@@ -17,10 +17,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use familiar::ids::TaskId;
-use familiar::ids::{CallId, SessionId, SoulId};
 use familiar::llm::{ContentBlock, Message, Role};
-use familiar::store::{Context, Store, TaskRecord, TaskStatus};
+use familiar::store::{Context, Store, TaskRecord};
+use familiar_protocol::ids::{CallId, SessionId, SoulId, TaskId};
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 
 fn history(n: usize) -> Vec<Message> {

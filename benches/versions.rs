@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use familiar::config::versions::VersionsConfig;
-use familiar::ids::{SoulId, TaskId};
-use familiar::sandbox::{FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec};
+use familiar::sandbox::{SandboxLauncher, SandboxPolicy, SandboxSpec};
 use familiar::store::versions::{Versions, sha256_hex};
 use familiar::store::{Change, Store};
+use familiar_protocol::ids::{SoulId, TaskId};
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use tokio_util::sync::CancellationToken;
 
 const SIZES_MB: &[usize] = &[1, 8, 32];

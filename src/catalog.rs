@@ -5,9 +5,9 @@
 //! argument keys are part of the contract (souls and models name them), and
 //! [`CATALOG`] is the one list of them. A tool implementation (`tools::Tool`) points at
 //! its entry here. [`Tier`] is the bus contract's (`familiar_protocol::tier`: events and
-//! approvals carry it), re-exported here under the path the product has always used.
+//! approvals carry it), imported by that path wherever it is named.
 
-pub use familiar_protocol::tier::Tier;
+use familiar_protocol::tier::Tier;
 
 /// What every tool declares about itself before it is ever run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

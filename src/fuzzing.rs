@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::ids::SessionId;
+use familiar_protocol::ids::SessionId;
+
 use crate::policy::{Call, Decision, PathContext, Policy};
 use crate::soul::{PromptSource, Soul, SoulOrigin};
 use crate::store::Store;
@@ -65,7 +66,7 @@ pub fn decide_call(tool: &str, args: &serde_json::Value) -> Decision {
     let f = fixtures();
     let tier = match crate::catalog::info(tool) {
         Some(info) => crate::catalog::tier_for_call(info, args),
-        None => crate::policy::Tier::SystemCritical,
+        None => familiar_protocol::tier::Tier::SystemCritical,
     };
     let ctx = PathContext {
         home: Path::new(HOME),

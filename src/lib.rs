@@ -57,6 +57,3 @@ pub mod snapshot;
 pub mod soul;
 pub mod store;
 pub mod tools;
-
-/// The newtype ids, defined with the bus contract (`familiar-protocol`).
-pub use familiar_protocol::ids;

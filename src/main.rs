@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     // no logging, no runtime, no shell completion whatever its environment holds.
     let mut args = std::env::args_os();
     if args.nth(1).is_some_and(|a| a == "sandbox-exec") {
-        return familiar::sandbox::exec::main(args);
+        return familiar_sandbox::exec::main(args);
     }
     // `COMPLETE=bash familiar …`: the shell asks for completions; answered and exited.
     cli::answer_shell();

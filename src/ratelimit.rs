@@ -1,6 +1,6 @@
 //! governor rate limiters keyed by (scope, key).
 //!
-//! A limit is a [`RateSpec`] (`"30/min"`) that applies within a [`Scope`] to one key:
+//! A limit is a [`RateSpec`] (`"30/min"`) that applies within a [`RateScope`] to one key:
 //! a session, a (session, tool) pair, a D-Bus caller, or the whole daemon. Souls and
 //! policies may set different specs for the same scope, so limiters are kept per
 //! (scope, spec) and each holds one GCRA cell per key; when both a soul and the policy
@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use familiar_protocol::events::RateScope;
 use governor::clock::{Clock, MonotonicClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
@@ -23,13 +24,10 @@ use crate::policy::RateSpec;
 /// Prune idle keys after this many checks.
 pub const PRUNE_EVERY: u64 = 256;
 
-/// What a limit counts: the bus contract's, since the `rate_limited` event names it.
-pub use familiar_protocol::events::RateScope as Scope;
-
 /// A refused check: which limit, and when the next call would pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
 pub struct RateLimited {
-    pub scope: Scope,
+    pub scope: RateScope,
     pub key: String,
     #[serde(serialize_with = "ser_spec")]
     pub spec: RateSpec,
@@ -56,7 +54,7 @@ type Keyed<C> =
     RateLimiter<String, DefaultKeyedStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
 /// One keyed limiter per (scope, count, period).
-type LimiterMap<C> = HashMap<(Scope, u32, Duration), Arc<Keyed<C>>>;
+type LimiterMap<C> = HashMap<(RateScope, u32, Duration), Arc<Keyed<C>>>;
 
 /// All limiters of one process. The clock is std's `Instant`: governor's default,
 /// quanta's TSC clock, spends ~10 ms of CPU calibrating when the first one is made
@@ -98,7 +96,7 @@ impl<C: Clock + Clone> RateLimiters<C> {
     }
 
     /// Takes one cell for `key` under `spec`, or says when one will be free.
-    pub fn check(&self, scope: Scope, key: &str, spec: RateSpec) -> Result<(), RateLimited> {
+    pub fn check(&self, scope: RateScope, key: &str, spec: RateSpec) -> Result<(), RateLimited> {
         let limiter = {
             // A poisoned lock only means another thread panicked mid-insert; the map is
             // still consistent (insert is the only mutation).
@@ -133,7 +131,7 @@ impl<C: Clock + Clone> RateLimiters<C> {
     /// the limits it passed, which errs on the side of slowing down.
     pub fn check_all<'a>(
         &self,
-        checks: impl IntoIterator<Item = (Scope, &'a str, RateSpec)>,
+        checks: impl IntoIterator<Item = (RateScope, &'a str, RateSpec)>,
     ) -> Result<(), RateLimited> {
         for (scope, key, spec) in checks {
             self.check(scope, key, spec)?;
@@ -174,28 +172,28 @@ mod tests {
         let rl = RateLimiters::with_clock(clock.clone());
         let limit = spec("30/min");
         let passed = (0..100)
-            .filter(|_| rl.check(Scope::SessionTools, "s-1", limit).is_ok())
+            .filter(|_| rl.check(RateScope::SessionTools, "s-1", limit).is_ok())
             .count();
         assert_eq!(passed, 30);
-        let err = rl.check(Scope::SessionTools, "s-1", limit).unwrap_err();
-        assert_eq!(err.scope, Scope::SessionTools);
+        let err = rl.check(RateScope::SessionTools, "s-1", limit).unwrap_err();
+        assert_eq!(err.scope, RateScope::SessionTools);
         assert_eq!(err.retry_after, Duration::from_secs(2));
         assert!(
             err.to_string()
                 .contains("at most 30/min tool calls per session")
         );
         clock.advance(Duration::from_secs(2));
-        assert!(rl.check(Scope::SessionTools, "s-1", limit).is_ok());
+        assert!(rl.check(RateScope::SessionTools, "s-1", limit).is_ok());
     }
 
     #[test]
     fn keys_and_scopes_are_independent() {
         let rl = RateLimiters::with_clock(FakeRelativeClock::default());
         let one = spec("1/min");
-        assert!(rl.check(Scope::SessionTool, "s-1/shell", one).is_ok());
-        assert!(rl.check(Scope::SessionTool, "s-1/shell", one).is_err());
-        assert!(rl.check(Scope::SessionTool, "s-2/shell", one).is_ok());
-        assert!(rl.check(Scope::SessionLlm, "s-1/shell", one).is_ok());
+        assert!(rl.check(RateScope::SessionTool, "s-1/shell", one).is_ok());
+        assert!(rl.check(RateScope::SessionTool, "s-1/shell", one).is_err());
+        assert!(rl.check(RateScope::SessionTool, "s-2/shell", one).is_ok());
+        assert!(rl.check(RateScope::SessionLlm, "s-1/shell", one).is_ok());
     }
 
     #[test]
@@ -205,8 +203,8 @@ mod tests {
         let policy = spec("5/min");
         let both = || {
             [
-                (Scope::SessionTools, "s", soul),
-                (Scope::SessionTools, "s", policy),
+                (RateScope::SessionTools, "s", soul),
+                (RateScope::SessionTools, "s", policy),
             ]
         };
         assert!(rl.check_all(both()).is_ok());
@@ -220,7 +218,8 @@ mod tests {
         let rl = RateLimiters::with_clock(clock.clone());
         let limit = spec("10/s");
         for i in 0..1000 {
-            rl.check(Scope::Submit, &format!("caller-{i}"), limit).ok();
+            rl.check(RateScope::Submit, &format!("caller-{i}"), limit)
+                .ok();
         }
         clock.advance(Duration::from_secs(5));
         rl.prune();
@@ -232,7 +231,7 @@ mod tests {
         fn never_more_than_count_in_one_window(count in 1u32..50, calls in 1usize..200) {
             let rl = RateLimiters::with_clock(FakeRelativeClock::default());
             let limit = RateSpec { count: std::num::NonZeroU32::new(count).unwrap(), per: Duration::from_secs(60) };
-            let passed = (0..calls).filter(|_| rl.check(Scope::GlobalTools, "g", limit).is_ok()).count();
+            let passed = (0..calls).filter(|_| rl.check(RateScope::GlobalTools, "g", limit).is_ok()).count();
             prop_assert_eq!(passed, calls.min(count as usize));
         }
     }

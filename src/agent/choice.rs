@@ -9,9 +9,10 @@
 
 use std::sync::Arc;
 
+use familiar_protocol::ids::SessionId;
+
 use crate::config::Config;
 use crate::error::{ConfigError, FileError};
-use crate::ids::SessionId;
 use crate::soul::{Soul, SoulSet};
 use crate::store::{Store, StoreError};
 

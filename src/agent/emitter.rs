@@ -7,9 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::agent::events::{Event, EventBus, EventPayload};
+use familiar_protocol::events::{Event, EventPayload};
+use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+
+use crate::agent::events::EventBus;
 use crate::agent::hooks::{Hooks, TaskRef};
-use crate::ids::{SessionId, SoulId, TaskId};
 use crate::store::Transcript;
 
 /// A task's reporting: bus, transcript, hooks, and the ids they carry.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-pub use familiar_protocol::events::{CallDecision, CompactionMode, Event, EventPayload};
+use familiar_protocol::events::Event;
 
 /// Per-subscriber buffer.
 pub const EVENT_BUFFER: usize = 256;
@@ -90,8 +90,10 @@ impl EventBus {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::events::EventPayload;
+    use familiar_protocol::ids::{SessionId, TaskId};
+
     use super::*;
-    use crate::ids::{SessionId, TaskId};
 
     fn event(text: &str) -> Arc<Event> {
         Arc::new(Event {

@@ -16,16 +16,16 @@
 
 use std::sync::Arc;
 
-use crate::agent::events::CompactionMode;
+use familiar_protocol::events::CompactionMode;
+use familiar_protocol::ids::{CallId, SessionId, SoulId, TaskId};
+use familiar_protocol::task::{Outcome, TaskStatus, Usage};
+use familiar_protocol::tier::Tier;
+
 use crate::agent::metrics::{Metrics, bump};
 use crate::agent::trail::Trail;
-use crate::ids::{CallId, SessionId, SoulId, TaskId};
-use crate::llm::{LlmError, Request, Usage};
-use crate::policy::Tier;
+use crate::llm::{LlmError, Request};
 use crate::ratelimit::RateLimited;
-use crate::store::{
-    AuditDecision, AuditEntry, AuditOutcome, Outcome, Store, TaskStatus, args_digest,
-};
+use crate::store::{AuditDecision, AuditEntry, AuditOutcome, Store, args_digest};
 
 /// Which task a hook call is about.
 pub struct TaskRef<'a> {

@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
-use crate::ids::CallId;
-use crate::store::{Plan, PlanStep, StepStatus};
+use familiar_protocol::ids::CallId;
+use familiar_protocol::task::{Plan, PlanStep, StepStatus};
 
 /// Output kept per step; the transcript has the rest.
 pub const STEP_OUTPUT_CHARS: usize = 200;
@@ -107,7 +107,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 
 /// `tool: the argument that says what the call is about`.
 pub fn describe_call(tool: &str, args: &serde_json::Value) -> String {
-    let key = crate::approval::render::primary_argument(args).map(|v| match v {
+    let key = familiar_protocol::display::primary_argument(args).map(|v| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     });

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::ids::SoulId;
+use familiar_protocol::ids::SoulId;
+
 use crate::snapshot::Snapshotter;
 use crate::soul::Precheck;
 use crate::tools::bus::Bus;

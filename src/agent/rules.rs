@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
+use familiar_protocol::task::{TaskStatus, Usage};
+
 use crate::agent::calls::collector::DEGENERATE_MARKER;
 use crate::agent::calls::ending::Turn;
 use crate::agent::calls::failure::model_failure;
 use crate::agent::loop_detect::{LoopDetector, LoopVerdict, signature};
-use crate::llm::{FinishReason, LlmError, Usage};
+use crate::llm::{FinishReason, LlmError};
 use crate::soul::Soul;
-use crate::store::TaskStatus;
 
 /// Model failures in a row (after the client's own retries) before the task fails.
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 3;

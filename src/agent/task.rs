@@ -11,6 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::ids::{SessionId, TaskId};
+use familiar_protocol::task::{TaskStatus, Usage};
+use familiar_sandbox::status::EnforcementStatus;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -20,20 +24,19 @@ use crate::agent::context::compaction::SessionMemory;
 use crate::agent::context::repair::{alternate_roles, inline_session_memory, repair_dangling};
 use crate::agent::context::{ContextKeeper, Model, Persona, SessionState, Settings, memory_notes};
 use crate::agent::emitter::Emitter;
-use crate::agent::events::{EventBus, EventPayload};
+use crate::agent::events::EventBus;
 use crate::agent::family::subagent::delegates;
 use crate::agent::family::{Family, ParentLink};
 use crate::agent::plan::PlanTracker;
 use crate::agent::rules::{Limits, Progress, Stop};
 use crate::agent::runtime::Runtime;
 use crate::agent::steering::{self, Steering};
-use crate::ids::{SessionId, TaskId};
-use crate::llm::{ContentBlock, Message, Usage};
+use crate::llm::{ContentBlock, Message};
 use crate::sandbox::busproxy::BusProxy;
-use crate::sandbox::{EnforcementStatus, SandboxError, SandboxPolicy, TaskResources};
+use crate::sandbox::{SandboxError, SandboxPolicy, TaskResources};
 use crate::snapshot::conditions::{Checker, Conditions};
 use crate::soul::Soul;
-use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, TaskStatus, Transcript};
+use crate::store::{Context, SessionLock, Store, StoreError, TaskRecord, Transcript};
 
 /// One task to run.
 #[derive(Debug, Clone)]

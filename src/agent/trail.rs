@@ -8,8 +8,9 @@
 
 use std::fmt;
 
+use familiar_sandbox::status::{Enforcement, EnforcementStatus};
+
 use crate::policy::{Outcome, StepName, Verdict};
-use crate::sandbox::{Enforcement, EnforcementStatus};
 
 /// How one call was decided, for its audit line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +80,10 @@ impl Trail {
             out.push_str(&format!(" call: {call}"));
         }
         if let Some(result) = &self.result {
-            out.push_str(&format!(" => {}", crate::approval::visible(result)));
+            out.push_str(&format!(
+                " => {}",
+                familiar_protocol::display::visible(result)
+            ));
         }
         out
     }
@@ -156,7 +160,7 @@ mod tests {
         Enforcement {
             abi,
             status,
-            ..crate::sandbox::probe()
+            ..familiar_sandbox::status::probe()
         }
     }
 

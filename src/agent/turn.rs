@@ -24,6 +24,8 @@
 
 use std::sync::Arc;
 
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::task::{TaskStatus, Usage};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc};
@@ -34,7 +36,7 @@ use crate::agent::calls::dispatch::{CallEnv, MAX_PARALLEL};
 use crate::agent::calls::ending::CallEnd;
 use crate::agent::context::Boundary;
 use crate::agent::context::reminder::Budget;
-use crate::agent::events::{EventBus, EventPayload};
+use crate::agent::events::EventBus;
 use crate::agent::family::subagent::{Child, ChildEnd, Delegator, delegates};
 use crate::agent::precheck;
 use crate::agent::rules::{
@@ -43,8 +45,7 @@ use crate::agent::rules::{
 use crate::agent::runtime::Runtime;
 use crate::agent::steering::Steering;
 use crate::agent::task::{Task, TaskError, TaskOutcome, TaskSpec};
-use crate::llm::{LlmClient, Request, Usage};
-use crate::store::TaskStatus;
+use crate::llm::{LlmClient, Request};
 use crate::tools::ToolContext;
 use crate::tools::delegate::Subagents;
 

@@ -6,7 +6,7 @@
 //! Invariant: a choice answers as the same choice on the bus does (`Respond`, `Grant`
 //! for [`GRANT_FOR`]).
 
-pub use familiar_protocol::display::chooser::{Choice, GRANT_FOR, menu, parse};
+use familiar_protocol::display::chooser::{Choice, GRANT_FOR};
 
 use super::Answer;
 

@@ -9,10 +9,9 @@
 //! Invariant: a request that is always asked carries [`Grantable::Never`]; no surface
 //! offers it a grant and the broker refuses one (`RespondError::NotGrantable`).
 
+use familiar_protocol::display::chooser::GRANT_FOR;
+use familiar_protocol::display::visible;
 use serde::Serialize;
-
-use super::GRANT_FOR;
-use super::render::visible;
 
 /// The characters of a command line a label shows; past it the label says "this exact
 /// command" (the approval shows the whole line above it).

@@ -19,21 +19,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use familiar_protocol::events::Resolution;
+use familiar_protocol::ids::{RequestId, SessionId, SoulId, TaskId};
+use familiar_protocol::tier::Tier;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::Tier;
-use crate::ids::{RequestId, SessionId, SoulId, TaskId};
-
 pub mod chooser;
 pub mod grant;
+pub mod notify;
 pub mod render;
 mod tty;
 
-pub use chooser::{Choice, GRANT_FOR};
 pub use grant::{About, Grantable, Scope};
-pub use render::{describe_call, terminal_safe, visible};
+pub use notify::NotificationFrontend;
+pub use render::describe_call;
 pub use tty::{LineSource, TtyFrontend, prompt_text};
 
 /// What is being asked.
@@ -76,9 +77,6 @@ mod secs {
         s.serialize_u64(d.as_secs())
     }
 }
-
-/// How a request ended: the bus contract's type (`approval_resolved`'s `outcome`).
-pub use familiar_protocol::events::Resolution;
 
 /// A sentence for the model when the call does not run (`""` when it does).
 pub fn denial_reason(resolution: &Resolution) -> String {
@@ -274,6 +272,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::display::chooser::GRANT_FOR;
+
     use super::*;
 
     /// A request of `tool` about `about`.

@@ -7,10 +7,7 @@
 //! will run, so what is approved is what runs.
 
 use familiar_protocol::display;
-pub use familiar_protocol::display::{
-    LONG_VALUE_BYTES, MAX_SHOWN_ARGS, REVIEW_MAX_BYTES, is_cut, neutralise_closing_tag,
-    primary_argument, terminal_safe, visible, visible_capped,
-};
+use familiar_protocol::display::{REVIEW_MAX_BYTES, is_cut, visible, visible_capped};
 use serde_json::Value;
 
 /// What an approval shows of a call ([`display::describe_call`]), and for a call

@@ -8,10 +8,11 @@
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 
-use super::{
-    Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, render, terminal_safe, visible,
-};
-use crate::ids::RequestId;
+use familiar_protocol::display::chooser::GRANT_FOR;
+use familiar_protocol::display::{REVIEW_MAX_BYTES, is_cut, terminal_safe, visible};
+use familiar_protocol::ids::RequestId;
+
+use super::{Answer, ApprovalBroker, ApprovalRequest, Frontend};
 
 /// Asks on the controlling terminal (`familiar run`). When there is none, it declines
 /// to present, so the broker denies.
@@ -87,13 +88,13 @@ fn prompt_tty(
     // answer, never a steering message.
     let claimed = lines.map(|open| open());
     let mut w = tty;
-    if render::is_cut(&r.summary) {
+    if is_cut(&r.summary) {
         // Past what any surface shows whole: what would be approved is not what is read.
         write!(w, "{}", prompt_text(r).trim_end_matches(|c| c != '\n'))?;
         writeln!(
             w,
             "└ denied: the call is longer than familiar shows ({} KiB), so it cannot be approved unread",
-            render::REVIEW_MAX_BYTES / 1024
+            REVIEW_MAX_BYTES / 1024
         )?;
         return Ok(Answer::Deny);
     }
@@ -134,10 +135,11 @@ pub fn prompt_text(r: &ApprovalRequest) -> String {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+    use familiar_protocol::tier::Tier;
+
     use super::*;
     use crate::approval::{About, Grantable, Scope};
-    use crate::catalog::Tier;
-    use crate::ids::{SessionId, SoulId, TaskId};
 
     #[test]
     fn the_terminal_offers_a_grant_only_with_its_scope() {

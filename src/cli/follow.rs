@@ -13,13 +13,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use familiar_protocol::task::TaskStatus;
 use futures::StreamExt;
 use zbus::Connection;
 use zbus::fdo::{DBusProxy, NameOwnerChangedStream};
 
 use super::Exit;
 use super::client::{Failure, classify};
-use crate::store::TaskStatus;
 
 /// How long a daemon that vanished gets to come back (systemd restarts it in about a
 /// second, `Restart=on-failure`) before the client says it is not running.
@@ -47,7 +47,7 @@ impl DaemonWatch {
     pub(super) async fn start(conn: &Connection) -> Option<DaemonWatch> {
         let made = async {
             let dbus = DBusProxy::new(conn).await?;
-            dbus.receive_name_owner_changed_with_args(&[(0, crate::dbus::NAME)])
+            dbus.receive_name_owner_changed_with_args(&[(0, familiar_protocol::NAME)])
                 .await
         };
         match made.await {
@@ -146,7 +146,7 @@ pub(super) fn interrupted_unsent(task: &str, why: &Failure) -> String {
 /// Ctrl-C: says so and asks the daemon to cancel `task`; `false` when the request
 /// could not be sent (said on stderr), and then `ask` exits at once.
 pub(super) async fn cancel_on_ctrl_c(
-    proxy: &crate::dbus::proxy::Agent1Proxy<'static>,
+    proxy: &familiar_protocol::proxy::Agent1Proxy<'static>,
     task: &str,
 ) -> anyhow::Result<bool> {
     writeln!(std::io::stderr().lock(), "{}", cancelling_line(task, true))?;

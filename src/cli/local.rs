@@ -280,10 +280,10 @@ fn closed_refusal(
     home: &std::path::Path,
     cwd: &std::path::Path,
     soul: &Soul,
-    tier: crate::catalog::Tier,
+    tier: familiar_protocol::tier::Tier,
     args: &serde_json::Value,
 ) -> Option<String> {
-    if tier != crate::catalog::Tier::Write {
+    if tier != familiar_protocol::tier::Tier::Write {
         return None;
     }
     let path = crate::config::expand_home(std::path::Path::new(args.get("path")?.as_str()?), home);
@@ -348,14 +348,14 @@ pub fn sessions(
                     s.id.as_str(),
                     s.soul.as_str(),
                     &format_time(s.updated_at),
-                    &crate::approval::visible(&s.title),
+                    &familiar_protocol::display::visible(&s.title),
                 ]);
             }
             out.table(table, "")?;
             Ok(Exit::Completed)
         }
         Some(SessionsAction::Show { id, no_reminders }) => {
-            let id = crate::ids::SessionId::new(id)?;
+            let id = familiar_protocol::ids::SessionId::new(id)?;
             let ctx = store.load_context(&id)?.with_context(|| {
                 format!("no session `{id}` in {}", config.paths.data_dir.display())
             })?;
@@ -402,13 +402,13 @@ fn show_session(
         store.workspace_dir(&ctx.session_id).display()
     )?;
     if let Some(summary) = &ctx.summary {
-        let summary = crate::approval::terminal_safe(summary);
+        let summary = familiar_protocol::display::terminal_safe(summary);
         writeln!(out, "\nsummary:\n  {}", summary.replace('\n', "\n  "))?;
     }
     if !ctx.facts.is_empty() {
         writeln!(out, "\nfacts:")?;
         for f in &ctx.facts {
-            writeln!(out, "  - {}", crate::approval::visible(f))?;
+            writeln!(out, "  - {}", familiar_protocol::display::visible(f))?;
         }
     }
     writeln!(out, "\ntasks:")?;
@@ -428,7 +428,7 @@ fn show_session(
                 first_line(&step.description, 66)
             )?;
         }
-        if t.usage != crate::llm::Usage::default() {
+        if t.usage != familiar_protocol::task::Usage::default() {
             writeln!(out, "    usage: {}", describe_usage(&t.usage))?;
         }
         if let Some(result) = &t.result {
@@ -506,7 +506,7 @@ fn tool_output_body(content: &str) -> String {
 /// to `max` characters with an ellipsis, its escapes shown, not obeyed.
 fn preview(s: &str, max: usize) -> String {
     let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let line = crate::approval::visible(&joined);
+    let line = familiar_protocol::display::visible(&joined);
     if line.chars().count() > max {
         let cut: String = line.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")
@@ -516,7 +516,7 @@ fn preview(s: &str, max: usize) -> String {
 }
 
 /// `N input + M output tokens`, and what the prompt cache did when it did anything.
-fn describe_usage(u: &crate::llm::Usage) -> String {
+fn describe_usage(u: &familiar_protocol::task::Usage) -> String {
     let mut s = format!(
         "{} input + {} output tokens",
         u.input_tokens, u.output_tokens
@@ -533,7 +533,7 @@ fn describe_usage(u: &crate::llm::Usage) -> String {
 /// The first line of `s`, cut to `max` characters with an ellipsis; what a model or a
 /// tool wrote, so its escapes are shown, not obeyed by the terminal.
 fn first_line(s: &str, max: usize) -> String {
-    let line = crate::approval::visible(s.lines().next().unwrap_or(""));
+    let line = familiar_protocol::display::visible(s.lines().next().unwrap_or(""));
     if line.chars().count() > max {
         let cut: String = line.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")
@@ -572,7 +572,7 @@ mod tests {
             r"(steering) use the second disk \x1b[2J"
         );
         let result = ContentBlock::ToolResult {
-            tool_use_id: crate::ids::CallId::new("c1").unwrap(),
+            tool_use_id: familiar_protocol::ids::CallId::new("c1").unwrap(),
             content: "<tool_output tool=\"shell\" status=\"ok\">\n{\n  \"exit_code\": 0,\n  \"stdout\": \"hello\\n\"\n}\n</tool_output>".into(),
             is_error: false,
         };
@@ -581,7 +581,7 @@ mod tests {
             r#"← {"exit_code":0,"stdout":"hello\\n"}"#
         );
         let long = ContentBlock::ToolResult {
-            tool_use_id: crate::ids::CallId::new("c2").unwrap(),
+            tool_use_id: familiar_protocol::ids::CallId::new("c2").unwrap(),
             content: format!("line one\n{}", "x".repeat(300)),
             is_error: true,
         };

@@ -88,7 +88,9 @@ pub fn list(
         writeln!(out, "{}\t{}\t{state}", v.name, v.transport)?;
         for t in &v.tools {
             let tier = server.tool_tier(&t.name);
-            let first = crate::approval::visible(t.description.lines().next().unwrap_or_default());
+            let first = familiar_protocol::display::visible(
+                t.description.lines().next().unwrap_or_default(),
+            );
             writeln!(out, "  {}\t{tier}\t{first}", tool_name(&v.name, &t.name))?;
         }
     }

@@ -7,9 +7,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use familiar_protocol::display::visible;
 
 use super::{Exit, MemoryAction, Out};
-use crate::approval::visible;
 use crate::config::{Config, ProcessEnv};
 use crate::store::{Memory, MemoryError, MemoryScope, Store};
 

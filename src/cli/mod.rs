@@ -282,8 +282,8 @@ pub struct AskArgs {
     pub dmenu: bool,
     /// Send what you point at with the request, read once now: the primary
     /// `selection`, the `clipboard` text, the focused `window` (repeatable)
-    #[arg(long, value_name = "SOURCE", value_parser = clap::value_parser!(crate::dbus::ContextSource))]
-    pub context: Vec<crate::dbus::ContextSource>,
+    #[arg(long, value_name = "SOURCE", value_parser = clap::value_parser!(familiar_protocol::ContextSource))]
+    pub context: Vec<familiar_protocol::ContextSource>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -9,12 +9,13 @@
 use std::io::{IsTerminal as _, Write};
 use std::sync::Arc;
 
+use familiar_protocol::display::{terminal_safe, visible};
+use familiar_protocol::events::{CallDecision, Event, EventPayload};
+use familiar_protocol::ids::TaskId;
+use familiar_protocol::task::{Outcome, TaskStatus};
+
 use super::waiting::{Waiting, thousands};
 use super::{Exit, Out};
-use crate::agent::events::{CallDecision, Event, EventPayload};
-use crate::approval::{terminal_safe, visible};
-use crate::ids::TaskId;
-use crate::store::{Outcome, TaskStatus};
 
 /// The prefix of a delegated sub-task's lines.
 const CHILD_BAR: &str = "  │ ";

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 
 /// The longest prompt read from stdin: what the daemon's `Submit` takes, so `run` and
 /// `ask` agree.
-pub const MAX_STDIN_PROMPT: usize = crate::dbus::MAX_PROMPT_BYTES;
+pub const MAX_STDIN_PROMPT: usize = familiar_protocol::MAX_PROMPT_BYTES;
 
 /// The prompt from the arguments, or stdin for `-` (or no argument with piped stdin).
 pub fn read_prompt(words: &[String]) -> anyhow::Result<String> {

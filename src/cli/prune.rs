@@ -7,8 +7,9 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use familiar_protocol::ids::SessionId;
+
 use super::{Exit, Out};
-use crate::ids::SessionId;
 use crate::store::{Store, StoreError};
 
 pub fn rm(store: &Store, ids: &[String], out: &mut Out) -> anyhow::Result<Exit> {

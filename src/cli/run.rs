@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
+use familiar_protocol::ids::{SessionId, TaskId};
 use tokio_util::sync::CancellationToken;
 
 use super::printer::{exit_for, print_events};
@@ -21,7 +22,6 @@ use crate::agent::steering::Steering;
 use crate::agent::{Runtime, RuntimeError, TaskError, TaskSpec, run_task};
 use crate::approval::TtyFrontend;
 use crate::config::{Config, ProcessEnv};
-use crate::ids::{SessionId, TaskId};
 use crate::policy;
 use crate::soul::SoulSet;
 

@@ -156,7 +156,7 @@ fn activation_works() -> bool {
             tracing::debug!("ReloadConfig: {e}");
         }
         let names = dbus.list_activatable_names().await?;
-        Ok::<_, zbus::Error>(names.iter().any(|n| n.as_str() == crate::dbus::NAME))
+        Ok::<_, zbus::Error>(names.iter().any(|n| n.as_str() == familiar_protocol::NAME))
     });
     match checked {
         Ok(Ok(works)) => works,

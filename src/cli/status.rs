@@ -14,7 +14,7 @@ use super::{Exit, Out};
 fn local_facts(config: Option<&std::path::Path>) -> serde_json::Value {
     let mut facts = serde_json::json!({
         "client_version": env!("CARGO_PKG_VERSION"),
-        "landlock": crate::sandbox::report(&crate::sandbox::status::probe()),
+        "landlock": crate::sandbox::report(&familiar_sandbox::status::probe()),
     });
     match crate::config::Config::load(config, &crate::config::ProcessEnv) {
         Ok(c) => {
@@ -242,9 +242,11 @@ fn process_uptime_secs(pid: u32) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use familiar_sandbox::seccomp::UnixSockets;
+    use familiar_sandbox::status::Enforcement;
+
     use super::*;
-    use crate::sandbox::status::Enforcement;
-    use crate::sandbox::{UnixSockets, report};
+    use crate::sandbox::report;
 
     #[test]
     fn warm_prefixes_are_one_line_each() {

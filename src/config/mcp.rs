@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::tier::Tier;
 use serde::{Deserialize, Serialize};
 
 use super::parse::expand_home;
-use crate::catalog::Tier;
 
 /// One `[mcp.NAME]` table as written.
 #[derive(Debug, Default, Deserialize)]

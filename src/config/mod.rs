@@ -21,8 +21,9 @@ pub mod warm;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::ids::SoulId;
+
 use crate::error::{ConfigError, FileError, parse_toml, read_file};
-use crate::ids::SoulId;
 
 pub use desktop::DesktopConfig;
 pub use parse::{DurationError, expand_home, parse_bytes, parse_duration};

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use familiar_protocol::ids::SoulId;
 use serde::{Deserialize, Serialize};
 
 use super::paths::Paths;
-use crate::ids::SoulId;
 
 /// `config.toml` as written.
 #[derive(Debug, Default, Deserialize)]

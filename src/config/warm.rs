@@ -3,9 +3,8 @@
 //! cache), and when the machine allows it. Raw ([`WarmToml`]) and effective
 //! ([`WarmConfig`]) types, as for the rest of config.toml.
 
+use familiar_protocol::ids::SoulId;
 use serde::{Deserialize, Serialize};
-
-use crate::ids::SoulId;
 
 /// On battery, warming waits for at least this charge.
 pub const DEFAULT_WARM_MIN_BATTERY: u8 = 50;

@@ -1,16 +1,15 @@
 //! The daemon on the session bus: its name taken without replacement, the watch that
 //! notices when the bus or the name is lost, and approvals announced as signals.
 
+use familiar_protocol::ids::RequestId;
 use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
 use super::DaemonError;
 use super::service::Service;
 use crate::approval::{ApprovalBroker, ApprovalRequest, Frontend};
-use crate::dbus;
-use crate::ids::RequestId;
 
-/// Takes [`dbus::NAME`] without allowing replacement and without queueing; a name
+/// Takes [`familiar_protocol::NAME`] without allowing replacement and without queueing; a name
 /// already owned is [`DaemonError::AlreadyRunning`] with the owner's pid. ([`bus_lost`]
 /// notices if the name is ever taken away after this.)
 pub(super) async fn take_name(conn: &Connection) -> Result<(), DaemonError> {
@@ -18,12 +17,12 @@ pub(super) async fn take_name(conn: &Connection) -> Result<(), DaemonError> {
     let bus = |source| DaemonError::Bus { source };
     let proxy = DBusProxy::new(conn).await.map_err(bus)?;
     match conn
-        .request_name_with_flags(dbus::NAME, RequestNameFlags::DO_NOT_QUEUE)
+        .request_name_with_flags(familiar_protocol::NAME, RequestNameFlags::DO_NOT_QUEUE)
         .await
     {
         Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => {}
         Ok(RequestNameReply::Exists | RequestNameReply::InQueue) | Err(zbus::Error::NameTaken) => {
-            let name: zbus::names::BusName<'_> = dbus::NAME.try_into().map_err(bus)?;
+            let name: zbus::names::BusName<'_> = familiar_protocol::NAME.try_into().map_err(bus)?;
             let pid = proxy.get_connection_unix_process_id(name).await.ok();
             return Err(DaemonError::AlreadyRunning { pid });
         }
@@ -57,8 +56,8 @@ pub(super) async fn bus_lost(stream: Option<zbus::MessageStream>) -> String {
         match msg {
             Ok(msg) => {
                 let name: Result<String, _> = msg.body().deserialize();
-                if name.is_ok_and(|n| n == dbus::NAME) {
-                    return format!("the bus took the name {}", dbus::NAME);
+                if name.is_ok_and(|n| n == familiar_protocol::NAME) {
+                    return format!("the bus took the name {}", familiar_protocol::NAME);
                 }
             }
             // The socket reader sends its error to every stream, then closes them.

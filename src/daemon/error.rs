@@ -1,7 +1,6 @@
 //! Why the daemon could not start, or stopped: each says what to do.
 
 use crate::agent::RuntimeError;
-use crate::dbus;
 use crate::error::ConfigError;
 
 /// Why the daemon could not start.
@@ -13,7 +12,7 @@ pub enum DaemonError {
     Runtime(#[from] RuntimeError),
     #[error(
         "cannot serve {name} on the session bus: {source} (is another `familiar daemon` running? `systemctl --user status familiar`)",
-        name = dbus::NAME
+        name = familiar_protocol::NAME
     )]
     Bus {
         #[source]
@@ -21,7 +20,7 @@ pub enum DaemonError {
     },
     #[error(
         "{name} is already running as pid {pid} (`systemctl --user status familiar`; stop it before starting another)",
-        name = dbus::NAME,
+        name = familiar_protocol::NAME,
         pid = pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
     )]
     AlreadyRunning { pid: Option<u32> },

@@ -44,8 +44,8 @@ use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
 use crate::agent::Runtime;
+use crate::approval;
 use crate::config::{Config, ProcessEnv};
-use crate::dbus;
 use crate::launcher::Menu;
 use crate::policy::{self, RateSpec};
 use crate::soul::SoulSet;
@@ -113,7 +113,10 @@ impl Daemon {
         // Not `.name()`: the builder requests with zbus's default flags, which let a
         // second daemon replace this one. The object is served before the name is taken.
         let conn = builder
-            .serve_at(dbus::PATH, Service::new(tx.clone(), Arc::clone(&shared)))
+            .serve_at(
+                familiar_protocol::PATH,
+                Service::new(tx.clone(), Arc::clone(&shared)),
+            )
             .build()
             .await
             .map_err(|source| DaemonError::Bus { source })?;
@@ -122,7 +125,7 @@ impl Daemon {
             .map_err(|source| DaemonError::Bus { source })?;
         take_name(&conn).await?;
         take_in_misplaced_data(&shared.runtime.get());
-        let emitter = SignalEmitter::new(&conn, dbus::PATH)
+        let emitter = SignalEmitter::new(&conn, familiar_protocol::PATH)
             .map_err(|source| DaemonError::Bus { source })?
             .into_owned();
         services.approvals.add_frontend(Arc::new(SignalFrontend {
@@ -136,9 +139,12 @@ impl Daemon {
                 Some(s) => Menu::from_config(&s.runtime.get().settings.config),
                 None => started.clone(),
             });
-            services.approvals.add_frontend(Arc::new(
-                dbus::notifications::NotificationFrontend::new(conn.clone(), menu),
-            ));
+            services
+                .approvals
+                .add_frontend(Arc::new(approval::NotificationFrontend::new(
+                    conn.clone(),
+                    menu,
+                )));
         }
         let owner = tokio::spawn(supervisor::run(
             supervisor::Supervisor::new(
@@ -215,8 +221,8 @@ impl Daemon {
         // The MCP servers tasks started live as long as the daemon.
         self.shared.runtime.get().settings.mcp.shutdown().await;
         // Release the name before the process goes, so an activation can start anew.
-        if let Err(e) = self.conn.release_name(dbus::NAME).await {
-            tracing::debug!("releasing {}: {e}", dbus::NAME);
+        if let Err(e) = self.conn.release_name(familiar_protocol::NAME).await {
+            tracing::debug!("releasing {}: {e}", familiar_protocol::NAME);
         }
     }
 }
@@ -278,7 +284,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         );
         tracing::info!(
             "serving {} (ready in {} ms)",
-            dbus::NAME,
+            familiar_protocol::NAME,
             started.elapsed().as_millis()
         );
         tokio::spawn(reload_on_hangup(Arc::clone(&daemon.shared), hangup, sd));

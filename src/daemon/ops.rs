@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 
+use familiar_protocol::Error;
+use familiar_protocol::ids::{SessionId, TaskId};
 use tokio::sync::oneshot;
 
 use super::{reload, supervisor};
-use crate::dbus::Error;
-use crate::ids::{SessionId, TaskId};
 use crate::policy::RateSpec;
 use crate::soul::Soul;
 

@@ -14,15 +14,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use familiar_protocol::query::WarmState;
 use serde_json::json;
 use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
 use super::Shared;
 use super::service::Service;
-use crate::agent::warm::{WarmError, WarmState};
+use crate::agent::warm::WarmError;
 use crate::config::warm::WarmConfig;
-use crate::dbus;
 use crate::snapshot::conditions::{Checker, Condition, Conditions};
 
 /// After a wake-up, how long the warmer lets things settle: a reload swaps the runtime
@@ -35,7 +35,7 @@ const CONDITIONS_RECHECK: Duration = Duration::from_secs(300);
 
 /// Starts the warmer for the daemon's life (it ends with the runtime).
 pub fn spawn(shared: Arc<Shared>, conn: &Connection) {
-    let emitter = match SignalEmitter::new(conn, dbus::PATH) {
+    let emitter = match SignalEmitter::new(conn, familiar_protocol::PATH) {
         Ok(e) => e.into_owned(),
         Err(e) => {
             tracing::warn!("no warming of the souls' prefixes: {e}");

@@ -11,11 +11,11 @@
 
 use std::collections::HashMap;
 
+use familiar_protocol::ids::CallId;
 use serde_json::{Value, json};
 
 use super::image::{self, ImageWire, Images, image_wires};
 use super::{ContentBlock, Message, Request, Role};
-use crate::ids::CallId;
 
 /// What one chat-style wire spells its own way; the rest of a message is [`messages`]'s.
 pub(crate) trait ChatWire {
@@ -143,10 +143,10 @@ fn push_message<W: ChatWire>(
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::CallId;
     use serde_json::{Value, json};
 
     use crate::config::providers::builtin_provider;
-    use crate::ids::CallId;
     use crate::llm::{ContentBlock, Message, Request, Role, ToolDef};
 
     /// One conversation with every kind of block: a system prompt, text with a reminder,

@@ -11,10 +11,10 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use base64::Engine as _;
+use familiar_protocol::ids::CallId;
 use serde_json::{Value, json};
 
 use super::{ContentBlock, Message};
-use crate::ids::CallId;
 
 /// Images sent in one request, the newest first.
 pub const MAX_IMAGES_SENT: usize = 2;
@@ -204,10 +204,10 @@ mod tests {
 /// Each provider's wire format for a tool result with an image.
 #[cfg(test)]
 mod wire_tests {
+    use familiar_protocol::ids::CallId;
     use serde_json::{Value, json};
 
     use crate::config::{ProviderConfig, ProviderKind, providers::builtin_provider};
-    use crate::ids::CallId;
     use crate::llm::{ContentBlock, Message, Request, Role};
 
     fn request(png: &std::path::Path) -> Request {

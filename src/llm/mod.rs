@@ -40,6 +40,8 @@ pub mod tokens;
 
 use std::sync::Arc;
 
+use familiar_protocol::ids::CallId;
+use familiar_protocol::task::Usage;
 use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
@@ -51,14 +53,11 @@ pub use client::{
     REFUSED_RETRY_DELAY,
 };
 pub use error::{ConnectError, LlmError, NoFirstToken};
-pub use familiar_protocol::task::Usage;
 pub use overflow::ContextOverflow;
 pub use retry::{RetryPolicy, Sleeper};
 pub use tokens::Estimator;
 
 use serde::{Deserialize, Serialize};
-
-use crate::ids::CallId;
 
 /// Who said it. System prompts are not messages: they travel beside them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

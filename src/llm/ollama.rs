@@ -15,6 +15,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use familiar_protocol::ids::CallId;
+use familiar_protocol::task::Usage;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -27,11 +29,8 @@ use super::http::{Endpoint, Framing, HttpCtx, drive};
 use super::image::{self, ImageWire};
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
-use super::{
-    ContextOverflow, Estimator, FinishReason, LlmError, Provider, Request, StreamEvent, Usage,
-};
+use super::{ContextOverflow, Estimator, FinishReason, LlmError, Provider, Request, StreamEvent};
 use crate::config::{DEFAULT_CONTEXT_WINDOW, ProviderConfig};
-use crate::ids::CallId;
 
 /// A request whose estimate passes `num_ctx` by this factor is refused before it is
 /// sent: the estimate errs high (docs in `tokens.rs`), so a request just over the line

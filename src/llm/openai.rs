@@ -10,6 +10,8 @@
 
 use std::collections::VecDeque;
 
+use familiar_protocol::ids::CallId;
+use familiar_protocol::task::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -18,9 +20,8 @@ use super::http::Wire;
 use super::image::ImageWire;
 use super::keys::ApiKey;
 use super::sse::{Decoder, Event};
-use super::{FinishReason, LlmError, Request, StreamEvent, Usage, parse_arguments};
+use super::{FinishReason, LlmError, Request, StreamEvent, parse_arguments};
 use crate::config::ProviderConfig;
-use crate::ids::CallId;
 
 /// The chat completions wire format.
 pub(crate) struct OpenAi;

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use familiar_sandbox::status::Enforcement;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::service::{RoleClient, RunningService};
@@ -15,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::McpError;
 use super::stdio::{self, StdioServer};
-use crate::sandbox::Enforcement;
 
 /// One tool a server offers, under the server's own name for it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -259,7 +259,8 @@ pub fn bounded_tools(server: &str, mut tools: Vec<McpTool>) -> Vec<McpTool> {
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     let mut kept: Vec<McpTool> = Vec::with_capacity(tools.len().min(MAX_TOOLS));
     for mut t in tools {
-        let shown = crate::approval::visible(&t.name.chars().take(80).collect::<String>());
+        let shown =
+            familiar_protocol::display::visible(&t.name.chars().take(80).collect::<String>());
         if t.name.is_empty()
             || t.name.len() > MAX_TOOL_NAME
             || t.name.chars().any(|c| c.is_control() || c.is_whitespace())

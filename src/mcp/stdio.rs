@@ -13,13 +13,14 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use familiar_sandbox::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, frame};
+use familiar_sandbox::status::Enforcement;
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::McpError;
-use crate::sandbox::exec::{HelperReport, REPORT_PREFIX, ReportOutcome, frame};
 use crate::sandbox::lines::BoundedLines;
-use crate::sandbox::{Enforcement, SandboxLauncher, SandboxPolicy};
+use crate::sandbox::{SandboxLauncher, SandboxPolicy};
 
 /// A started server: the helper process and the two ends of the JSON-RPC channel.
 pub struct StdioServer {
@@ -151,7 +152,7 @@ pub async fn spawn(
                 if kept.len() < line.len() {
                     kept.push('…');
                 }
-                t.push_back(crate::approval::visible(&kept));
+                t.push_back(familiar_protocol::display::visible(&kept));
             }
         }
     });
@@ -199,7 +200,7 @@ fn guard_stdout(server: &str, stdout: ChildStdout, fault: StdoutFault) -> Duplex
                     String::from_utf8_lossy(&line.bytes[..line.bytes.len().min(120)]).into_owned();
                 break format!(
                     "it wrote something that is not a JSON-RPC message on stdout, which carries only the protocol ({e}): `{}`",
-                    crate::approval::visible(&start)
+                    familiar_protocol::display::visible(&start)
                 );
             }
             let sent = async {

@@ -24,8 +24,7 @@
 
 use std::path::{Path, PathBuf};
 
-use familiar_sandbox::plan::resolve;
-
+use super::paths::resolve;
 use super::startup;
 
 /// Why a place is closed: the words `familiar souls show` prints.

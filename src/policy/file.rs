@@ -12,12 +12,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use familiar_protocol::tier::Mode;
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::paths::lexical_normalize;
 use super::pattern::Pattern;
-use super::{Mode, Policy, RateLimits, RateSpec, TierModes};
+use super::{Policy, RateLimits, RateSpec, TierModes};
 use crate::config::{expand_home, parse_duration};
 use crate::error::FileError;
 

@@ -139,9 +139,10 @@ fn known_names(paths: &Paths) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::tier::Mode;
+
     use super::*;
     use crate::config::expand_home;
-    use crate::policy::Mode;
     use crate::policy::tests::{HOME, parse};
 
     fn builtin(name: &str) -> Policy {
@@ -179,7 +180,7 @@ mod tests {
         assert_eq!(s.blocked, d.blocked);
         assert!(d.ask.iter().all(|r| s.ask.contains(r)));
         assert!(s.ask.len() > d.ask.len());
-        for tier in super::super::Tier::ALL {
+        for tier in familiar_protocol::tier::Tier::ALL {
             assert!(s.tiers.get(tier) >= d.tiers.get(tier), "{tier}");
         }
     }

@@ -41,17 +41,12 @@ pub use scope::grantable;
 pub use subjects::Call;
 pub use verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
 
-/// The tiers live with the tool catalog (plain data at the bottom of the crate);
-/// policies give them modes, which the bus contract spells (allow, ask, deny: one
-/// vocabulary for policy files, decisions, events and the audit log).
-pub use crate::catalog::Tier;
-pub use familiar_protocol::tier::Mode;
-
 use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
+use familiar_protocol::tier::{Mode, Tier};
 use serde::{Deserialize, Serialize};
 
 /// One mode per tier.
@@ -257,10 +252,10 @@ mod tests {
 
     use std::path::PathBuf;
 
+    use familiar_protocol::ids::SoulId;
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::ids::SoulId;
 
     pub(super) const HOME: &str = "/home/user";
 

@@ -10,7 +10,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-pub use familiar_sandbox::glob::{glob_match, has_glob};
+use familiar_sandbox::glob::{glob_match, has_glob};
 
 /// Where relative paths in a call are resolved.
 #[derive(Debug, Clone, Copy)]
@@ -91,10 +91,13 @@ pub fn lexical_normalize(path: &Path) -> PathBuf {
 /// [`lexical`], then the longest existing ancestor canonicalised (symlinks resolved),
 /// the non-existent rest appended.
 pub fn normalize(path: &str, ctx: &PathContext) -> PathBuf {
-    resolve_existing_prefix(&lexical(path, ctx))
+    resolve(&lexical(path, ctx))
 }
 
-fn resolve_existing_prefix(path: &Path) -> PathBuf {
+/// `path` with its longest existing prefix canonicalised (a glob component that names
+/// nothing stays as written). The sandbox plan resolves protected paths and closed
+/// places the same way.
+pub fn resolve(path: &Path) -> PathBuf {
     let mut tail: Vec<&std::ffi::OsStr> = Vec::new();
     let mut cur = path;
     loop {
@@ -133,7 +136,7 @@ fn resolved_entry(entry: &Path) -> PathBuf {
     {
         return real.clone();
     }
-    let real = resolve_existing_prefix(entry);
+    let real = resolve(entry);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     match cache.get_mut(entry) {
         // Refreshed in place: the entry keeps the memory it was first given. New
@@ -159,7 +162,7 @@ pub fn protected_entry<'p>(
     protected: &'p [PathBuf],
 ) -> Option<&'p Path> {
     let lex = lexical(path, ctx);
-    let real = resolve_existing_prefix(&lex);
+    let real = resolve(&lex);
     protected.iter().map(PathBuf::as_path).find(|entry| {
         let entry_real = resolved_entry(entry);
         [&lex, &real]

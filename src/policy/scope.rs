@@ -29,7 +29,8 @@
 
 use std::path::Path;
 
-use super::Tier;
+use familiar_protocol::tier::Tier;
+
 use super::paths::{PathContext, normalize};
 use super::startup::{self, Runs};
 use super::subjects::{Call, command_of, named_paths};

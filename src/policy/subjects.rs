@@ -1,8 +1,10 @@
 //! What a call is judged by: the command line it runs, the paths it names, and the
 //! strings patterns are matched against (an MCP tool's every argument string).
 
+use familiar_protocol::tier::Tier;
+
+use super::PatternRule;
 use super::shell::Analysis;
-use super::{PatternRule, Tier};
 
 /// One tool call as the model asked for it.
 #[derive(Debug, Clone, Copy)]
@@ -197,12 +199,13 @@ pub(super) fn abbreviate(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::SoulId;
+    use familiar_protocol::tier::Tier;
     use serde_json::{Value, json};
 
-    use crate::ids::SoulId;
     use crate::policy::tests::{ALLOW_ALL, Want, grant, kind, world};
     use crate::policy::tests::{Allow, BlockedPattern, Deny, NotInSoul, ProtectedPath};
-    use crate::policy::{Call, PathContext, Tier, decide};
+    use crate::policy::{Call, PathContext, decide};
 
     #[test]
     fn an_mcp_tools_arguments_are_matched_like_a_command_and_checked_as_paths() {

@@ -5,9 +5,8 @@
 
 use std::fmt;
 
+use familiar_protocol::tier::Mode;
 use serde::Serialize;
-
-use super::Mode;
 
 /// What happens to the call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,12 +7,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use familiar_sandbox::exec::{HelperReport, REPORT_PREFIX};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::{Notify, SemaphorePermit};
 use tokio::task::JoinHandle;
-
-use super::exec::{HelperReport, REPORT_PREFIX};
 
 /// After the helper is gone, how long the readers may take to see end-of-file.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);

@@ -15,6 +15,10 @@ use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use familiar_sandbox::exec::{ReportOutcome, TERM_GRACE_SECS, frame};
+use familiar_sandbox::fileops::{FileOp, FileReply};
+use familiar_sandbox::limits;
+use familiar_sandbox::status::{Enforcement, TEST_ABI_ENV};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Serialize;
@@ -24,11 +28,8 @@ use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::capture::Streams;
-use super::exec::{ReportOutcome, TERM_GRACE_SECS, frame};
-use super::fileops::{FileOp, FileReply};
 use super::pin::PinnedHelper;
-use super::status::{Enforcement, TEST_ABI_ENV};
-use super::{SandboxError, SandboxPolicy, limits};
+use super::{SandboxError, SandboxPolicy};
 
 /// From SIGTERM to SIGKILL of the helper's group; longer than the helper's own grace
 /// so the helper gets to kill and reap what escaped its group first.
@@ -348,7 +349,7 @@ impl SandboxLauncher {
         if cancelled {
             return Err(SandboxError::Cancelled);
         }
-        let (exit_code, signal) = super::exec::split_status(status);
+        let (exit_code, signal) = familiar_sandbox::exec::split_status(status);
         Ok(SandboxOutput {
             exit_code,
             signal,

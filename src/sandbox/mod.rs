@@ -1,7 +1,7 @@
 //! The Landlock sandbox every file-touching or program-running tool goes through: the
-//! daemon's side. The helper itself (its spec, plan, Landlock and seccomp code, its
-//! `main`) is the `familiar-sandbox` crate, re-exported here under the same names, so
-//! the code that confines hostile programs cannot import the daemon's (tokio, zbus).
+//! daemon's side. The helper itself (its spec, Landlock and seccomp code, its `main`)
+//! is the `familiar-sandbox` crate, imported by its own paths, so the code that
+//! confines hostile programs cannot import the daemon's (tokio, zbus).
 //!
 //! The daemon never restricts itself. A call runs in the helper binary
 //! `familiar-sandbox` (or `familiar sandbox-exec` where only `familiar` is installed;
@@ -23,11 +23,14 @@
 //! - [`busproxy`]: a task's filtering proxy to the session bus (`[sandbox] bus_talk`).
 //! - `sweep`: what a helper killed by a signal left in its session, killed.
 //!
-//! From `familiar-sandbox`: [`plan`] (protected-path carving, done once in the daemon
-//! and kept while current), [`ruleset`] (the plan as a Landlock ruleset), [`exec`] (the
-//! helper's entry: arguments, setup, report), [`fileops`] and [`search`] (file
-//! operations inside the sandbox), [`limits`] (rlimits, the pids cgroup), [`seccomp`]
-//! (no unix sockets, no io_uring), [`status`] (what the kernel enforces, [`probe`]).
+//! - [`plan`]: the protected-path carving, done once per soul and workspace and kept
+//!   while current; the helper gets its rules (`familiar_sandbox::plan::Plan`).
+//!
+//! From `familiar-sandbox`, named by its paths: `ruleset` (the plan as a Landlock
+//! ruleset), `exec` (the helper's entry: arguments, setup, report), `fileops` and
+//! `search` (file operations inside the sandbox), `limits` (rlimits, the pids cgroup),
+//! `seccomp` (no unix sockets, no io_uring), `status` (what the kernel enforces,
+//! `probe`).
 
 pub mod ancestry;
 pub mod busproxy;
@@ -35,23 +38,19 @@ mod capture;
 pub mod launcher;
 pub mod lines;
 pub mod pin;
+pub mod plan;
 pub mod resources;
 pub mod spec;
 mod sweep;
 
 use std::path::PathBuf;
 
-pub use familiar_sandbox::{
-    OpFailure, cover, exec, fileops, limits, plan, ruleset, search, seccomp, status,
-};
+use familiar_sandbox::seccomp::UnixSockets;
+use familiar_sandbox::status::{Enforcement, EnforcementStatus};
 
-pub use fileops::{DirEntry, EntryKind, FileOp, FileOpKind, FileReply};
 pub use launcher::{SandboxLauncher, SandboxOutput, run};
 pub use resources::{ResourceReport, Resources, TaskResources};
-pub use search::{SearchMatch, SearchReply, SearchStop};
-pub use seccomp::UnixSockets;
-pub use spec::{Limits, SandboxPolicy, SandboxSpec};
-pub use status::{Enforcement, EnforcementStatus, probe};
+pub use spec::{SandboxPolicy, SandboxSpec};
 
 /// What the kernel enforces, as the bus reports it (the `Sandbox` property,
 /// `task_started`'s `sandbox`): the protocol crate's type, which the helper's crate

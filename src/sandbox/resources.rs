@@ -21,13 +21,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use familiar_protocol::ids::TaskId;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use zbus::{Connection, OwnedObjectPath, Variant};
 
 use super::SandboxError;
 use crate::dbus::systemd::{ManagerProxy, SliceProxy};
-use crate::ids::TaskId;
 
 /// How long the manager gets to create a slice or scope (it takes a millisecond or two).
 pub const MANAGER_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,6 +1,7 @@
 //! The sandbox spec: what one sandboxed call may touch ([`SandboxPolicy`], the daemon's
-//! side) and what the daemon hands the `familiar-sandbox` helper ([`HelperSpec`]:
-//! the ready rules of the [`Plan`](super::plan::Plan), the limits and the environment).
+//! side) and what the daemon hands the `familiar-sandbox` helper
+//! ([`familiar_sandbox::spec::HelperSpec`]: the ready rules of the
+//! [`Plan`](super::plan::Plan), the limits and the environment).
 //!
 //! The invariant: a [`SandboxPolicy`] only ever grants what the [`SandboxSpec`] (the
 //! soul's `[sandbox]` table, built by the caller), the task workspace and the start-up
@@ -41,10 +42,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use familiar_sandbox::spec::{
-    DEFAULT_CPU_SECONDS, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_PROCESSES, DEFAULT_OUTPUT_CAP_BYTES,
-    DEFAULT_TIMEOUT, HelperSpec, HelperSpecRef, Limits,
-};
+use familiar_sandbox::spec::{HelperSpecRef, Limits};
 
 use super::SandboxError;
 use super::busproxy::BusProxy;
@@ -165,7 +163,7 @@ pub struct SandboxPolicy {
     pub sockets: Vec<PathBuf>,
     /// The task's bus proxy ([`SandboxPolicy::with_bus`]), started by the first command.
     pub bus: Option<Arc<BusProxy>>,
-    /// Hidden from commands, but `uncover` ([`familiar_sandbox::cover`]).
+    /// Hidden from commands, but `uncover` (`familiar_sandbox`'s `cover`).
     pub cover: Vec<PathBuf>,
     pub uncover: Vec<PathBuf>,
     pub limits: Limits,
@@ -346,7 +344,7 @@ impl SandboxPolicy {
 
     /// What the helper gets for one call, as JSON: the current plan (reused, or made
     /// again when something it depends on changed) and the rest of this policy, in the
-    /// shape of [`HelperSpec`]. Blocking.
+    /// shape of [`HelperSpec`](familiar_sandbox::spec::HelperSpec). Blocking.
     pub fn helper_spec_json(&self) -> Result<Vec<u8>, SandboxError> {
         let plan = self.plan.get(&Trees {
             read: &self.read,
@@ -421,6 +419,8 @@ pub fn allowed_env(
 
 #[cfg(test)]
 mod tests {
+    use familiar_sandbox::spec::HelperSpec;
+
     use super::*;
 
     #[test]

@@ -78,9 +78,9 @@ pub fn shipped_files(id: &str) -> Option<ShippedFiles> {
 mod tests {
     use std::path::Path;
 
+    use familiar_protocol::tier::{Mode, Tier};
+
     use super::*;
-    use crate::catalog::Tier;
-    use crate::policy::Mode;
     use crate::soul::tests::policy;
     use crate::soul::{PromptSource, SoulOrigin, parse};
 

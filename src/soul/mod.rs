@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use familiar_protocol::ids::SoulId;
 use serde::Serialize;
 
 use crate::error::{FileError, parse_toml};
-use crate::ids::SoulId;
 use crate::policy::{Grant, Policy, RateLimits, TierModes};
 use crate::sandbox::{Resources, SandboxSpec};
 
@@ -297,8 +297,9 @@ fn load_prompt(name: &str, source: &PromptSource<'_>) -> Result<String, PromptEr
 mod tests {
     use std::path::Path;
 
+    use familiar_protocol::tier::Mode;
+
     use super::*;
-    use crate::policy::Mode;
     use crate::policy::{Policy, TierModes};
     use crate::sandbox::Resources;
 

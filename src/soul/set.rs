@@ -174,8 +174,9 @@ pub fn config_errors(
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::tier::Mode;
+
     use super::*;
-    use crate::policy::Mode;
     use crate::soul::tests::policy;
 
     #[test]

@@ -12,12 +12,12 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+use familiar_protocol::tier::Tier;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{Store, StoreError};
-use crate::catalog::Tier;
-use crate::ids::{SessionId, SoulId, TaskId};
 
 /// One tool decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

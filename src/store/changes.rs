@@ -11,10 +11,10 @@ use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::ids::{SoulId, TaskId};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, atomic};
-use crate::ids::{SoulId, TaskId};
 
 const CHANGES_DIR: &str = "changes";
 

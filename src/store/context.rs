@@ -8,12 +8,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+use familiar_protocol::task::{Plan, TaskStatus, Usage};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{SessionId, SoulId, TaskId};
-use crate::llm::{Message, Usage};
-
-pub use familiar_protocol::task::{Outcome, Plan, PlanStep, StepStatus, TaskStatus};
+use crate::llm::Message;
 
 /// The `version` this build reads and writes.
 pub const CONTEXT_VERSION: u32 = 1;

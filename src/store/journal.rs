@@ -93,7 +93,7 @@ impl Store {
     }
 
     /// `context/SESSION_ID.journal`.
-    pub fn journal_path(&self, id: &crate::ids::SessionId) -> PathBuf {
+    pub fn journal_path(&self, id: &familiar_protocol::ids::SessionId) -> PathBuf {
         self.context_path(id).with_extension("journal")
     }
 }
@@ -250,10 +250,11 @@ impl LineIn {
 mod tests {
     use std::fs;
 
+    use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+    use familiar_protocol::task::TaskStatus;
+
     use super::*;
-    use crate::ids::{SessionId, SoulId, TaskId};
     use crate::llm::{ContentBlock, Message};
-    use crate::store::context::TaskStatus;
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();

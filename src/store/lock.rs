@@ -4,8 +4,9 @@
 use std::fs::{self, File};
 use std::path::PathBuf;
 
+use familiar_protocol::ids::SessionId;
+
 use super::{CONTEXT_DIR, Store, StoreError, atomic};
-use crate::ids::SessionId;
 
 /// Holds a session's lock until dropped (the kernel drops it if the process dies).
 #[derive(Debug)]

@@ -20,10 +20,10 @@ use std::fmt;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::ids::{IdError, MemoryId, SessionId, SoulId};
 use serde::{Deserialize, Serialize};
 
 use super::{CONTEXT_DIR, StoreError, atomic, move_aside_to, now_rfc3339};
-use crate::ids::{IdError, MemoryId, SessionId, SoulId};
 
 /// The `version` this build reads and writes.
 pub const MEMORY_VERSION: u32 = 1;

@@ -34,14 +34,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::SystemTime;
 
+use familiar_protocol::ids::SessionId;
+
 use self::atomic::TEMP_MARKER;
-use crate::ids::SessionId;
 
 pub use audit::{AuditContents, AuditDecision, AuditEntry, AuditOutcome, args_digest};
 pub use changes::{Change, TaskChanges};
 pub use context::{
-    CONTEXT_VERSION, Context, Outcome, Plan, PlanStep, StepStatus, TaskRecord, TaskStatus,
-    ToolStats, now_rfc3339, title_from_prompt,
+    CONTEXT_VERSION, Context, TaskRecord, ToolStats, now_rfc3339, title_from_prompt,
 };
 pub use journal::ContextJournal;
 pub use lock::SessionLock;

@@ -21,6 +21,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use familiar_protocol::ids::SessionId;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 
 use super::memory::MEMORY_FILE;
@@ -28,7 +29,6 @@ use super::{
     AUDIT_FILE, CONTEXT_DIR, Memory, MemoryError, Store, StoreError, TRANSCRIPT_DIR, WORKSPACE_DIR,
     atomic,
 };
-use crate::ids::SessionId;
 
 /// What [`Store::take_in`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -417,7 +417,7 @@ mod tests {
     fn ctx(id: &str) -> Context {
         Context::new(
             session(id),
-            crate::ids::SoulId::new("safe_assistant").unwrap(),
+            familiar_protocol::ids::SoulId::new("safe_assistant").unwrap(),
             "a prompt",
         )
     }

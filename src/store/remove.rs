@@ -11,8 +11,9 @@
 use std::fs;
 use std::io::ErrorKind;
 
+use familiar_protocol::ids::SessionId;
+
 use super::{Store, StoreError};
-use crate::ids::SessionId;
 
 impl Store {
     /// Removes the session's context, transcript and store workspace. `Ok(false)` when

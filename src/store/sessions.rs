@@ -6,12 +6,12 @@ use std::fs::{self, File};
 use std::path::Path;
 use std::time::SystemTime;
 
+use familiar_protocol::ids::{SessionId, SoulId};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::context::{self, CONTEXT_VERSION, Context};
 use super::{CONTEXT_DIR, Store, StoreError, atomic, journal, move_aside};
-use crate::ids::{SessionId, SoulId};
 
 /// One line of [`Store::list_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -190,13 +190,14 @@ fn read_summary(path: &Path) -> Result<(u128, SessionSummary), Unlisted> {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::{CallId, TaskId};
+    use familiar_protocol::task::{Plan, PlanStep, StepStatus, TaskStatus, Usage};
     use serde_json::json;
 
     use super::*;
-    use crate::ids::{CallId, TaskId};
-    use crate::llm::{ContentBlock, Message, Role, Usage};
+    use crate::llm::{ContentBlock, Message, Role};
     use crate::store::tests::{sid, store};
-    use crate::store::{Plan, PlanStep, StepStatus, TaskRecord, TaskStatus, now_rfc3339};
+    use crate::store::{TaskRecord, now_rfc3339};
 
     fn sample(id: &str) -> Context {
         let mut ctx = Context::new(

@@ -11,9 +11,10 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::ids::SessionId;
+
 use super::context::now_rfc3339;
 use super::{Store, StoreError};
-use crate::ids::SessionId;
 
 /// An open transcript, positioned for appending.
 #[derive(Debug)]

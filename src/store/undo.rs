@@ -19,11 +19,12 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::ids::TaskId;
+use familiar_protocol::tier::Tier;
+
 use super::changes::{Change, TaskChanges};
 use super::versions::{Versions, sha256_hex};
 use super::{AuditDecision, AuditEntry, AuditOutcome, Store, StoreError, args_digest};
-use crate::catalog::Tier;
-use crate::ids::TaskId;
 
 /// Why a task was not undone.
 #[derive(Debug, thiserror::Error)]

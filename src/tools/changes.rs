@@ -9,9 +9,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use familiar_protocol::ids::{SoulId, TaskId};
+use familiar_sandbox::fileops::Previous;
+
 use super::{ToolContext, ToolError};
-use crate::ids::{SoulId, TaskId};
-use crate::sandbox::fileops::Previous;
 use crate::store::{Change, Store, Versions, sha256_hex};
 
 /// A task's change record and the versions kept for it.

@@ -8,6 +8,7 @@
 //! outside the workspace keeps what it replaced and is recorded for undo
 //! ([`super::changes`]).
 
+use familiar_sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
 use futures::FutureExt;
 use serde_json::{Value, json};
 
@@ -15,7 +16,6 @@ use super::changes::{edited_hash, keep_for, record_write};
 use super::util::{object_schema, opt_u64, sandboxed, str_arg, unexpected};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
-use crate::sandbox::fileops::{DirEntry, EntryKind, FileOp, FileReply};
 use crate::store::sha256_hex;
 
 /// Largest slice of a file `read_file` returns to the model.

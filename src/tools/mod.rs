@@ -34,11 +34,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use familiar_protocol::ids::{SessionId, SoulId};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::ToolInfo;
-use crate::ids::{SessionId, SoulId};
 use crate::llm::ToolDef;
 use crate::sandbox::{SandboxError, SandboxLauncher, SandboxPolicy};
 use crate::snapshot::Snapshotter;
@@ -317,8 +317,9 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
+    use familiar_sandbox::status::Enforcement;
+
     use super::*;
-    use crate::sandbox::Enforcement;
 
     #[test]
     fn sandbox_errors_map_the_same_for_every_tool() {

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use familiar_protocol::display::escape_markup;
 use futures::FutureExt;
 use serde_json::{Value, json};
 
@@ -16,7 +17,7 @@ use super::bus::{Bus, Presence, clean_text};
 use super::util::{object_schema, str_arg};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
-use crate::dbus::notifications::{NotificationsProxy, escape_markup};
+use crate::dbus::notifications::NotificationsProxy;
 
 /// The notification server's bus name.
 pub const SERVICE: &str = "org.freedesktop.Notifications";

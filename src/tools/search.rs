@@ -6,17 +6,17 @@
 //! why instead of failing. The regex is checked here first, so a bad pattern costs no
 //! helper process and the model gets the parser's message.
 
+use familiar_sandbox::fileops::{FileOp, FileReply};
+use familiar_sandbox::search::{
+    MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch, SearchReply,
+    SearchStop, search_regex,
+};
 use futures::FutureExt;
 use serde_json::{Value, json};
 
 use super::util::{object_schema, sandboxed, str_arg, unexpected};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
-use crate::sandbox::fileops::{FileOp, FileReply};
-use crate::sandbox::search::{
-    MAX_SEARCH_FILE_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_MATCHES, SearchMatch, SearchReply,
-    SearchStop, search_regex,
-};
 
 pub struct SearchFiles;
 

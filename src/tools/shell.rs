@@ -120,8 +120,9 @@ pub(crate) fn format_output(out: &SandboxOutput, timeout_secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use familiar_sandbox::status::Enforcement;
+
     use super::*;
-    use crate::sandbox::Enforcement;
 
     fn output(exit_code: Option<i32>, signal: Option<i32>, timed_out: bool) -> SandboxOutput {
         SandboxOutput {

@@ -235,7 +235,7 @@ fn unreachable(e: zbus::Error) -> ToolError {
 
 /// A failed manager call, told to the model with systemd's own message.
 fn call_error(what: &str, e: zbus::Error) -> ToolError {
-    match crate::dbus::proxy::method_error(&e) {
+    match familiar_protocol::proxy::method_error(&e) {
         Some((name, message)) => {
             let short = name.rsplit('.').next().unwrap_or_default();
             ToolError::model(format!("{what}: {message} ({short})"))

@@ -6,6 +6,7 @@
 //! this one call ([`crate::sandbox::SandboxPolicy::trashing`]). Outside the workspace
 //! the move is recorded for undo ([`super::changes`]).
 
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use futures::FutureExt;
 use serde_json::{Value, json};
 
@@ -13,7 +14,6 @@ use super::changes::record_trash;
 use super::util::{object_schema, sandboxed_in, str_arg, unexpected};
 use super::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::catalog::{self, ToolInfo};
-use crate::sandbox::fileops::{FileOp, FileReply};
 
 pub struct Trash;
 

@@ -6,8 +6,9 @@
 
 use std::path::PathBuf;
 
+use familiar_sandbox::fileops::{FileOp, FileReply};
+
 use super::{ToolContext, ToolError};
-use crate::sandbox::fileops::{FileOp, FileReply};
 
 /// A required string argument, or an error the model can act on.
 pub(crate) fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a str, ToolError> {

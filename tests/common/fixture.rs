@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use familiar::catalog::ToolInfo;
 use familiar::daemon::{Daemon, DaemonOptions};
-use familiar::dbus::proxy::Agent1Proxy;
 use familiar::soul::{PromptSource, SoulOrigin, SoulSet};
 use familiar::tools::{Tool, ToolContext, ToolError};
+use familiar_protocol::proxy::Agent1Proxy;
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -175,7 +175,7 @@ impl Fixture {
         &self,
         soul: &str,
         prompt: &str,
-    ) -> Result<(String, String), familiar::dbus::Error> {
+    ) -> Result<(String, String), familiar_protocol::Error> {
         self.proxy.submit(soul, prompt, Default::default()).await
     }
 
@@ -186,9 +186,9 @@ impl Fixture {
 
 /// Subscribed signal streams of one client, opened before a Submit.
 pub struct Watch {
-    pub events: familiar::dbus::proxy::TaskEventStream,
-    pub finished: familiar::dbus::proxy::TaskFinishedStream,
-    pub approvals: familiar::dbus::proxy::ApprovalRequestedStream,
+    pub events: familiar_protocol::proxy::TaskEventStream,
+    pub finished: familiar_protocol::proxy::TaskFinishedStream,
+    pub approvals: familiar_protocol::proxy::ApprovalRequestedStream,
 }
 
 impl Watch {

@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use familiar::agent::events::{Delivery, Event, EventBus, EventPayload};
+use familiar::agent::events::{Delivery, EventBus};
 use familiar::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use familiar::agent::metrics::Metrics;
 use familiar::agent::{LlmFactory, Runtime, Services, Settings, TaskOutcome, TaskSpec, run_task};
 use familiar::approval::ApprovalBroker;
 use familiar::catalog::ToolInfo;
 use familiar::config::Config;
-use familiar::ids::{SessionId, TaskId};
 use familiar::llm::{LlmClient, LlmError, RetryPolicy, Sleeper};
 use familiar::policy::Policy;
 use familiar::ratelimit::RateLimiters;
@@ -22,6 +21,8 @@ use familiar::snapshot::Snapshotter;
 use familiar::soul::{PromptSource, Soul, SoulOrigin, SoulSet};
 use familiar::store::{Memory, Store};
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
+use familiar_protocol::events::{Event, EventPayload};
+use familiar_protocol::ids::{SessionId, TaskId};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -253,7 +254,7 @@ impl Harness {
             hooks,
             launcher: Arc::new(SandboxLauncher::new(env!("CARGO_BIN_EXE_familiar-sandbox"))),
             plans: familiar::sandbox::plan::PlanCache::default(),
-            enforcement: familiar::sandbox::probe(),
+            enforcement: familiar_sandbox::status::probe(),
             warm: Default::default(),
         };
         let settings = Settings {

@@ -7,8 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use familiar::policy::{Policy, builtin_source};
-use familiar::sandbox::{FileOp, FileReply, SandboxLauncher, SandboxOutput, SandboxPolicy, probe};
+use familiar::sandbox::{SandboxLauncher, SandboxOutput, SandboxPolicy};
 use familiar::soul::{PromptSource, SoulOrigin, parse};
+use familiar_sandbox::fileops::{FileOp, FileReply};
+use familiar_sandbox::status::probe;
 use tokio_util::sync::CancellationToken;
 
 pub const SECRET: &str = "BEGIN-OPENSSH-PRIVATE-KEY-do-not-leak";

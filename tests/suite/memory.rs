@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used)]
 
 use familiar::config::Paths;
-use familiar::ids::{SessionId, SoulId};
-use familiar::sandbox::{FileOp, FileReply, SandboxPolicy};
+use familiar::sandbox::SandboxPolicy;
 use familiar::soul::{PromptSource, SoulOrigin, parse};
 use familiar::store::{Memory, MemoryScope, Store};
+use familiar_protocol::ids::{SessionId, SoulId};
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -389,10 +390,11 @@ async fn start_daemon(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_survives_a_daemon_restart_and_is_managed_over_dbus() {
+    use familiar_protocol::proxy::Agent1Proxy;
+
     use super::daemon::error_name;
     use crate::common::bus::TestBus;
     use crate::common::fixture::Watch;
-    use familiar::dbus::proxy::Agent1Proxy;
 
     let harness = crate::common::harness::Harness::builder(vec![
         tools_reply(&[(

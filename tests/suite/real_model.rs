@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use familiar::config::{ApiKeySource, ProviderConfig, ProviderKind};
-use familiar::llm::{ClientEvent, LlmClient, Message, Request, RetryPolicy, StreamEvent, Usage};
+use familiar::llm::{ClientEvent, LlmClient, Message, Request, RetryPolicy, StreamEvent};
+use familiar_protocol::task::Usage;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -123,7 +124,7 @@ async fn a_prefill_reports_progress_and_a_continued_request_reuses_the_cache() {
 /// system prompt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_task_of_the_soul_reuses_the_cached_system_prompt_and_tools() {
-    use familiar::agent::events::EventPayload;
+    use familiar_protocol::events::EventPayload;
 
     use crate::common::harness::{Harness, OPEN_POLICY, builtin_plus};
 
@@ -188,10 +189,11 @@ async fn a_new_task_of_the_soul_reuses_the_cached_system_prompt_and_tools() {
 /// outputs are trimmed, and the task completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_completes_when_its_first_request_overflows_the_context() {
-    use familiar::agent::events::EventPayload;
-    use familiar::ids::{CallId, SessionId};
     use familiar::llm::{ContentBlock, Role};
-    use familiar::store::{Context, TaskStatus};
+    use familiar::store::Context;
+    use familiar_protocol::events::EventPayload;
+    use familiar_protocol::ids::{CallId, SessionId};
+    use familiar_protocol::task::TaskStatus;
 
     use crate::common::harness::{Harness, OPEN_POLICY, builtin_plus, compactions};
 

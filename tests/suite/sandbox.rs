@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use familiar::sandbox::{EnforcementStatus, FileOp, FileReply, SandboxError};
+use familiar::sandbox::SandboxError;
+use familiar_sandbox::fileops::{FileOp, FileReply};
+use familiar_sandbox::status::EnforcementStatus;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::sandbox::{
@@ -51,11 +53,11 @@ fn remove_reported_cgroup(stderr: &[u8]) {
     let stderr = String::from_utf8_lossy(stderr);
     let report = stderr.lines().next().unwrap();
     let json = report
-        .strip_prefix(familiar::sandbox::exec::REPORT_PREFIX)
+        .strip_prefix(familiar_sandbox::exec::REPORT_PREFIX)
         .unwrap();
-    let report: familiar::sandbox::exec::HelperReport = serde_json::from_str(json).unwrap();
+    let report: familiar_sandbox::exec::HelperReport = serde_json::from_str(json).unwrap();
     if let Some(cgroup) = report.cgroup {
-        familiar::sandbox::limits::remove_cgroup(&cgroup);
+        familiar_sandbox::limits::remove_cgroup(&cgroup);
     }
 }
 
@@ -418,7 +420,7 @@ async fn the_daemons_environment_does_not_reach_the_command() {
     let p = h.policy(false, false);
     // The helper's own environment (here with a key in it) is never passed on, by
     // either entry to the helper.
-    let input = familiar::sandbox::exec::frame(&p.helper_spec_json().unwrap(), b"");
+    let input = familiar_sandbox::exec::frame(&p.helper_spec_json().unwrap(), b"");
     for helper in [
         &[env!("CARGO_BIN_EXE_familiar-sandbox"), "--", "env"][..],
         &[env!("CARGO_BIN_EXE_familiar"), "sandbox-exec", "--", "env"],

@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use familiar::error::FileError;
 use familiar::policy::{Policy, builtin_source};
+use familiar::sandbox::SandboxPolicy;
 use familiar::sandbox::busproxy::{BusProxy, SessionBus};
-use familiar::sandbox::{SandboxPolicy, UnixSockets};
 use familiar::soul::{PromptSource, SoulOrigin, parse};
+use familiar_sandbox::seccomp::UnixSockets;
 use tokio::sync::mpsc;
 use zbus::interface;
 use zbus::zvariant::OwnedVariant;

@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use familiar::sandbox::{FileOp, FileReply, SandboxError};
+use familiar::sandbox::SandboxError;
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::sandbox::{

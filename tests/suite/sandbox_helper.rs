@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
-use familiar::sandbox::exec::{EXIT_SETUP_FAILED, HelperReport, REPORT_PREFIX, ReportOutcome};
-use familiar::sandbox::{FileOp, SandboxLauncher};
+use familiar::sandbox::SandboxLauncher;
+use familiar_sandbox::exec::{EXIT_SETUP_FAILED, HelperReport, REPORT_PREFIX, ReportOutcome};
+use familiar_sandbox::fileops::FileOp;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::familiar_alone;
@@ -85,7 +86,7 @@ async fn familiar_alone_is_its_own_helper_and_enforces_the_same_sandbox() {
     assert!(
         matches!(
             reply,
-            familiar::sandbox::FileReply::Error {
+            familiar_sandbox::fileops::FileReply::Error {
                 errno: Some(libc::EACCES),
                 ..
             }

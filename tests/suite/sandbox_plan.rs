@@ -1,7 +1,8 @@
 //! The sandbox plan is made once per task and reused: what changes between two calls of
 //! one task must be seen by the second exactly as if the plan were made afresh.
 
-use familiar::sandbox::{FileOp, FileReply, SandboxPolicy};
+use familiar::sandbox::SandboxPolicy;
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::sandbox::{SandboxHome, landlock_available, launcher, sh};

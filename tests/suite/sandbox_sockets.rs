@@ -10,8 +10,8 @@ use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 
 use familiar::policy::{Policy, builtin_source};
-use familiar::sandbox::UnixSockets;
 use familiar::soul::{PromptSource, SoulOrigin, parse};
+use familiar_sandbox::seccomp::UnixSockets;
 use std::sync::Arc;
 
 use familiar::tools::Registry;

@@ -97,7 +97,7 @@ async fn the_daemon_sends_the_key_from_the_secret_service() {
     let home = TestHome::new();
     config(&home, &server, "anthropic");
     let daemon = RealDaemon::start(&bus, &home).await;
-    let proxy = familiar::dbus::proxy::Agent1Proxy::new(&bus.connect().await)
+    let proxy = familiar_protocol::proxy::Agent1Proxy::new(&bus.connect().await)
         .await
         .unwrap();
     let mut finished = proxy.receive_task_finished().await.unwrap();

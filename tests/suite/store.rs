@@ -4,8 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use familiar::ids::SessionId;
 use familiar::store::{Store, StoreError};
+use familiar_protocol::ids::SessionId;
 
 #[test]
 fn another_process_holding_the_lock_makes_the_session_busy() {

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use familiar::agent::events::{Event, EventPayload};
-use familiar::ids::SessionId;
 use familiar::soul::{PromptSource, Soul, SoulOrigin, SoulSet, parse};
-use familiar::store::TaskStatus;
 use familiar::tools::Registry;
+use familiar_protocol::events::{Event, EventPayload};
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -228,9 +228,10 @@ async fn cancelling_the_parent_cancels_the_child() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_lists_a_sub_task_under_its_parent_and_signals_its_events() {
+    use familiar_protocol::proxy::Agent1Proxy;
+
     use crate::common::bus::TestBus;
     use crate::common::fixture::Watch;
-    use familiar::dbus::proxy::Agent1Proxy;
 
     let h = Harness::builder(vec![
         delegate("look around"),

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use familiar::agent::events::EventPayload;
 use familiar::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend};
-use familiar::ids::RequestId;
-use familiar::store::TaskStatus;
 use familiar::tools::journald::Journal;
 use familiar::tools::open::{Open, Opener};
 use familiar::tools::{Registry, Tool};
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::ids::RequestId;
+use familiar_protocol::task::TaskStatus;
 use serde_json::{Value, json};
 
 use crate::common::harness::*;

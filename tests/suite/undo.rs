@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use familiar::sandbox::{FileOp, FileReply};
+use familiar_sandbox::fileops::{FileOp, FileReply};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::harness::{text_reply, tools_reply};

@@ -26,7 +26,7 @@ use nix::sys::stat::Mode;
 
 /// Why the paths could not be covered; the helper then refuses to run the command.
 #[derive(Debug, thiserror::Error)]
-pub enum CoverError {
+pub(crate) enum CoverError {
     #[error("opening {0} to keep it: {1}")]
     Open(PathBuf, nix::Error),
     #[error("covering {0}: {1}")]
@@ -44,7 +44,7 @@ const TMPFS_FLAGS: MsFlags = MsFlags::MS_NOSUID
 /// Covers `cover` but `uncover` (see the module doc). Must run in a mount namespace of
 /// the helper's own, with the capabilities its user namespace gives, before Landlock.
 /// A covered path that does not exist is skipped: there is nothing to hide.
-pub fn apply(cover: &[PathBuf], uncover: &[PathBuf]) -> Result<(), CoverError> {
+pub(crate) fn apply(cover: &[PathBuf], uncover: &[PathBuf]) -> Result<(), CoverError> {
     // Opened before anything is covered: afterwards their paths lead into the tmpfs.
     let kept = uncover
         .iter()

@@ -41,18 +41,18 @@ use crate::ruleset::{effective_abi, restrict_self};
 use crate::seccomp::{self, UnixSockets};
 use crate::spec::HelperSpec;
 use crate::status::{Enforcement, EnforcementStatus, TEST_ABI_ENV};
+pub use crate::supervise::TERM_GRACE_SECS;
 use crate::supervise::supervise;
-pub use crate::supervise::{EXIT_SPAWN_FAILED, TERM_GRACE_SECS};
 use crate::{cover, limits, pidns};
 
 /// A spec larger than this on stdin is refused (a plan is a few hundred KiB at most).
-pub const MAX_SPEC_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_SPEC_BYTES: u64 = 64 * 1024 * 1024;
 /// Starts the helper's first stderr line, followed by a JSON [`HelperReport`].
 pub const REPORT_PREFIX: &str = "familiar-sandbox: ";
 /// The spec was unreadable or the restriction could not be set up.
 pub const EXIT_SETUP_FAILED: u8 = 121;
 /// `require_full` and the kernel enforces less.
-pub const EXIT_REFUSED: u8 = 122;
+pub(crate) const EXIT_REFUSED: u8 = 122;
 
 /// What the helper tells the launcher before anything else.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,11 +76,11 @@ pub enum ReportOutcome {
 
 /// How the helper is called, after its name (`familiar-sandbox`) or subcommand
 /// (`familiar sandbox-exec`).
-pub const USAGE: &str = "[--op read|list|write|edit|search] [--] [COMMAND ARGS...]";
+pub(crate) const USAGE: &str = "[--op read|list|write|edit|search] [--] [COMMAND ARGS...]";
 
 /// The helper's arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HelperArgs {
+pub(crate) struct HelperArgs {
     /// Perform this file operation (request as JSON on stdin) instead of a command.
     pub op: Option<FileOpKind>,
     /// The command to run, with its arguments.
@@ -89,7 +89,7 @@ pub struct HelperArgs {
 
 /// Why the helper's command line was refused (reported as a setup failure).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ArgsError {
+pub(crate) enum ArgsError {
     #[error("argument {0:?} is not valid UTF-8")]
     NotUtf8(OsString),
     #[error("--op needs a value")]
@@ -106,7 +106,7 @@ impl HelperArgs {
     /// Parses `[--op KIND | --op=KIND] [--] [ARGV...]`: the first argument that is not
     /// an option, or everything after `--`, starts the command, whose own arguments
     /// are never read as ours. By hand, so the helper binary carries no clap.
-    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<HelperArgs, ArgsError> {
+    pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<HelperArgs, ArgsError> {
         let mut args = args
             .into_iter()
             .map(|a| a.into_string().map_err(ArgsError::NotUtf8));

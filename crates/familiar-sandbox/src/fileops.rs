@@ -25,9 +25,9 @@ use crate::OpFailure;
 use crate::search::{SearchReply, search};
 
 /// Bytes `read` returns at most; the reply says when the file was longer.
-pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 /// Entries `list` returns at most.
-pub const MAX_LIST_ENTRIES: usize = 10_000;
+pub(crate) const MAX_LIST_ENTRIES: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileOpKind {
@@ -214,7 +214,7 @@ impl From<OpFailure> for FileReply {
 }
 
 /// Reads the request from stdin, performs it, prints the reply; exit 0 on success.
-pub fn main(kind: FileOpKind) -> ExitCode {
+pub(crate) fn main(kind: FileOpKind) -> ExitCode {
     let mut input = String::new();
     let reply = match std::io::stdin().read_to_string(&mut input) {
         Err(e) => FileReply::from_io(Path::new("<stdin>"), &e),
@@ -240,7 +240,7 @@ pub fn main(kind: FileOpKind) -> ExitCode {
 }
 
 /// Performs `op` in this process (which must already be restricted).
-pub fn perform(op: &FileOp) -> FileReply {
+pub(crate) fn perform(op: &FileOp) -> FileReply {
     match op {
         FileOp::Read {
             path,

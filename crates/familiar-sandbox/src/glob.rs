@@ -1,7 +1,7 @@
 //! Shell pathname matching of one path component (`*`, `?`, `[...]`), as bash without
-//! `dotglob` does it. The helper's `search_files` glob and the plan's carving use it,
-//! and so does the daemon's path policy (`familiar::policy::paths` re-exports it), so
-//! both sides of the sandbox agree on what a pattern names.
+//! `dotglob` does it. The helper's `search_files` glob uses it, and so do the daemon's
+//! path policy and plan carving (`familiar::policy::paths`, `familiar::sandbox::plan`),
+//! so both sides of the sandbox agree on what a pattern names.
 
 pub fn has_glob(s: &str) -> bool {
     s.contains(['*', '?', '['])

@@ -22,7 +22,7 @@ use nix::unistd::{Uid, getpid};
 use crate::spec::Limits;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LimitsError {
+pub(crate) enum LimitsError {
     #[error("setrlimit {resource}: {source}")]
     Rlimit {
         resource: &'static str,
@@ -33,7 +33,7 @@ pub enum LimitsError {
 /// Sets `RLIMIT_FSIZE`, `RLIMIT_CPU`, `RLIMIT_CORE` (0: a crashing tool must not leave
 /// a core dump of what it read), `RLIMIT_DATA` when the limits have one, and, unless `in_pids_cgroup` already bounds the
 /// processes exactly, `RLIMIT_NPROC` on the calling process.
-pub fn apply_rlimits(limits: &Limits, in_pids_cgroup: bool) -> Result<(), LimitsError> {
+pub(crate) fn apply_rlimits(limits: &Limits, in_pids_cgroup: bool) -> Result<(), LimitsError> {
     let set = |resource: Resource, name: &'static str, soft: u64, hard: u64| {
         setrlimit(resource, soft, hard).map_err(|source| LimitsError::Rlimit {
             resource: name,
@@ -98,7 +98,7 @@ fn threads(task_dir: &Path) -> u64 {
 /// Moves the calling process into a new pids cgroup capped at `max`, when the
 /// hierarchy lets us. Returns the cgroup's directory, which the launcher removes once
 /// the call is over.
-pub fn enter_pids_cgroup(max: u64) -> Option<PathBuf> {
+pub(crate) fn enter_pids_cgroup(max: u64) -> Option<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let name = format!("familiar-sandbox-{}", getpid());
     candidates(&own)

@@ -29,7 +29,7 @@ use nix::unistd::{getgid, getuid};
 /// Enters a new user and PID namespace for the children to come, and with `mounts` a
 /// mount namespace for the helper itself ([`crate::cover`]); `false` (logged at debug)
 /// where the system refuses, and then nothing has changed.
-pub fn enter(mounts: bool) -> bool {
+pub(crate) fn enter(mounts: bool) -> bool {
     let (uid, gid) = (getuid(), getgid());
     let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID;
     if mounts {

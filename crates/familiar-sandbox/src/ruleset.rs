@@ -35,13 +35,13 @@ use crate::spec::HelperSpec;
 use crate::status::{Enforcement, EnforcementStatus, TARGET_ABI, abi_from, kernel_abi};
 
 #[derive(Debug, thiserror::Error)]
-pub enum RulesetError {
+pub(crate) enum RulesetError {
     #[error("landlock: {0}")]
     Landlock(#[from] landlock::RulesetError),
 }
 
 /// The ABI the helper builds for: the kernel's, lowered by `forced` (tests).
-pub fn effective_abi(forced: Option<u8>) -> Option<u8> {
+pub(crate) fn effective_abi(forced: Option<u8>) -> Option<u8> {
     let kernel = kernel_abi()?;
     Some(forced.map_or(kernel, |f| f.min(kernel))).filter(|v| *v > 0)
 }
@@ -63,14 +63,17 @@ fn open_rule(rule: &Rule) -> Option<(OwnedFd, bool)> {
 
 /// The rights that destroy what is there: unlinking (a rename away or over a name is
 /// one too) and truncating (`> file`, `O_TRUNC`, `ftruncate`; Landlock ABI 3).
-pub fn destroy_access() -> BitFlags<AccessFs> {
+pub(crate) fn destroy_access() -> BitFlags<AccessFs> {
     AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Truncate
 }
 
 /// Builds the ruleset for `spec` at `abi` and enforces it on the calling thread
 /// (the helper is single-threaded, so on the whole process). Also sets
 /// `PR_SET_NO_NEW_PRIVS`.
-pub fn restrict_self(spec: &HelperSpec, abi: Option<u8>) -> Result<Enforcement, RulesetError> {
+pub(crate) fn restrict_self(
+    spec: &HelperSpec,
+    abi: Option<u8>,
+) -> Result<Enforcement, RulesetError> {
     let Some(v) = abi else {
         return Ok(Enforcement::for_abi(None));
     };

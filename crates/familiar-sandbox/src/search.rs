@@ -23,11 +23,11 @@ pub const MAX_SEARCH_FILES: usize = 20_000;
 /// Larger files are skipped by a search (logs and data, not what the model wants).
 pub const MAX_SEARCH_FILE_BYTES: u64 = 2 * 1024 * 1024;
 /// A matching line is cut to this many characters.
-pub const MAX_SEARCH_LINE_CHARS: usize = 300;
+pub(crate) const MAX_SEARCH_LINE_CHARS: usize = 300;
 /// Unreadable paths a search names (the rest are only counted).
-pub const MAX_SEARCH_UNREADABLE_SHOWN: usize = 10;
+pub(crate) const MAX_SEARCH_UNREADABLE_SHOWN: usize = 10;
 /// Compiled size of a search regex; the daemon checks the same bound first.
-pub const SEARCH_REGEX_SIZE_LIMIT: usize = 1024 * 1024;
+pub(crate) const SEARCH_REGEX_SIZE_LIMIT: usize = 1024 * 1024;
 
 /// One matching line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +70,11 @@ pub fn search_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
 }
 
 /// Walks `root` depth-first in name order, without following symlinks.
-pub fn search(root: &Path, pattern: &str, glob: Option<&str>) -> Result<SearchReply, OpFailure> {
+pub(crate) fn search(
+    root: &Path,
+    pattern: &str,
+    glob: Option<&str>,
+) -> Result<SearchReply, OpFailure> {
     let re = match search_regex(pattern) {
         Ok(re) => re,
         Err(e) => {

@@ -78,7 +78,7 @@ impl UnixSockets {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SeccompError {
+pub(crate) enum SeccompError {
     #[error("seccomp filters are not available on {0}")]
     Arch(&'static str),
     #[error("building the seccomp filter: {0}")]
@@ -89,14 +89,14 @@ pub enum SeccompError {
 
 /// Whether this kernel can filter system calls (the daemon's view: it never installs a
 /// filter on itself).
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     std::fs::read_to_string(ACTIONS_AVAIL).is_ok_and(|a| a.split_whitespace().any(|w| w == "errno"))
         && TargetArch::try_from(std::env::consts::ARCH).is_ok()
 }
 
 /// Which sockets a sandboxed call may create: what the filter lets through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sockets {
+pub(crate) struct Sockets {
     /// `[sandbox] sockets` granted something: `socket(AF_UNIX)` and datagram pairs.
     pub unix: bool,
     /// `network = true`: `AF_INET`/`AF_INET6` stream sockets (Landlock then decides
@@ -126,7 +126,7 @@ const INET_REFUSED_TYPES: &[i32] = &[
 /// `AF_PACKET`, nor any other; no unix grant: no `AF_UNIX`); datagram `socketpair()`s
 /// refused without a unix grant, since `sendto()` on one reaches any path-named
 /// datagram socket (journald, `/dev/log`).
-pub fn filter(sockets: Sockets) -> Result<BpfProgram, SeccompError> {
+pub(crate) fn filter(sockets: Sockets) -> Result<BpfProgram, SeccompError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -198,7 +198,7 @@ fn rule(conditions: &[(u8, SeccompCmpOp, i32)]) -> Result<SeccompRule, SeccompEr
 
 /// Installs [`filter`] on the calling thread (the helper has only one).
 /// `PR_SET_NO_NEW_PRIVS` must already be set.
-pub fn install(sockets: Sockets) -> Result<UnixSockets, SeccompError> {
+pub(crate) fn install(sockets: Sockets) -> Result<UnixSockets, SeccompError> {
     let program = filter(sockets)?;
     seccompiler::apply_filter(&program).map_err(SeccompError::Install)?;
     Ok(if sockets.unix {

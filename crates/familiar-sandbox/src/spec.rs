@@ -2,7 +2,7 @@
 //! the [`Plan`], the [`Limits`], the environment and the working directory), as JSON on
 //! its stdin. The daemon builds it from a task's `SandboxPolicy` (the product crate's
 //! `sandbox::spec`); nothing here is trusted by the kernel until the helper turns it
-//! into a Landlock ruleset ([`crate::ruleset`]).
+//! into a Landlock ruleset (`ruleset`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Per stream (stdout, stderr): the head and the tail are kept, half each.
-pub const DEFAULT_OUTPUT_CAP_BYTES: usize = 128 * 1024;
+pub(crate) const DEFAULT_OUTPUT_CAP_BYTES: usize = 128 * 1024;
 /// Processes (threads count too) the command may have at once.
-pub const DEFAULT_MAX_PROCESSES: u64 = 256;
-pub const DEFAULT_MAX_FILE_SIZE: u64 = 1024 * 1024 * 1024;
-pub const DEFAULT_CPU_SECONDS: u64 = 120;
+pub(crate) const DEFAULT_MAX_PROCESSES: u64 = 256;
+pub(crate) const DEFAULT_MAX_FILE_SIZE: u64 = 1024 * 1024 * 1024;
+pub(crate) const DEFAULT_CPU_SECONDS: u64 = 120;
 
 /// Resource bounds of one sandboxed call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::seccomp::{self, UnixSockets};
 
 /// The ABI that provides every restriction familiar asks for.
-pub const TARGET_ABI: u8 = 6;
+pub(crate) const TARGET_ABI: u8 = 6;
 
 /// The variable that makes the helper act as if the kernel had a lower ABI, so
 /// tests can see a partial enforcement. Only the helper reads it, and it can only
@@ -112,7 +112,7 @@ impl Enforcement {
 }
 
 /// Named in `missing` when the helper cannot refuse unix sockets.
-pub const UNIX_SOCKET_BLOCK: &str = "unix socket block (seccomp)";
+pub(crate) const UNIX_SOCKET_BLOCK: &str = "unix socket block (seccomp)";
 
 /// Restrictions and the ABI that brought them.
 const FEATURES: &[(u8, &str)] = &[
@@ -126,7 +126,7 @@ const FEATURES: &[(u8, &str)] = &[
 /// The Landlock ABI of the running kernel, capped at [`TARGET_ABI`]; `None` without
 /// Landlock. Learnt by asking for each ABI's rights as a hard requirement and creating
 /// (never enforcing) the ruleset.
-pub fn kernel_abi() -> Option<u8> {
+pub(crate) fn kernel_abi() -> Option<u8> {
     (1..=TARGET_ABI)
         .rev()
         .find(|v| ruleset_for(abi_from(*v)).is_ok())

@@ -33,7 +33,7 @@ fn home_trash() -> Option<PathBuf> {
 /// Where a trashed file went: `original` (its parent resolved, as the `.trashinfo`
 /// says it), now at `files`, described by `info`.
 #[derive(Debug)]
-pub struct Trashed {
+pub(crate) struct Trashed {
     pub original: PathBuf,
     pub files: PathBuf,
     pub info: PathBuf,
@@ -41,7 +41,7 @@ pub struct Trashed {
 
 /// Why nothing was trashed.
 #[derive(Debug)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The kernel or the file system said no.
     Io {
         path: PathBuf,
@@ -52,7 +52,7 @@ pub enum Refusal {
 }
 
 /// Moves `path` to the home Trash; where it went, or why not.
-pub fn trash(path: &Path) -> Result<Trashed, Refusal> {
+pub(crate) fn trash(path: &Path) -> Result<Trashed, Refusal> {
     let refuse = |message: String| Err(Refusal::Said(message));
     let io = |path: &Path, error: std::io::Error| {
         Err(Refusal::Io {

@@ -8,6 +8,9 @@
 //! The calls' events are forwarded while the stream runs, so an approval prompt is seen
 //! at once, not at the end of the model's answer.
 
+use familiar_protocol::events::{CallDecision, EventPayload};
+use familiar_protocol::ids::{CallId, TaskId};
+use familiar_protocol::task::Usage;
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -18,13 +21,11 @@ use crate::agent::calls::dispatch::{
 };
 use crate::agent::calls::gate::{CallGate, Decided, rate_limited_event};
 use crate::agent::emitter::Emitter;
-use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::plan::{PlanTracker, describe_call};
 use crate::agent::trail::{Judgement, Trail};
-use crate::ids::{CallId, TaskId};
 use crate::llm::{
     ClientEvent, ContentBlock, ContextOverflow, FinishReason, InvalidArguments, LlmClient,
-    LlmError, Request, StreamEvent, Usage,
+    LlmError, Request, StreamEvent,
 };
 use crate::store::{AuditDecision, Context};
 
@@ -386,7 +387,7 @@ impl<'t> Collector<'t> {
 }
 
 /// A call refused before the policy sees it, for the reason `judgement` names.
-fn refused(tier: crate::catalog::Tier, reason: String, judgement: Judgement) -> Decided {
+fn refused(tier: familiar_protocol::tier::Tier, reason: String, judgement: Judgement) -> Decided {
     Decided {
         tier,
         disposition: Disposition::Refuse {

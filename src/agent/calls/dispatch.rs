@@ -17,18 +17,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use familiar_protocol::events::{CallDecision, EventPayload, Resolution};
+use familiar_protocol::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
+use familiar_protocol::tier::Tier;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::Instrument;
 
-use crate::agent::events::{CallDecision, EventPayload};
 use crate::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use crate::agent::plan::shorten;
 use crate::agent::trail::{Approval, Judgement, Trail};
-use crate::approval::{ApprovalBroker, ApprovalRequest, Grantable, Resolution, denial_reason};
-use crate::ids::{CallId, RequestId, SessionId, SoulId, TaskId};
-use crate::policy::Tier;
+use crate::approval::{ApprovalBroker, ApprovalRequest, Grantable, denial_reason};
 use crate::store::{AuditDecision, AuditOutcome};
 use crate::tools::{ImageFile, Tool, ToolContext, ToolError};
 

@@ -5,6 +5,8 @@
 //! the task's end in [`failure`](super::failure)'s words). The stream loop that fills
 //! `Collected` is the [`collector`](super::collector).
 
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 
 use crate::agent::calls::collector::{Collected, Collector, streamed_text};
@@ -12,10 +14,8 @@ use crate::agent::calls::dispatch::{CallResult, Submitted};
 use crate::agent::calls::failure;
 use crate::agent::context::record;
 use crate::agent::context::system_prompt::wrap_tool_output;
-use crate::agent::events::EventPayload;
 use crate::agent::hooks::ToolCallRef;
 use crate::llm::{ContentBlock, ContextOverflow, FinishReason, LlmError, Message, Role};
-use crate::store::TaskStatus;
 
 /// What one model call and its tools produced.
 #[derive(Debug)]

@@ -19,22 +19,23 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use familiar_protocol::events::{EventPayload, RateScope};
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::tier::Tier;
+use familiar_sandbox::status::Enforcement;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::calls::dispatch::Disposition;
 use crate::agent::calls::mcp::McpTools;
 use crate::agent::calls::screen::ScreenRoute;
 use crate::agent::emitter::Emitter;
-use crate::agent::events::EventPayload;
 use crate::agent::runtime::Runtime;
 use crate::agent::trail::Trail;
 use crate::approval::Grantable;
-use crate::ids::SessionId;
 use crate::llm::ToolDef;
 use crate::mcp::McpHub;
-use crate::policy::{self, Call, Decision, Outcome, PathContext, Policy, StepName, Tier, Verdict};
-use crate::ratelimit::{RateLimited, RateLimiters, Scope};
-use crate::sandbox::Enforcement;
+use crate::policy::{self, Call, Decision, Outcome, PathContext, Policy, StepName, Verdict};
+use crate::ratelimit::{RateLimited, RateLimiters};
 use crate::soul::Soul;
 use crate::store::AuditDecision;
 use crate::tools::{Registry, Tool};
@@ -262,15 +263,15 @@ impl CallGate {
         for ((_, soul), (session, per_tool_key)) in self.quota.iter().zip(&keys) {
             for limits in [&soul.rate_limits, pol] {
                 if let Some(spec) = limits.tool_calls {
-                    checks.push((Scope::SessionTools, session.as_str(), spec));
+                    checks.push((RateScope::SessionTools, session.as_str(), spec));
                 }
                 if let Some(spec) = limits.tools.get(tool) {
-                    checks.push((Scope::SessionTool, per_tool_key.as_str(), *spec));
+                    checks.push((RateScope::SessionTool, per_tool_key.as_str(), *spec));
                 }
             }
         }
         if let Some(spec) = self.policy.global_tool_calls {
-            checks.push((Scope::GlobalTools, "global", spec));
+            checks.push((RateScope::GlobalTools, "global", spec));
         }
         self.limiters.check_all(checks)
     }
@@ -296,7 +297,7 @@ impl CallGate {
         loop {
             let checks = specs
                 .iter()
-                .map(|(session, s)| (Scope::SessionLlm, *session, *s));
+                .map(|(session, s)| (RateScope::SessionLlm, *session, *s));
             let Err(limited) = self.limiters.check_all(checks) else {
                 return true;
             };
@@ -326,7 +327,7 @@ mod tests {
 
     fn spent() -> Result<(), RateLimited> {
         Err(RateLimited {
-            scope: Scope::SessionTools,
+            scope: RateScope::SessionTools,
             key: "s".into(),
             spec: RateSpec {
                 count: NonZeroU32::MIN,

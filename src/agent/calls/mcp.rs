@@ -15,9 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use familiar_protocol::tier::Tier;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::{self, Tier, ToolInfo};
+use crate::catalog::{self, ToolInfo};
 use crate::config::mcp::McpTransport;
 use crate::llm::ToolDef;
 use crate::mcp::{McpError, McpHub, tool_name};

@@ -19,15 +19,16 @@
 //! run them on a live task, with the model call a summary needs, and report each
 //! compaction as a `compaction` event and to the hooks.
 
+use familiar_protocol::display::neutralise_closing_tag;
+use familiar_protocol::events::{CompactionMode, EventPayload};
+use familiar_protocol::task::Usage;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::context::{ContextKeeper, trim};
 use crate::agent::emitter::Emitter;
-use crate::agent::events::{CompactionMode, EventPayload};
-use crate::approval::render::neutralise_closing_tag;
 use crate::llm::{
-    ClientEvent, ContentBlock, LlmClient, LlmError, Message, Request, Role, StreamEvent, Usage,
+    ClientEvent, ContentBlock, LlmClient, LlmError, Message, Request, Role, StreamEvent,
 };
 
 pub const KEEP_TOOL_RESULTS: usize = 3;
@@ -458,11 +459,11 @@ fn compacted(emitter: &Emitter, mode: CompactionMode) {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::CallId;
     use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
-    use crate::ids::CallId;
 
     fn tool_turn(i: usize, output_len: usize) -> [Message; 2] {
         let id = CallId::from_provider(format!("c{i}"));

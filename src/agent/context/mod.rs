@@ -22,11 +22,11 @@ pub mod trim;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use familiar_protocol::ids::SoulId;
 use serde_json::json;
 
 use crate::agent::emitter::Emitter;
 use crate::agent::runtime::Runtime;
-use crate::ids::SoulId;
 use crate::llm::{Estimator, LlmClient, LlmError, Message};
 use crate::policy::Policy;
 use crate::snapshot::{Snapshot, Snapshotter};

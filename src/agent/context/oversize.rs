@@ -14,14 +14,15 @@
 //! tokenizer. Only a request that nothing more can shrink fails the task, with a message
 //! saying what was tried and what is left (the system prompt, the tools, the prompt).
 
+use familiar_protocol::events::{CompactionMode, EventPayload};
+use familiar_protocol::task::Usage;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::context::ContextKeeper;
 use crate::agent::context::compaction::{CONTEXT_RESERVE, HISTORY_LIMIT, MAX_FULL_COMPACTIONS};
 use crate::agent::context::trim;
 use crate::agent::emitter::Emitter;
-use crate::agent::events::{CompactionMode, EventPayload};
-use crate::llm::{ContextOverflow, LlmClient, Message, Request, Usage};
+use crate::llm::{ContextOverflow, LlmClient, Message, Request};
 
 /// What making room came to.
 pub(in crate::agent) struct Room {

@@ -19,8 +19,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use familiar_protocol::task::{Plan, StepStatus};
+
 use crate::snapshot::{self, Snapshot};
-use crate::store::{Plan, StepStatus};
 
 /// Opens every reminder; the loop, the store and `sessions show` recognise reminders by
 /// it.
@@ -204,9 +205,10 @@ pub fn is_reminder(text: &str) -> bool {
 mod tests {
     use std::path::PathBuf;
 
+    use familiar_protocol::task::PlanStep;
+
     use super::*;
     use crate::snapshot::{DiskInfo, Memory, ProcessInfo, Processes};
-    use crate::store::PlanStep;
 
     const GIB: u64 = 1024 * 1024 * 1024;
 

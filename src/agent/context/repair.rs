@@ -6,8 +6,9 @@
 //! request of the session; and a compacted history that points at a summary in the
 //! system prompt (where older familiars kept it) opens with the summary itself.
 
+use familiar_protocol::ids::CallId;
+
 use crate::agent::context::compaction::{SessionMemory, opening};
-use crate::ids::CallId;
 use crate::llm::{ContentBlock, Message, Role};
 
 /// Gives every tool_use without a result a synthetic error result, so the history is

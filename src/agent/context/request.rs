@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::task::{Plan, Usage};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -17,11 +19,9 @@ use crate::agent::context::reminder::{self, Budget, Environment, Inputs, Place};
 use crate::agent::context::system_prompt::{PromptParts, system_prompt};
 use crate::agent::context::{ContextKeeper, trim};
 use crate::agent::emitter::Emitter;
-use crate::agent::events::EventPayload;
 use crate::agent::steering;
-use crate::llm::{ContentBlock, LlmClient, Message, Request, Role, ToolDef, Usage};
+use crate::llm::{ContentBlock, LlmClient, Message, Request, Role, ToolDef};
 use crate::snapshot::Snapshot;
-use crate::store::Plan;
 
 /// How long the reminder's sources may take together; a slower snapshot is skipped
 /// (the reminder says so), never waited for.

@@ -14,10 +14,12 @@
 //! ([`crate::agent::context::trim`]). The model is told
 //! that what is inside is data, never instructions.
 
+use familiar_protocol::display::{neutralise_closing_tag, visible};
+use familiar_protocol::ids::SoulId;
+use familiar_protocol::tier::{Mode, Tier};
+
 use crate::agent::context::trim::{MODEL_OUTPUT_CHARS, cut_middle};
-use crate::approval::render::{neutralise_closing_tag, visible};
-use crate::ids::SoulId;
-use crate::policy::{Mode, Policy, Tier};
+use crate::policy::Policy;
 use crate::soul::Soul;
 use crate::store::{MemoryEntry, MemoryScope};
 

@@ -241,10 +241,10 @@ pub fn trim_oldest(
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::CallId;
     use serde_json::json;
 
     use super::*;
-    use crate::ids::CallId;
 
     fn numbered(lines: usize) -> String {
         (0..lines).map(|i| format!("line {i:05}\n")).collect()

@@ -8,12 +8,12 @@ pub mod subagent;
 
 use std::sync::Arc;
 
+use familiar_protocol::ids::{SessionId, TaskId};
+use familiar_protocol::task::TaskStatus;
 use tokio::sync::Semaphore;
 
 use crate::agent::family::budget::{Budget, Exhausted};
-use crate::ids::{SessionId, TaskId};
 use crate::soul::Soul;
-use crate::store::TaskStatus;
 
 /// A top-level task is depth 1, its children depth 2; nothing deeper.
 pub const MAX_DEPTH: u32 = 2;

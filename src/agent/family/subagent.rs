@@ -19,20 +19,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use familiar_protocol::events::{Event, EventPayload};
+use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+use familiar_protocol::task::{Outcome, TaskStatus, Usage};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::events::{Event, EventBus, EventPayload};
+use crate::agent::events::EventBus;
 use crate::agent::family::budget::Budget;
 use crate::agent::family::{MAX_DEPTH, ParentLink};
 use crate::agent::runtime::Runtime;
-use crate::ids::{SessionId, SoulId, TaskId};
-use crate::llm::Usage;
 use crate::soul::Soul;
-use crate::store::{Context, Outcome, TaskStatus};
+use crate::store::Context;
 use crate::tools::ToolFuture;
 use crate::tools::delegate::{DelegateRequest, Subagents};
 use crate::tools::{ToolContext, ToolError};

@@ -14,6 +14,8 @@ pub use settings::{Reloaded, Settings};
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use familiar_sandbox::status::Enforcement;
+
 use crate::agent::hooks::{AuditHook, Hooks, MetricsHook};
 use crate::agent::metrics::Metrics;
 use crate::agent::warm::state::Warmth;
@@ -23,7 +25,7 @@ use crate::llm::{LlmClient, LlmError};
 use crate::policy::Policy;
 use crate::ratelimit::RateLimiters;
 use crate::sandbox::plan::PlanCache;
-use crate::sandbox::{Enforcement, SandboxError, SandboxLauncher};
+use crate::sandbox::{SandboxError, SandboxLauncher};
 use crate::snapshot::{SnapshotError, Snapshotter};
 use crate::soul::{Soul, SoulSet};
 use crate::store::{Store, StoreError};
@@ -57,7 +59,7 @@ pub struct Services {
     /// Sandbox plans shared by tasks: a soul and workspace used again start with their
     /// plan made (docs/sandbox.md).
     pub plans: PlanCache,
-    /// What the kernel enforces ([`crate::sandbox::probe`], taken once).
+    /// What the kernel enforces ([`familiar_sandbox::status::probe`], taken once).
     pub enforcement: Enforcement,
     /// Where each soul's prefix stands on its model server (also one of the `hooks`:
     /// a real request cancels a warm one, a lost cache makes the soul cold).
@@ -163,7 +165,7 @@ impl Services {
             snapshotter: Arc::new(Mutex::new(snapshotter)),
             launcher: Arc::new(SandboxLauncher::current()?),
             plans: PlanCache::default(),
-            enforcement: crate::sandbox::probe(),
+            enforcement: familiar_sandbox::status::probe(),
             warm,
         })
     }
@@ -209,7 +211,7 @@ impl Services {
             hooks: Vec::new(),
             launcher: Arc::new(SandboxLauncher::new("/nonexistent/familiar-sandbox")),
             plans: PlanCache::default(),
-            enforcement: crate::sandbox::probe(),
+            enforcement: familiar_sandbox::status::probe(),
             warm: Warmth::default(),
         }
     }

@@ -23,16 +23,18 @@ pub mod state;
 
 use std::time::Instant;
 
+use familiar_protocol::query::WarmState;
+use familiar_protocol::task::Usage;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-pub use state::{SoulWarmth, WarmState, Warmed, Warmth};
+pub use state::{SoulWarmth, Warmed, Warmth};
 
 use crate::agent::context::memory_notes;
 use crate::agent::context::system_prompt::{PromptParts, system_prompt};
 use crate::agent::family::subagent::delegates;
 use crate::agent::runtime::Runtime;
-use crate::llm::{ClientEvent, LlmClient, LlmError, Message, Request, StreamEvent, Usage};
+use crate::llm::{ClientEvent, LlmClient, LlmError, Message, Request, StreamEvent};
 use crate::soul::Soul;
 
 /// What follows the prefix in a warm request: a user message must close the prompt,
@@ -170,9 +172,10 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+
     use super::*;
     use crate::agent::hooks::{Hooks, TaskRef};
-    use crate::ids::{SessionId, SoulId, TaskId};
 
     fn usage(input: u64, cached: u64) -> Usage {
         Usage {

@@ -8,18 +8,17 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use familiar_protocol::query::WarmState;
+use familiar_protocol::task::Usage;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::hooks::{Hooks, TaskRef};
-use crate::llm::{LlmError, Request, Usage};
+use crate::llm::{LlmError, Request};
 /// A later request that reused less than this share of the warmed prefix found the
 /// server's cache gone.
 const LOST_SHARE: f64 = 0.5;
-
-/// Where a soul's prefix stands (the protocol crate's: `Configuration` reports it).
-pub use familiar_protocol::query::WarmState;
 
 /// One soul's prefix, as `familiar status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -4,14 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
+use familiar_sandbox::fileops::{FileOp, FileReply};
+use familiar_sandbox::seccomp::UnixSockets;
+use familiar_sandbox::status::EnforcementStatus;
 use zbus::Connection;
 
 use super::Check;
 use crate::config::ProcessEnv;
 use crate::sandbox::launcher::{HELPER_NAME, HELPER_SUBCOMMAND};
-use crate::sandbox::{
-    EnforcementStatus, FileOp, FileReply, SandboxLauncher, SandboxPolicy, SandboxSpec, UnixSockets,
-};
+use crate::sandbox::{SandboxLauncher, SandboxPolicy, SandboxSpec};
 
 /// Below this much free space the data dir cannot hold contexts and transcripts.
 const MIN_FREE_BYTES: u64 = 50 * 1024 * 1024;
@@ -22,7 +23,7 @@ const LOW_FREE_BYTES: u64 = 1024 * 1024 * 1024;
 /// outside the granted paths that the kernel must refuse.
 pub(super) async fn sandbox_checks() -> Vec<Check> {
     let helper = helper_check();
-    let enforcement = crate::sandbox::probe();
+    let enforcement = familiar_sandbox::status::probe();
     let abi = enforcement
         .abi
         .map_or_else(|| "none".to_owned(), |v| v.to_string());
@@ -142,7 +143,7 @@ pub(super) fn bus_proxy_check(souls: &[&str]) -> Check {
 }
 
 /// Whether tools are kept off unix sockets (the session bus, the keyring).
-fn unix_sockets_check(enforcement: &crate::sandbox::Enforcement) -> Check {
+fn unix_sockets_check(enforcement: &familiar_sandbox::status::Enforcement) -> Check {
     match enforcement.unix_sockets {
         UnixSockets::Blocked | UnixSockets::Granted => Check::ok(
             "unix_sockets",
@@ -308,9 +309,9 @@ pub(super) async fn bus_checks() -> Vec<Check> {
     };
     let activatable = |name: &str| activatable.iter().any(|n| n == name);
 
-    checks.push(if present(crate::dbus::NAME).await {
-        Check::ok("daemon", format!("{} is running", crate::dbus::NAME))
-    } else if activatable(crate::dbus::NAME) {
+    checks.push(if present(familiar_protocol::NAME).await {
+        Check::ok("daemon", format!("{} is running", familiar_protocol::NAME))
+    } else if activatable(familiar_protocol::NAME) {
         Check::ok(
             "daemon",
             "not running; the bus starts it on first use (D-Bus activation)",
@@ -549,13 +550,16 @@ pub(super) async fn daemon_data_check(paths: &crate::config::Paths) -> Check {
 async fn daemon_configuration() -> Result<Option<serde_json::Value>, zbus::Error> {
     let conn = Connection::session().await?;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
-    if !dbus.name_has_owner(crate::dbus::NAME.try_into()?).await? {
+    if !dbus
+        .name_has_owner(familiar_protocol::NAME.try_into()?)
+        .await?
+    {
         return Ok(None);
     }
-    let proxy = crate::dbus::proxy::Agent1Proxy::new(&conn).await?;
+    let proxy = familiar_protocol::proxy::Agent1Proxy::new(&conn).await?;
     // A property read fails only as the bus does; the daemon's own errors are for methods.
     let text = proxy.configuration_json().await.map_err(|e| match e {
-        crate::dbus::Error::ZBus(e) => e,
+        familiar_protocol::Error::ZBus(e) => e,
         ours => zbus::Error::Failure(ours.to_string()),
     })?;
     serde_json::from_str(&text)

@@ -15,12 +15,12 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use familiar_protocol::task::TaskStatus;
 use zbus::Connection;
 
 use crate::dbus::notifications::{
     ACTION_DEFAULT, Capabilities, NotificationsProxy, Shown, Signal, Signals, show,
 };
-use crate::store::TaskStatus;
 
 mod undo;
 
@@ -268,7 +268,7 @@ fn result_texts(title: &str, status: TaskStatus, result: &str) -> (String, Strin
         TaskStatus::Completed => title.to_owned(),
         other => format!("{title}: {other}"),
     };
-    let text = crate::approval::terminal_safe(result.trim());
+    let text = familiar_protocol::display::terminal_safe(result.trim());
     let shown: String = text.chars().take(RESULT_CHARS).collect();
     let more = shown.len() < text.len();
     let mut body = if more { format!("{shown}…") } else { shown };
@@ -316,7 +316,7 @@ async fn wait_for_click(
                 let Some(undo) = answer.undo else { continue };
                 let outcome = undo.run().await;
                 let caps = Capabilities::read(proxy).await;
-                let body = caps.body(&crate::approval::terminal_safe(&outcome));
+                let body = caps.body(&familiar_protocol::display::terminal_safe(&outcome));
                 let n = result_shown(id, answer.summary, &body, &[], expire);
                 show(proxy, &n).await?;
                 return Ok(());
@@ -340,7 +340,7 @@ async fn show_whole(
     summary: &str,
     result: &str,
 ) -> zbus::Result<()> {
-    let text = crate::approval::terminal_safe(result.trim());
+    let text = familiar_protocol::display::terminal_safe(result.trim());
     let lines: Vec<String> = text.lines().flat_map(|l| wrap(l, WRAP)).collect();
     match crate::launcher::pick(&crate::launcher::Menu::for_client(), "answer> ", &lines).await {
         Ok(_) => Ok(()),
@@ -416,7 +416,7 @@ async fn show_failure(conn: Option<&Connection>, replaces: u32, summary: &str, m
         };
         let proxy = NotificationsProxy::new(&conn).await?;
         let caps = Capabilities::read(&proxy).await;
-        let body = caps.body(&crate::approval::terminal_safe(message));
+        let body = caps.body(&familiar_protocol::display::terminal_safe(message));
         let n = Shown {
             replaces,
             icon: "dialog-error",

@@ -6,8 +6,9 @@
 //! Invariant: offered only for a task whose change record has something to undo
 //! (`GetTask`'s `undoable`); a daemon that does not say (an older one) offers none.
 
+use familiar_protocol::proxy::Agent1Proxy;
+
 use crate::cli::client::classify;
-use crate::dbus::proxy::Agent1Proxy;
 
 /// The action key of the answer's Undo button.
 pub(in crate::cli) const ACTION_UNDO: &str = "undo";
@@ -43,12 +44,12 @@ impl Undo {
     /// The body's line: with a button, the summary; without one (nothing will wait
     /// for its click), the command that does it.
     pub(in crate::cli) fn line(&self, button: bool) -> String {
-        let summary = crate::approval::visible(&self.summary);
+        let summary = familiar_protocol::display::visible(&self.summary);
         match button {
             true => summary,
             false => format!(
                 "{summary}: `familiar undo {}` takes it back",
-                crate::approval::visible(&self.task)
+                familiar_protocol::display::visible(&self.task)
             ),
         }
     }

@@ -10,14 +10,14 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
+use familiar_protocol::Error;
+use familiar_protocol::ids::{SoulId, TaskId};
+use familiar_protocol::tier::Tier;
 use zbus::Connection;
 use zbus::message::Header;
 
 use super::Service;
 use super::recent_callers::{Caller, Refusal};
-use crate::catalog::Tier;
-use crate::dbus::Error;
-use crate::ids::{SoulId, TaskId};
 use crate::sandbox::ancestry::{self, Sandboxed, Verdict};
 use crate::store::{AuditDecision, AuditEntry, AuditOutcome};
 

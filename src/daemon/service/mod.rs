@@ -16,7 +16,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use familiar_protocol::events::RateScope;
+use familiar_protocol::ids::{RequestId, TaskId};
 use familiar_protocol::query::{Configuration, MemoryEntry, SessionRow, SoulRow, TaskRow};
+use familiar_protocol::{Error, MAX_GRANT_SECS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
 use tokio::sync::{mpsc, oneshot};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -25,9 +28,6 @@ use zbus::{Connection, OwnedVariant, interface};
 use super::{Op, Shared, SubmitRequest};
 use crate::agent::choice::{Choice, ChoiceError, choose};
 use crate::approval::{Answer, RespondError};
-use crate::dbus::{Error, MAX_GRANT_SECS, MAX_PROMPT_BYTES, MAX_STEER_BYTES};
-use crate::ids::{RequestId, TaskId};
-use crate::ratelimit::Scope;
 use crate::store::{Memory, MemoryError, StoreError};
 use recent_callers::Callers;
 
@@ -198,7 +198,7 @@ impl Service {
         // name each time) must not get a fresh allowance.
         let key = format!("uid:{}", self.shared.uid);
         if let Err(limited) = self.shared.runtime.services().limiters.check(
-            Scope::Submit,
+            RateScope::Submit,
             &key,
             self.shared.submit_rate,
         ) {

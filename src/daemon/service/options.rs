@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::{ContextSource, Error, SubmitOptions};
 use zbus::OwnedVariant;
 
-use crate::dbus::{ContextSource, Error, SubmitOptions};
-use crate::ids::SessionId;
 use crate::snapshot::conditions::Conditions;
 
 /// `Submit`'s options, checked.

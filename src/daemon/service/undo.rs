@@ -3,10 +3,12 @@
 //! sandboxed process), not through the supervisor, since it touches no task state: only
 //! the files of the task's change record and the record itself.
 
+use familiar_protocol::ids::TaskId;
+use familiar_protocol::task::TaskStatus;
+
 use super::{Error, Service, blocking, failed};
 use crate::daemon::Op;
-use crate::ids::TaskId;
-use crate::store::{TaskStatus, UndoError, Versions, home_trash};
+use crate::store::{UndoError, Versions, home_trash};
 
 impl Service {
     pub(super) async fn undo_task(&self, id: TaskId, caller: &str) -> Result<String, Error> {

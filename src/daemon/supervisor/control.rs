@@ -1,11 +1,12 @@
 //! What a caller asks of one task: `Cancel` (a queued task ends at once, a running one
 //! is told to stop) and `Steer` (a message into its inbox).
 
+use familiar_protocol::Error;
+use familiar_protocol::ids::TaskId;
+use familiar_protocol::task::TaskStatus;
+
 use super::{Effects, Supervisor};
 use crate::agent::steering::{MAX_UNREAD, SteerError};
-use crate::dbus::Error;
-use crate::ids::TaskId;
-use crate::store::TaskStatus;
 
 impl<E: Effects> Supervisor<E> {
     pub(super) async fn cancel(&mut self, id: &TaskId) -> Result<(), Error> {

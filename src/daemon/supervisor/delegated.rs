@@ -5,17 +5,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use familiar_protocol::events::{Event, EventPayload};
+use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+use familiar_protocol::task::{TaskStatus, Usage};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Effects, Entry, Supervisor};
 use crate::agent::TaskSpec;
-use crate::agent::events::{Event, EventPayload};
 use crate::agent::steering::Steering;
 use crate::daemon::Op;
-use crate::ids::{SessionId, SoulId, TaskId};
-use crate::llm::Usage;
-use crate::store::TaskStatus;
 
 /// What the event forwarder saw of a delegated sub-task.
 pub enum ChildNote {

@@ -6,16 +6,17 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use familiar_protocol::events::Event;
+use familiar_protocol::ids::TaskId;
+use familiar_protocol::task::TaskStatus;
 use tokio_util::sync::CancellationToken;
 use zbus::Connection;
 use zbus::object_server::SignalEmitter;
 
-use crate::agent::events::{Event, EventBus};
+use crate::agent::events::EventBus;
 use crate::agent::{Runtime, TaskError, TaskOutcome, TaskSpec, run_task};
 use crate::daemon::service::Service;
-use crate::dbus;
-use crate::ids::TaskId;
-use crate::store::{Context, StoreError, TaskStatus};
+use crate::store::{Context, StoreError};
 
 /// The owner's effects. Cloned into every task's runner and event forwarder.
 pub trait Effects: Clone + Send + Sync + 'static {
@@ -98,7 +99,7 @@ impl Effects for BusEffects {
         match self
             .conn
             .object_server()
-            .interface::<_, Service>(dbus::PATH)
+            .interface::<_, Service>(familiar_protocol::PATH)
             .await
         {
             Ok(iface) => {

@@ -4,6 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
+use familiar_protocol::Error;
+use familiar_protocol::ids::{SessionId, TaskId};
+use familiar_protocol::task::{TaskStatus, Usage};
 use tokio_util::sync::CancellationToken;
 
 use super::{Effects, Entry, Finished, STOPPED_WITH_DAEMON, Supervisor, forward_events};
@@ -12,10 +15,7 @@ use crate::agent::TaskSpec;
 use crate::agent::events::{Delivery, EventBus};
 use crate::agent::steering::Steering;
 use crate::daemon::{MAX_FINISHED, Op, SubmitRequest, notify};
-use crate::dbus::Error;
-use crate::ids::{SessionId, TaskId};
-use crate::llm::Usage;
-use crate::store::{StoreError, TaskStatus};
+use crate::store::StoreError;
 
 impl<E: Effects> Supervisor<E> {
     pub(super) fn submit(&mut self, req: SubmitRequest) -> Result<(TaskId, SessionId), Error> {

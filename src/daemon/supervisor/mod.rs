@@ -28,6 +28,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use familiar_protocol::ids::{SessionId, TaskId};
+use familiar_protocol::task::{TaskStatus, Usage};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -36,9 +38,6 @@ use self::delegated::forward_events;
 pub use self::effects::{BusEffects, Effects};
 use super::{DaemonOptions, Op, Shared, notify};
 use crate::agent::{TaskError, TaskOutcome, TaskSpec};
-use crate::ids::{SessionId, TaskId};
-use crate::llm::Usage;
-use crate::store::TaskStatus;
 
 /// The result of a task the daemon's stop cancelled (SIGTERM: `systemctl --user
 /// restart`, a logout): a follower learns why it ended, and how to go on.

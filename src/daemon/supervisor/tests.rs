@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 
+use familiar_protocol::Error;
+use familiar_protocol::events::{Event, EventPayload};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::*;
-use crate::agent::events::{Event, EventBus, EventPayload};
+use crate::agent::events::EventBus;
 use crate::agent::{Runtime, Services, Settings};
 use crate::config::Config;
 use crate::daemon::SubmitRequest;
-use crate::dbus::Error;
 use crate::soul::{Soul, SoulSet};
 
 /// What the owner did, in order.

@@ -1,8 +1,8 @@
 //! Desktop notifications (`org.freedesktop.Notifications`): the proxy, what a server
-//! says it can do ([`Capabilities`]), its signals in bus order ([`signals`]), and the
-//! two kinds familiar shows: approval requests ([`approval`], the daemon's) and a
-//! task's progress and result (`familiar ask --notify`, shown by the CLI with the same
-//! proxy).
+//! says it can do ([`Capabilities`]), its signals in bus order ([`signals`]), and
+//! showing one ([`show`]). Two kinds use it: approval requests (the daemon's
+//! approval frontend, `approval::notify`) and a task's progress and result
+//! (`familiar ask --notify`, shown by the CLI with the same proxy).
 //!
 //! Invariant: text that is not ours (arguments, a model's answer) reaches a server
 //! with its control characters made visible and, where the server renders markup or
@@ -10,13 +10,10 @@
 
 use std::collections::HashMap;
 
+use familiar_protocol::display::escape_markup;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use zbus::{Connection, Variant, proxy};
-
-pub mod approval;
-
-pub use approval::NotificationFrontend;
 
 /// `NotificationClosed`'s reason when the user dismissed the notification.
 pub const CLOSED_DISMISSED: u32 = 2;
@@ -163,9 +160,6 @@ pub async fn signals(conn: &Connection) -> zbus::Result<Signals> {
     });
     Ok(Signals { rx, reader })
 }
-
-/// `&`, `<` and `>` as entities (the body-markup subset of the spec is XML-like).
-pub use familiar_protocol::display::escape_markup;
 
 /// A notification's look and life: its hints and how long it stays.
 #[derive(Debug, Clone)]

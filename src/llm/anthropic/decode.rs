@@ -4,12 +4,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use familiar_protocol::ids::CallId;
+use familiar_protocol::task::Usage;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::ids::CallId;
 use crate::llm::sse::{Decoder, Event};
-use crate::llm::{FinishReason, LlmError, StreamEvent, Usage, parse_arguments};
+use crate::llm::{FinishReason, LlmError, StreamEvent, parse_arguments};
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -11,6 +11,7 @@
 
 mod decode;
 
+use familiar_protocol::ids::CallId;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -21,7 +22,6 @@ use super::keys::ApiKey;
 use super::sse::Decoder;
 use super::{ContentBlock, Message, Request, Role};
 use crate::config::ProviderConfig;
-use crate::ids::CallId;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
 

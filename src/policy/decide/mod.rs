@@ -11,12 +11,14 @@
 mod ask;
 mod deny;
 
+use familiar_protocol::ids::SoulId;
+use familiar_protocol::tier::{Mode, Tier};
+
 use super::paths::PathContext;
 use super::shell::{Analysis, analyze};
 use super::subjects::{Call, argument_strings, command_of, subjects};
 use super::verdict::{Decision, DenyRule, Outcome, Step, StepName, Verdict};
-use super::{Grant, Mode, Policy, Tier};
-use crate::ids::SoulId;
+use super::{Grant, Policy};
 
 /// Decides one call. Pure apart from resolving symlinks in the paths it names.
 ///

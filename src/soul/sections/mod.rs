@@ -8,6 +8,8 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
+use familiar_protocol::ids::SoulId;
+use familiar_protocol::tier::{Mode, Tier};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -15,11 +17,10 @@ use super::{
     DEFAULT_DISK_PERCENT, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WALL_CLOCK,
     DEFAULT_TOOLS, MAX_MAX_ITERATIONS, Precheck, PromptSource, load_prompt,
 };
-use crate::catalog::{self, Tier};
+use crate::catalog;
 use crate::config::{parse_bytes, parse_duration};
 use crate::error::FileError;
-use crate::ids::SoulId;
-use crate::policy::{Mode, Policy, RateLimits, TierModes};
+use crate::policy::{Policy, RateLimits, TierModes};
 use crate::sandbox::Resources;
 
 /// A soul file as written.

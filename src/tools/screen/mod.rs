@@ -24,6 +24,7 @@ pub mod portal;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use familiar_protocol::ids::SessionId;
 use futures::FutureExt;
 use serde_json::{Value, json};
 
@@ -37,7 +38,6 @@ use super::{
 use crate::catalog::{self, ToolInfo};
 use crate::compositor::Compositor;
 use crate::compositor::geometry::Rect;
-use crate::ids::SessionId;
 use fit::PixelRect;
 
 /// The largest image grim may hand back (a PNG at `max_edge` is a few hundred KB).

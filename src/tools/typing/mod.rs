@@ -23,6 +23,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use familiar_protocol::display::visible;
 use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -32,7 +33,6 @@ use super::bus::Bus;
 use super::desktop::Locate;
 use super::util::object_schema;
 use super::{DescribeFuture, Described, Tool, ToolContext, ToolError, ToolFuture};
-use crate::approval::visible;
 use crate::catalog::{self, ToolInfo};
 use crate::compositor::wayland::idle::{self, Quiet};
 use crate::compositor::{Compositor, Window};
@@ -426,7 +426,7 @@ mod tests {
             s.contains(&format!("{}\"\n  keys: ctrl+Return", "x".repeat(3000))),
             "{s}"
         );
-        assert!(!crate::approval::render::is_cut(&s));
+        assert!(!familiar_protocol::display::is_cut(&s));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 // Test helpers: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use familiar::agent::events::EventPayload;
-use familiar::store::TaskStatus;
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::task::TaskStatus;
 use serde_json::{Value, json};
 
 use crate::common::harness::*;

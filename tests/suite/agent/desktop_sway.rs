@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use familiar::compositor::{Compositor, Sway};
 use familiar::snapshot::Snapshotter;
-use familiar::store::TaskStatus;
 use familiar::tools::desktop::{DesktopDispatch, DesktopState, Locate};
 use familiar::tools::{Registry, Tool};
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 
 use crate::common::harness::*;

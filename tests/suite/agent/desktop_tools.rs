@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use familiar::hyprland::Hyprland;
-use familiar::store::TaskStatus;
 use familiar::tools::hypr::{HyprDispatch, HyprState, Locate};
 use familiar::tools::{Registry, Tool};
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 
 use crate::common::fake_hyprland::{

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use familiar::agent::hooks::{Hooks, TaskRef, ToolCallRef};
 use familiar::catalog;
-use familiar::llm::{LlmError, Request, Usage};
-use familiar::store::{AuditOutcome, TaskStatus};
+use familiar::llm::{LlmError, Request};
+use familiar::store::AuditOutcome;
+use familiar_protocol::task::{TaskStatus, Usage};
 use futures::FutureExt;
 use serde_json::json;
 

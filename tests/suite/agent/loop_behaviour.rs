@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use familiar::agent::TaskOutcome;
-use familiar::agent::events::EventPayload;
 use familiar::catalog::{self, ToolInfo};
-use familiar::ids::SessionId;
 use familiar::llm::{ContentBlock, Message, Role};
-use familiar::store::{Context, StepStatus, TaskStatus};
+use familiar::store::Context;
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::task::{StepStatus, TaskStatus};
 use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -254,7 +255,7 @@ async fn resuming_after_a_crash_repairs_dangling_calls() {
     ctx.history.push(Message {
         role: Role::Assistant,
         content: vec![ContentBlock::ToolUse {
-            id: familiar::ids::CallId::from_provider("dangling"),
+            id: familiar_protocol::ids::CallId::from_provider("dangling"),
             name: "list_dir".into(),
             input: json!({"path": "."}),
         }],
@@ -524,7 +525,7 @@ async fn a_soul_that_requires_the_sandbox_is_denied_on_a_partial_kernel() {
     let mut rt = Arc::try_unwrap(rt).ok().unwrap();
     let services = Arc::get_mut(&mut rt.services).unwrap();
     // As on a kernel with Landlock ABI 3: no TCP rules, no signal scoping.
-    services.enforcement = familiar::sandbox::Enforcement::for_abi(Some(3));
+    services.enforcement = familiar_sandbox::status::Enforcement::for_abi(Some(3));
     let soul = h.soul("[sandbox]\nrequire = true\n");
     let (out, events) = h.run(Arc::new(rt), h.spec(soul, "go", None)).await;
     assert_eq!(out.status, TaskStatus::Denied);

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use familiar::store::TaskStatus;
+use familiar_protocol::task::TaskStatus;
 use serde_json::{Value, json};
 
 use crate::common::harness::*;

@@ -1,7 +1,7 @@
 //! A soul's `[precheck]`: local probes before the first model call; a quiet run costs
 //! nothing, findings reach the model in its first request.
 
-use familiar::store::TaskStatus;
+use familiar_protocol::task::TaskStatus;
 
 use crate::common::harness::*;
 

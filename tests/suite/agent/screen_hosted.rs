@@ -9,11 +9,11 @@
 use std::sync::{Arc, Mutex};
 
 use familiar::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend};
-use familiar::ids::RequestId;
-use familiar::store::TaskStatus;
 use familiar::tools::Registry;
 use familiar::tools::bus::Bus;
 use familiar::tools::screen::Screenshot;
+use familiar_protocol::ids::RequestId;
+use familiar_protocol::task::TaskStatus;
 
 use super::screen_sway::{call_reply, done_reply, png_size, sent_image};
 use crate::common::bus::TestBus;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use familiar::compositor::{Compositor, Sway};
-use familiar::store::TaskStatus;
 use familiar::tools::Registry;
 use familiar::tools::screen::Screenshot;
+use familiar_protocol::task::TaskStatus;
 use serde_json::{Value, json};
 
 use crate::common::harness::*;

@@ -3,8 +3,8 @@
 
 use familiar::catalog::{self};
 use familiar::llm::ContentBlock;
-use familiar::store::{StepStatus, TaskStatus};
 use familiar::tools::ToolError;
+use familiar_protocol::task::{StepStatus, TaskStatus};
 use futures::FutureExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -16,14 +16,14 @@ use std::sync::{Arc, Mutex};
 
 use familiar::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend, RespondError};
 use familiar::compositor::{Compositor, Sway};
-use familiar::ids::RequestId;
-use familiar::store::TaskStatus;
 use familiar::tools::bus::Bus;
 use familiar::tools::desktop::Locate;
 use familiar::tools::typing::TypeText;
 use familiar::tools::ui::atspi::A11ySource;
 use familiar::tools::ui::{Ui, UiAct};
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
+use familiar_protocol::ids::RequestId;
+use familiar_protocol::task::TaskStatus;
 use serde_json::{Value, json};
 
 use crate::common::bus::TestBus;

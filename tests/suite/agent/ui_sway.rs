@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use familiar::compositor::{Compositor, Sway};
-use familiar::store::TaskStatus;
 use familiar::tools::ui::atspi::A11ySource;
 use familiar::tools::ui::{Ui, UiAct, UiRead};
 use familiar::tools::{Registry, Tool, ToolError};
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 
 use super::screen_hosted::{Person, host_of};

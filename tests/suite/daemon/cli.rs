@@ -377,8 +377,8 @@ async fn ask_gets_its_submit_reply_while_other_tasks_flood_the_bus() {
     let bus = TestBus::start();
     let home = TestHome::new();
     let _server = zbus::connection::Builder::address(bus.address.as_str())
-        .name(familiar::dbus::NAME)
-        .serve_at(familiar::dbus::PATH, FloodingAgent)
+        .name(familiar_protocol::NAME)
+        .serve_at(familiar_protocol::PATH, FloodingAgent)
         .build()
         .await
         .unwrap();

@@ -5,8 +5,8 @@
 
 use std::os::unix::net::UnixDatagram;
 
-use familiar::ids::SessionId;
 use familiar::store::{Memory, MemoryScope, Store};
+use familiar_protocol::ids::SessionId;
 use serde_json::Value;
 
 use super::cli::familiar;
@@ -62,7 +62,7 @@ fn leave_an_old_daemons_data(home: &TestHome, old: &SessionId) {
     let stray = Store::open(&config_dir).unwrap();
     let mut ctx = familiar::store::Context::new(
         old.clone(),
-        familiar::ids::SoulId::new("safe_assistant").unwrap(),
+        familiar_protocol::ids::SoulId::new("safe_assistant").unwrap(),
         "an old question",
     );
     stray.save_context(&mut ctx).unwrap();

@@ -232,7 +232,7 @@ async fn doctor_warns_when_familiar_sandbox_is_not_installed_beside_familiar() {
             .contains("familiar-sandbox"),
         "{c:#?}"
     );
-    if familiar::sandbox::probe().abi.is_some() {
+    if familiar_sandbox::status::probe().abi.is_some() {
         assert_eq!(status(&c, "sandbox"), "ok", "{c:#?}");
     }
 }

@@ -225,7 +225,7 @@ async fn a_system_critical_request_offers_no_grant() {
     let (request, ..) = w.approval(&task).await;
     assert_eq!(offered_grant(&f, &task).await, Value::Null);
     let refused = f.proxy.grant(&request, 60).await;
-    let familiar::dbus::Error::NotGrantable(why) = refused.unwrap_err() else {
+    let familiar_protocol::Error::NotGrantable(why) = refused.unwrap_err() else {
         panic!("not NotGrantable");
     };
     assert!(why.contains("system_critical"), "{why}");

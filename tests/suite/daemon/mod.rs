@@ -28,10 +28,10 @@ use crate::common::bus::TestBus;
 use crate::common::fixture::{Fixture, TEST_SOUL, Watch};
 
 /// The D-Bus error name of a failed call.
-pub fn error_name(r: Result<impl std::fmt::Debug, familiar::dbus::Error>) -> String {
+pub fn error_name(r: Result<impl std::fmt::Debug, familiar_protocol::Error>) -> String {
     match r.expect_err("the call should fail") {
-        familiar::dbus::Error::ZBus(e) => {
-            familiar::dbus::proxy::method_error(&e)
+        familiar_protocol::Error::ZBus(e) => {
+            familiar_protocol::proxy::method_error(&e)
                 .unwrap_or_else(|| panic!("not an error reply: {e:?}"))
                 .0
         }

@@ -5,9 +5,9 @@
 use std::os::unix::net::UnixDatagram;
 
 use familiar::daemon::DaemonError;
-use familiar::dbus::proxy::Agent1Proxy;
-use familiar::ids::SessionId;
-use familiar::store::TaskStatus;
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::proxy::Agent1Proxy;
+use familiar_protocol::task::TaskStatus;
 
 use super::service::gated_reply;
 use super::systemd::spawn_daemon;
@@ -54,7 +54,7 @@ async fn a_second_daemon_is_refused_and_the_first_keeps_the_name() {
     // The first daemon still owns the name and answers.
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
-    let name: zbus::names::BusName<'_> = familiar::dbus::NAME.try_into().unwrap();
+    let name: zbus::names::BusName<'_> = familiar_protocol::NAME.try_into().unwrap();
     assert_eq!(
         dbus.get_connection_unix_process_id(name).await.unwrap(),
         first.id()
@@ -80,7 +80,7 @@ async fn a_daemon_that_loses_its_name_cancels_its_tasks_and_fails() {
     // NameLost only when the name is released from under the daemon: do that on its
     // own connection.
     let dbus = zbus::fdo::DBusProxy::new(&daemon_conn).await.unwrap();
-    let name: zbus::names::WellKnownName<'_> = familiar::dbus::NAME.try_into().unwrap();
+    let name: zbus::names::WellKnownName<'_> = familiar_protocol::NAME.try_into().unwrap();
     dbus.release_name(name).await.unwrap();
 
     let result = tokio::time::timeout(PATIENCE, serving)

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use familiar::daemon::DaemonOptions;
-use familiar::dbus::proxy::Agent1Proxy;
-use familiar::ids::SessionId;
-use familiar::store::{Context, TaskStatus};
+use familiar::store::Context;
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::proxy::Agent1Proxy;
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 use zbus::Variant;
 
@@ -411,7 +412,7 @@ async fn tasks_a_crash_left_running_are_marked_interrupted_at_start() {
     let id = SessionId::generate();
     let mut ctx = Context::new(
         id.clone(),
-        familiar::ids::SoulId::new("test").unwrap(),
+        familiar_protocol::ids::SoulId::new("test").unwrap(),
         "crashy",
     );
     let mut rec: familiar::store::TaskRecord = serde_json::from_value(json!({

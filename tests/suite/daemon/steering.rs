@@ -2,7 +2,7 @@
 //! `busctl` and `gdbus`; the message joins at the next step without changing what the
 //! model saw before, and a message the task did not read opens the session's next task.
 
-use familiar::ids::SessionId;
+use familiar_protocol::ids::SessionId;
 use serde_json::{Value, json};
 
 use super::service::gated_reply;

@@ -4,7 +4,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 
-use familiar::dbus::proxy::Agent1Proxy;
+use familiar_protocol::proxy::Agent1Proxy;
 
 use super::*;
 use crate::common::TestHome;
@@ -134,7 +134,7 @@ async fn the_daemon_is_ready_only_once_its_name_is_owned_and_stops_on_sigterm() 
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
     assert!(
-        dbus.name_has_owner(familiar::dbus::NAME.try_into().unwrap())
+        dbus.name_has_owner(familiar_protocol::NAME.try_into().unwrap())
             .await
             .unwrap()
     );
@@ -234,7 +234,7 @@ async fn familiar_ask_starts_the_daemon_through_dbus_activation() {
     );
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
-    let name: zbus::names::BusName<'_> = familiar::dbus::NAME.try_into().unwrap();
+    let name: zbus::names::BusName<'_> = familiar_protocol::NAME.try_into().unwrap();
     assert!(!dbus.name_has_owner(name.clone()).await.unwrap());
 
     let mut ask = home.familiar();

@@ -3,7 +3,7 @@
 //! token of output, reports `warming` and `warm`, shows it in `familiar status`, and
 //! the prefix is the one a real task's first request starts with.
 
-use familiar::dbus::proxy::Agent1Proxy;
+use familiar_protocol::proxy::Agent1Proxy;
 
 use super::super::reliability::RealDaemon;
 use crate::common::PATIENCE;

@@ -468,7 +468,7 @@ async fn the_daemon_skips_a_submitted_task_whose_conditions_do_not_hold() {
         &[("DBUS_SYSTEM_BUS_ADDRESS", &system.address)],
     );
     let conn = session.connect().await;
-    let proxy = familiar::dbus::proxy::Agent1Proxy::builder(&conn)
+    let proxy = familiar_protocol::proxy::Agent1Proxy::builder(&conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
@@ -477,13 +477,13 @@ async fn the_daemon_skips_a_submitted_task_whose_conditions_do_not_hold() {
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
     let mut owners = dbus.receive_name_owner_changed().await.unwrap();
     if !dbus
-        .name_has_owner(familiar::dbus::NAME.try_into().unwrap())
+        .name_has_owner(familiar_protocol::NAME.try_into().unwrap())
         .await
         .unwrap()
     {
         use futures::StreamExt;
         while let Some(sig) = owners.next().await {
-            if sig.args().unwrap().name() == familiar::dbus::NAME {
+            if sig.args().unwrap().name() == familiar_protocol::NAME {
                 break;
             }
         }

@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use familiar::agent::TaskOutcome;
-use familiar::agent::events::Event;
 use familiar::sandbox::SandboxPolicy;
 use familiar::snapshot::Snapshotter;
-use familiar::store::TaskStatus;
 use familiar::tools::bus::Bus;
 use familiar::tools::notify::Notify;
 use familiar::tools::power::Power;
 use familiar::tools::systemd::SystemdUser;
 use familiar::tools::{Registry, Tool, ToolContext, ToolError};
+use familiar_protocol::events::Event;
+use familiar_protocol::task::TaskStatus;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use zbus::object_server::SignalEmitter;
@@ -79,7 +79,7 @@ pub(crate) fn direct_ctx(h: &Harness) -> ToolContext {
             "CARGO_BIN_EXE_familiar-sandbox"
         ))),
         soul: soul.id.clone(),
-        session: familiar::ids::SessionId::new("s-direct").unwrap(),
+        session: familiar_protocol::ids::SessionId::new("s-direct").unwrap(),
         memory: familiar::store::Memory::new(h.store.data_dir(), 100),
         subagents: None,
         changes: None,
@@ -314,7 +314,7 @@ async fn status_reports_the_sandbox_enforcement() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let expected = familiar::sandbox::probe();
+    let expected = familiar_sandbox::status::probe();
     assert_eq!(
         got["sandbox"],
         json!({

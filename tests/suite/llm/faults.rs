@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use familiar::ids::CallId;
 use familiar::llm::{ClientEvent, FinishReason, LlmError, StreamEvent};
+use familiar_protocol::ids::CallId;
 use futures::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

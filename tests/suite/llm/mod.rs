@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use familiar::config::{ApiKeySource, ProviderConfig, ProviderKind};
-use familiar::ids::CallId;
 use familiar::llm::{
     ClientEvent, ContentBlock, FinishReason, LlmClient, LlmError, Message, Request, RetryPolicy,
     Role, Sleeper, StreamEvent, ToolDef,
 };
+use familiar_protocol::ids::CallId;
 use futures::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

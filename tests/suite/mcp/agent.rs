@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use familiar::agent::events::EventPayload;
-use familiar::store::TaskStatus;
+use familiar_protocol::events::EventPayload;
+use familiar_protocol::task::TaskStatus;
 use serde_json::{Value, json};
 
 use super::server;
@@ -48,7 +48,7 @@ fn tool_names(request: &Value) -> Vec<String> {
 
 /// `(tool, decision, reason)` of every `tool_call_started`.
 fn decisions(
-    events: &[std::sync::Arc<familiar::agent::events::Event>],
+    events: &[std::sync::Arc<familiar_protocol::events::Event>],
 ) -> Vec<(String, String, String)> {
     events
         .iter()

@@ -9,9 +9,9 @@ mod server;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use familiar::catalog::Tier;
 use familiar::config::mcp::{McpServerConfig, McpTransport};
 use familiar::mcp::{McpError, McpHub, ServerState};
+use familiar_protocol::tier::Tier;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

@@ -13,7 +13,7 @@ async fn the_daemon_exits_non_zero_when_its_bus_goes_away_and_never_spins() {
     write_config(&home, &server, "");
     let mut bus = TestBus::start();
     let daemon = RealDaemon::start(&bus, &home).await;
-    let proxy = familiar::dbus::proxy::Agent1Proxy::new(&bus.connect().await)
+    let proxy = familiar_protocol::proxy::Agent1Proxy::new(&bus.connect().await)
         .await
         .unwrap();
     assert_eq!(proxy.active_tasks().await.unwrap(), 0);

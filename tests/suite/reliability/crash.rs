@@ -10,9 +10,10 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use familiar::ids::SessionId;
 use familiar::llm::{ContentBlock, Role};
-use familiar::store::{Context, Store, TaskStatus};
+use familiar::store::{Context, Store};
+use familiar_protocol::ids::SessionId;
+use familiar_protocol::task::TaskStatus;
 use futures::StreamExt;
 use rand::Rng;
 use serde_json::json;
@@ -119,8 +120,8 @@ fn was_interrupted(ctx: &Context) -> bool {
 
 /// Submits a task continuing session `id` and waits for its status.
 async fn continue_session(
-    proxy: &familiar::dbus::proxy::Agent1Proxy<'_>,
-    finished: &mut familiar::dbus::proxy::TaskFinishedStream,
+    proxy: &familiar_protocol::proxy::Agent1Proxy<'_>,
+    finished: &mut familiar_protocol::proxy::TaskFinishedStream,
     id: &SessionId,
 ) -> String {
     let opts = HashMap::from([("session", zbus::Variant::from(id.as_str()))]);
@@ -155,7 +156,7 @@ async fn kill_9_at_random_instants_loses_at_most_the_step_in_flight() {
     let mut done_with: HashSet<SessionId> = HashSet::new();
     for round in 0..rounds {
         let mut daemon = RealDaemon::start(&bus, &home).await;
-        let proxy = familiar::dbus::proxy::Agent1Proxy::new(&bus.connect().await)
+        let proxy = familiar_protocol::proxy::Agent1Proxy::new(&bus.connect().await)
             .await
             .unwrap();
         // The previous round's killed sessions: continuing one repairs it.

@@ -134,7 +134,7 @@ async fn a_full_disk_fails_the_task_with_exit_1_and_the_next_task_works() {
     );
     let store = familiar::store::Store::open(&data).unwrap();
     let c = store
-        .read_transcript_contents(&familiar::ids::SessionId::new(&session).unwrap())
+        .read_transcript_contents(&familiar_protocol::ids::SessionId::new(&session).unwrap())
         .unwrap();
     assert!(c.entries.len() > 3, "{c:?}");
     assert!(!store.read_audit().unwrap().entries.is_empty());

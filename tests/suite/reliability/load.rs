@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use familiar::dbus::proxy::Agent1Proxy;
+use familiar_protocol::proxy::Agent1Proxy;
 use futures::StreamExt;
 use serde_json::json;
 

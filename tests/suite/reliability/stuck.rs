@@ -154,7 +154,7 @@ async fn files_edited_to_garbage_under_the_daemon_are_named_at_the_next_start() 
     );
     let bus = TestBus::start();
     let daemon = RealDaemon::start(&bus, &home).await;
-    let proxy = familiar::dbus::proxy::Agent1Proxy::new(&bus.connect().await)
+    let proxy = familiar_protocol::proxy::Agent1Proxy::new(&bus.connect().await)
         .await
         .unwrap();
     let mut finished = proxy.receive_task_finished().await.unwrap();

@@ -39,40 +39,10 @@ pub use witness::{RACY_MARGIN, Witnesses};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use familiar_sandbox::glob::{glob_match, has_glob};
+use familiar_sandbox::plan::{Grant, Plan, Rule};
 
-use crate::glob::{glob_match, has_glob};
-
-/// The rights one rule grants, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Grant {
-    /// A directory that contains a protected path: its names are listable.
-    ListDir,
-    /// Read (and execute) everything beneath.
-    Read,
-    /// Read, write and create beneath, but neither remove nor truncate: what is there
-    /// stays (issue 40, "nothing permanent").
-    Write,
-    /// Every right beneath, removing and truncating included: the task's workspace and
-    /// the trees a soul names in `[sandbox] destroy`.
-    Destroy,
-}
-
-/// One Landlock rule: `grant` beneath the inode at `path`, if it still is `(dev, ino)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rule {
-    pub path: PathBuf,
-    pub dev: u64,
-    pub ino: u64,
-    pub grant: Grant,
-}
-
-/// Every rule of one sandbox.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plan {
-    pub rules: Vec<Rule>,
-}
+use crate::policy::paths::resolve;
 
 /// What to grant for one allowed tree.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -263,27 +233,6 @@ fn is_under(path: &Path, entry: &Path) -> bool {
         }
     }
     true
-}
-
-/// `path` with its longest existing prefix canonicalised (a glob component that names
-/// nothing stays as written). The daemon's closed places are compared the same way.
-pub fn resolve(path: &Path) -> PathBuf {
-    let mut tail = Vec::new();
-    let mut cur = path;
-    loop {
-        if let Ok(real) = cur.canonicalize() {
-            let mut out = real;
-            out.extend(tail.iter().rev());
-            return out;
-        }
-        match (cur.parent(), cur.file_name()) {
-            (Some(parent), Some(name)) => {
-                tail.push(name.to_owned());
-                cur = parent;
-            }
-            _ => return path.to_owned(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -185,8 +185,9 @@ impl Witnesses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Grant;
-    use crate::plan::tests::{change, grants, home_plan, tree};
+    use familiar_sandbox::plan::Grant;
+
+    use crate::sandbox::plan::tests::{change, grants, home_plan, tree};
 
     #[test]
     fn the_plan_carves_and_records_inodes() {

@@ -101,8 +101,9 @@ impl PlanCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Grant;
-    use crate::plan::tests::{grants, tree};
+    use familiar_sandbox::plan::Grant;
+
+    use crate::sandbox::plan::tests::{grants, tree};
 
     #[test]
     fn the_cache_reuses_a_plan_until_a_witness_changes() {

@@ -12,16 +12,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use familiar_protocol::display::LONG_VALUE_BYTES;
+use familiar_protocol::display::chooser::{GRANT_FOR, parse};
+use familiar_protocol::ids::RequestId;
 use tokio_util::sync::CancellationToken;
 use zbus::Connection;
 
-use super::{
-    ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal, Signals,
-    show,
+use super::{Answer, ApprovalBroker, ApprovalRequest, Frontend, chooser};
+use crate::dbus::notifications::{
+    self, ACTION_DEFAULT, CLOSED_DISMISSED, Capabilities, NotificationsProxy, Shown, Signal,
+    Signals, show,
 };
-use crate::approval::render::LONG_VALUE_BYTES;
-use crate::approval::{Answer, ApprovalBroker, ApprovalRequest, Frontend, GRANT_FOR, chooser};
-use crate::ids::RequestId;
 use crate::launcher::{CurrentMenu, Menu};
 
 /// Action keys on approval notifications.
@@ -112,10 +113,10 @@ const FIRST_LINE_CHARS: usize = 72;
 /// conclusion), how to answer. Then, when cut, the whole call and reason as every
 /// approval surface shows them.
 fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String, String) {
-    let tool = crate::approval::visible(&r.tool);
+    let tool = familiar_protocol::display::visible(&r.tool);
     let summary = format!("familiar: allow {tool}?");
     let first = r.summary.lines().next().unwrap_or_default();
-    let reason = crate::approval::visible(&r.reason);
+    let reason = familiar_protocol::display::visible(&r.reason);
     let how = if caps.actions {
         "click: choose · dismiss: deny"
     } else {
@@ -152,7 +153,7 @@ fn texts(r: &ApprovalRequest, caps: Capabilities, note: Option<&str>) -> (String
 /// notification offers Review (the chooser, with every character) and Deny, never
 /// Approve.
 pub(super) fn review_only(r: &ApprovalRequest) -> bool {
-    r.summary.len() > LONG_VALUE_BYTES || crate::approval::render::is_cut(&r.summary)
+    r.summary.len() > LONG_VALUE_BYTES || familiar_protocol::display::is_cut(&r.summary)
 }
 
 /// `s`, cut at [`FIRST_LINE_CHARS`] with `…`.
@@ -236,7 +237,7 @@ async fn watch(
 ) -> zbus::Result<()> {
     let proxy = NotificationsProxy::new(conn).await?;
     // Subscribe before showing, so a fast click is not missed.
-    let mut signals = super::signals(conn).await?;
+    let mut signals = notifications::signals(conn).await?;
     let caps = Capabilities::read(&proxy).await;
     let mut id = present(&proxy, r, caps, 0, None).await?;
     loop {
@@ -314,14 +315,14 @@ async fn choose(
     menu: &Menu,
 ) -> Chosen {
     let grant = r.grant.label();
-    let lines = chooser::menu(&r.summary, &r.reason, grant.as_deref());
+    let lines = familiar_protocol::display::chooser::menu(&r.summary, &r.reason, grant.as_deref());
     let picked = tokio::select! {
         () = stop.cancelled() => return Chosen::Stopped,
         p = crate::launcher::pick(menu, "approve> ", &lines) => p,
     };
     signals.clear();
     match picked {
-        Ok(Some(line)) => match chooser::parse(&line, &r.summary, grant.as_deref()) {
+        Ok(Some(line)) => match parse(&line, &r.summary, grant.as_deref()) {
             Some(choice) => Chosen::Answered(chooser::answer(choice)),
             None => Chosen::Nothing,
         },
@@ -350,9 +351,11 @@ async fn close(proxy: &NotificationsProxy<'_>, id: u32) {
 
 #[cfg(test)]
 mod tests {
+    use familiar_protocol::display::chooser::Choice;
+    use familiar_protocol::ids::{SessionId, SoulId, TaskId};
+    use familiar_protocol::tier::Tier;
+
     use super::*;
-    use crate::catalog::Tier;
-    use crate::ids::{SessionId, SoulId, TaskId};
 
     fn request(summary: &str) -> ApprovalRequest {
         ApprovalRequest {
@@ -426,32 +429,36 @@ mod tests {
         ));
         r.args = args;
         assert!(r.summary.contains("; touch marker ;"));
-        assert!(!crate::approval::render::is_cut(&r.summary));
+        assert!(!familiar_protocol::display::is_cut(&r.summary));
         // The notification: Review and Deny, never Approve.
         assert!(review_only(&r));
         let (_, body) = texts(&r, PLAIN, None);
         assert!(body.contains("Review opens all of it"), "{body}");
         // The chooser: every character, on lines a launcher shows whole.
-        let menu = chooser::menu(&r.summary, &r.reason, r.grant.label().as_deref());
+        let menu = familiar_protocol::display::chooser::menu(
+            &r.summary,
+            &r.reason,
+            r.grant.label().as_deref(),
+        );
         let shown: String = menu.iter().filter_map(|l| l.strip_prefix("│ ")).collect();
         assert!(shown.contains("; touch marker ;"));
         assert!(menu.iter().all(|l| l.chars().count() <= 102), "{menu:?}");
-        assert_eq!(
-            chooser::parse("Approve", &r.summary, None),
-            Some(chooser::Choice::Approve)
-        );
+        assert_eq!(parse("Approve", &r.summary, None), Some(Choice::Approve));
         // The terminal: the whole text.
         assert!(crate::approval::prompt_text(&r).contains("; touch marker ;"));
 
         // Past what any surface shows whole: cut, and approved from none.
-        let huge = serde_json::json!({ "command": "x".repeat(crate::approval::render::REVIEW_MAX_BYTES + 1) });
+        let huge = serde_json::json!({ "command": "x".repeat(familiar_protocol::display::REVIEW_MAX_BYTES + 1) });
         let cut = request(&crate::approval::render::describe_call_whole(
             "shell", &huge,
         ));
-        assert!(crate::approval::render::is_cut(&cut.summary));
+        assert!(familiar_protocol::display::is_cut(&cut.summary));
         assert!(review_only(&cut));
-        assert_eq!(chooser::parse("Approve", &cut.summary, None), None);
-        assert!(!chooser::menu(&cut.summary, "r", None).contains(&"Approve".to_owned()));
+        assert_eq!(parse("Approve", &cut.summary, None), None);
+        assert!(
+            !familiar_protocol::display::chooser::menu(&cut.summary, "r", None)
+                .contains(&"Approve".to_owned())
+        );
         assert_eq!(
             actions(&cut),
             ["default", "Review…", "deny", "Deny"],
