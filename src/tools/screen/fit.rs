@@ -125,7 +125,7 @@ fn decode(bytes: &[u8]) -> Result<(Vec<u8>, u32, u32, png::ColorType), FitError>
 
 /// Scales `area` of the image to `out_w`x`out_h` as RGBA and gives back the source's
 /// channels. fast_image_resize is built with `only_u8x4`: its other pixel types, each
-/// in every SIMD variant, were 2.8 MB of the binary (BENCHMARKS.md, "binary sizes"),
+/// in every SIMD variant, were 2.8 MB of the binary (BENCHMARKS.md, "Issue 42 §7"),
 /// and widening a screenshot to four channels and back costs a few milliseconds.
 fn resize(
     pixels: Vec<u8>,
