@@ -109,14 +109,17 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def main():
+def bench_home(queue_limit=ASKS + 4):
+    """A throwaway HOME (the loopback model of concurrency.py as its provider, the
+    `bench` soul, a workspace with a file) and a private session bus: the daemon's
+    environment, the `ask` command line without its prompt, and the bus process."""
     c.ITERATIONS = 1
     model = c.Server(("127.0.0.1", 0), c.Model)
     threading.Thread(target=model.serve_forever, daemon=True).start()
     home = tempfile.mkdtemp(prefix="familiar-bench-")
     os.makedirs(f"{home}/.config/familiar/souls")
     with open(f"{home}/.config/familiar/config.toml", "w") as f:
-        f.write(f'[daemon]\nqueue_limit = {ASKS + 4}\n\n'
+        f.write(f'[daemon]\nqueue_limit = {queue_limit}\n\n'
                 f'[providers.local]\nbase_url = "http://127.0.0.1:{model.server_address[1]}/v1"\n'
                 'max_retries = 0\n')
     with open(f"{home}/.config/familiar/souls/bench.toml", "w") as f:
@@ -139,6 +142,12 @@ def main():
         "XDG_STATE_HOME": f"{home}/.local/state",
         "DBUS_SESSION_BUS_ADDRESS": address,
     }
+    return env, ask, bus
+
+
+def main():
+    env, ask, bus = bench_home()
+    home = env["HOME"]
     ready_ms = []
     try:
         for run in range(RUNS):
